@@ -1,0 +1,47 @@
+"""``python -m backend COMMAND ...`` — the CLI. Each command lives in ``backend/commands/<name>.py``
+with ``add_arguments(parser)`` and ``run(args) -> int``; the app calls the same backend functions."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import DetourError
+
+COMMANDS = {
+    "train": "Run one experiment (or a pair) from a YAML config.",
+    "validate": "Validate a YAML config without training.",
+    "cka": "Layer x layer linear CKA between two models or runs.",
+    "evaluate": "Fine-tune and evaluate models on NER / classification across seeds.",
+    "fill-mask": "Top-k predictions for a masked sentence, one or more models.",
+    "queue": "Run queued runs one after another (started detached by the app).",
+    "replicate": "Mini replication of the paper's three findings, with a report.",
+    "build-assets": "Rebuild the bundled tokenizer and tiny base model.",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m backend", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in COMMANDS.items():
+        mod_name = f"backend.commands.{name.replace('-', '_')}"
+        try:
+            mod = importlib.import_module(mod_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != mod_name:
+                raise
+            continue
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    args = parser.parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except DetourError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

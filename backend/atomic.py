@@ -1,0 +1,90 @@
+"""Atomic file writes: temp file in the same folder, fsync, rename.
+
+A reader (the app polling a run, a resume after kill -9) sees either the old
+complete file or the new complete one, never a torn write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: str | Path, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def write_yaml(path: str | Path, obj: Any) -> None:
+    write_text(path, yaml.safe_dump(obj, sort_keys=False, allow_unicode=True))
+
+
+def append_jsonl(path: str | Path, row: dict) -> None:
+    """Append one JSON line with a single write() + fsync.
+
+    A line is written whole or (after a hard kill) as a partial last line that
+    readers skip, so earlier rows are never damaged.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(row, default=str) + "\n").encode("utf-8")
+    with open(path, "ab") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Read JSON lines, skipping a torn last line left by a hard kill."""
+    rows: list[dict] = []
+    path = Path(path)
+    if not path.exists():
+        return rows
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def replace_dir(tmp_dir: str | Path, final_dir: str | Path) -> None:
+    """Move a fully written temp directory into place; the old one is removed only after."""
+    tmp_dir, final_dir = Path(tmp_dir), Path(final_dir)
+    old = None
+    if final_dir.exists():
+        old = final_dir.with_name(f".{final_dir.name}.old")
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(final_dir, old)
+    os.replace(tmp_dir, final_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

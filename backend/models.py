@@ -1,0 +1,205 @@
+"""Resolve a model spec (bundled name, run dir, checkpoint, local dir, hub id) and load it safely.
+
+Security defaults: weights only from safetensors, ``trust_remote_code`` off unless the
+caller opts in per model. Offline-friendly: a hub id that cannot be reached gives a
+specific error instead of a stack trace.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .errors import ModelSpecError
+from .paths import BUNDLED_MODELS_DIR, DEFAULT_MODEL
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+
+# Families whose attention we can make causal (see backend/attention.py).
+CAUSAL_FAMILIES = {
+    "modernbert": "modernbert",
+    "bert": "bert",
+    "roberta": "bert",
+    "camembert": "bert",
+    "xlm-roberta": "bert",
+}
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model's files are: ``path`` is a local dir, or a hub id when ``kind == 'hub'``."""
+
+    kind: str  # bundled | run | checkpoint | local | hub
+    path: str
+    spec: str
+
+    @property
+    def label(self) -> str:
+        return self.spec
+
+
+def bundled_models() -> list[str]:
+    if not BUNDLED_MODELS_DIR.exists():
+        return []
+    return sorted(p.name for p in BUNDLED_MODELS_DIR.iterdir() if (p / "config.json").exists())
+
+
+def _run_model_dir(run_dir: Path) -> Path | None:
+    """The model a run directory stands for: ``final/``, else its newest complete checkpoint."""
+    if (run_dir / "final" / "config.json").exists():
+        return run_dir / "final"
+    ckpts = sorted((run_dir / "checkpoints").glob("step-*")) if (run_dir / "checkpoints").exists() else []
+    for ck in reversed(ckpts):
+        if (ck / "model" / "config.json").exists() and (ck / "COMPLETE").exists():
+            return ck / "model"
+    return None
+
+
+def resolve_model(spec: str | None) -> ModelSource:
+    """Turn what a user typed into a ModelSource, or raise a ModelSpecError saying why not."""
+    spec = (spec or DEFAULT_MODEL).strip()
+    if not spec:
+        raise ModelSpecError("model: empty; give a bundled name, a run directory, a local model folder or a hub id")
+    if (BUNDLED_MODELS_DIR / spec / "config.json").exists():
+        return ModelSource("bundled", str(BUNDLED_MODELS_DIR / spec), spec)
+    p = Path(spec).expanduser()
+    if p.exists():
+        if not p.is_dir():
+            raise ModelSpecError(f"model '{spec}': is a file, not a model folder (expected a folder with config.json)")
+        if (p / "config.json").exists():
+            return ModelSource("local", str(p.resolve()), spec)
+        if (p / "model" / "config.json").exists():
+            return ModelSource("checkpoint", str((p / "model").resolve()), spec)
+        if (p / "status.json").exists() or (p / "config.yaml").exists():
+            m = _run_model_dir(p)
+            if m is None:
+                raise ModelSpecError(f"model '{spec}': run directory has no finished model or complete checkpoint yet")
+            return ModelSource("run", str(m.resolve()), spec)
+        raise ModelSpecError(f"model '{spec}': folder is not a model (no config.json), a checkpoint or a run directory")
+    if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
+        raise ModelSpecError(f"model '{spec}': no such path")
+    if HUB_ID.match(spec):
+        return ModelSource("hub", spec, spec)
+    raise ModelSpecError(
+        f"model '{spec}': not a bundled model ({', '.join(bundled_models()) or 'none installed'}), "
+        "an existing folder, or a hub id like 'answerdotai/ModernBERT-base'"
+    )
+
+
+def _hub_guard(source: ModelSource, exc: Exception) -> ModelSpecError:
+    return ModelSpecError(
+        f"model '{source.spec}': could not load from the Hugging Face hub ({type(exc).__name__}: "
+        f"{str(exc).splitlines()[0] if str(exc) else ''}). Offline? Use a bundled model "
+        f"({', '.join(bundled_models())}) or a local folder."
+    )
+
+
+def load_config(source: ModelSource, trust_remote_code: bool = False):
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(source.path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        if source.kind == "hub":
+            raise _hub_guard(source, exc) from exc
+        raise ModelSpecError(f"model '{source.spec}': unreadable config.json ({exc})") from exc
+
+
+def model_family(config) -> str | None:
+    """'modernbert' or 'bert' when attention can be made causal, else None."""
+    return CAUSAL_FAMILIES.get(getattr(config, "model_type", ""))
+
+
+def load_tokenizer(source: ModelSource | str, trust_remote_code: bool = False):
+    from transformers import AutoTokenizer
+
+    if isinstance(source, str):
+        source = resolve_model(source)
+    try:
+        return AutoTokenizer.from_pretrained(source.path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        if source.kind == "hub":
+            raise _hub_guard(source, exc) from exc
+        raise ModelSpecError(f"model '{source.spec}': no usable tokenizer in {source.path} ({exc})") from exc
+
+
+def _load(
+    auto_cls,
+    source: ModelSource,
+    *,
+    dtype=None,
+    attn_implementation: str | None = None,
+    trust_remote_code: bool = False,
+    **kwargs,
+):
+    try:
+        return auto_cls.from_pretrained(
+            source.path,
+            dtype=dtype if dtype is not None else torch.float32,
+            attn_implementation=attn_implementation,
+            trust_remote_code=trust_remote_code,
+            use_safetensors=True,
+            **kwargs,
+        )
+    except (OSError, ValueError) as exc:
+        if source.kind == "hub":
+            raise _hub_guard(source, exc) from exc
+        raise ModelSpecError(f"model '{source.spec}': could not load weights from {source.path} ({exc})") from exc
+
+
+def load_masked_lm(source: ModelSource | str, **kwargs):
+    """An encoder with its MLM head (training, fill-mask)."""
+    from transformers import AutoModelForMaskedLM
+
+    if isinstance(source, str):
+        source = resolve_model(source)
+    return _load(AutoModelForMaskedLM, source, **kwargs)
+
+
+def load_encoder(source: ModelSource | str, **kwargs):
+    """The bare encoder (hidden states for CKA)."""
+    from transformers import AutoModel
+
+    if isinstance(source, str):
+        source = resolve_model(source)
+    return _load(AutoModel, source, **kwargs)
+
+
+def transformer_blocks(model) -> list[torch.nn.Module]:
+    """The list of transformer blocks, for any supported family (bare or with a head)."""
+    base = getattr(model, "model", None) or getattr(model, "bert", None) or getattr(model, "roberta", None) or model
+    if hasattr(base, "layers"):  # ModernBERT
+        return list(base.layers)
+    enc = getattr(base, "encoder", None)
+    if enc is not None and hasattr(enc, "layer"):  # BERT family
+        return list(enc.layer)
+    raise ModelSpecError(f"cannot find transformer blocks in {type(model).__name__}")
+
+
+def special_token_ids(tokenizer) -> dict[str, int]:
+    """pad/cls/sep/bos/eos/mask ids from the tokenizer: ModernBERT's defaults (50281-50284) are wrong
+    for any other vocabulary."""
+    ids = {
+        "pad_token_id": tokenizer.pad_token_id,
+        "cls_token_id": tokenizer.cls_token_id,
+        "sep_token_id": tokenizer.sep_token_id,
+        "bos_token_id": tokenizer.cls_token_id if tokenizer.bos_token_id is None else tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.sep_token_id if tokenizer.eos_token_id is None else tokenizer.eos_token_id,
+    }
+    return {k: v for k, v in ids.items() if v is not None}
+
+
+def build_from_scratch(arch: dict, tokenizer, attn_implementation: str = "sdpa"):
+    """A randomly initialised MLM model from an architecture dict (``model_type`` picks the family).
+
+    ``vocab_size`` and special-token ids always come from the tokenizer.
+    """
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
+    arch = dict(arch)
+    model_type = arch.pop("model_type", "modernbert")
+    config = AutoConfig.for_model(model_type, **arch, vocab_size=len(tokenizer), **special_token_ids(tokenizer))
+    return AutoModelForMaskedLM.from_config(config, attn_implementation=attn_implementation)

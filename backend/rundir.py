@@ -1,0 +1,124 @@
+"""Read and write a run directory (format: docs/run-directory.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import atomic
+from .errors import ConfigError
+from .paths import runs_dir
+
+STATES = ("queued", "running", "done", "failed", "cancelled")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+def check_run_name(name: str) -> str:
+    """Run names become folder names: no '/', no '..', no hidden names."""
+    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
+        raise ConfigError(
+            "name", name, "use 1-100 letters, digits, '_', '-' or '.', starting with a letter or digit (no '/' or '..')"
+        )
+    return name
+
+
+def suggest_name(name: str, root: Path | None = None) -> str:
+    root = root or runs_dir()
+    i = 2
+    while (root / f"{name}-{i}").exists() or (root / f"{name}-{i}-detour").exists():
+        i += 1
+    return f"{name}-{i}"
+
+
+def now() -> float:
+    return time.time()
+
+
+def read_status(run_dir: str | Path) -> dict:
+    p = Path(run_dir) / "status.json"
+    try:
+        return json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {"state": "unknown", "error": f"no readable status.json in {run_dir}"}
+
+
+def write_status(run_dir: str | Path, **fields) -> dict:
+    """Merge ``fields`` into status.json (atomic) and stamp ``updated_at``."""
+    st = read_status(run_dir)
+    if st.get("state") == "unknown":
+        st = {}
+    st.update(fields)
+    st["updated_at"] = now()
+    atomic.write_json(Path(run_dir) / "status.json", st)
+    return st
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    return atomic.read_jsonl(Path(run_dir) / "metrics.jsonl")
+
+
+def read_config(run_dir: str | Path) -> dict:
+    import yaml
+
+    return yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0): look at /proc where it exists.
+    stat = Path(f"/proc/{pid}/stat")
+    if stat.exists():
+        try:
+            return stat.read_text().split(") ", 1)[1][0] != "Z"
+        except (OSError, IndexError):
+            return True
+    return True
+
+
+@dataclass
+class RunInfo:
+    name: str
+    path: Path
+    status: dict
+
+    @property
+    def state(self) -> str:
+        st = self.status.get("state", "unknown")
+        # A 'running' run whose process is gone died without saying so (kill -9, power loss).
+        if st == "running" and not pid_alive(self.status.get("pid")):
+            return "failed"
+        return st
+
+
+def list_runs(root: str | Path | None = None) -> list[RunInfo]:
+    root = Path(root) if root else runs_dir()
+    if not root.exists():
+        return []
+    out = []
+    for d in sorted(root.iterdir()):
+        if d.is_dir() and not d.name.startswith(".") and (d / "config.yaml").exists():
+            out.append(RunInfo(d.name, d, read_status(d)))
+    return out
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints (those with a COMPLETE marker), oldest first."""
+    d = Path(run_dir) / "checkpoints"
+    if not d.exists():
+        return []
+    return [c for c in sorted(d.glob("step-*")) if (c / "COMPLETE").exists()]
+
+
+def checkpoint_state(ckpt: str | Path) -> dict:
+    return json.loads((Path(ckpt) / "trainer_state.json").read_text())

@@ -1,0 +1,71 @@
+"""Shared fixtures: tiny random models built with the bundled tokenizer, isolated runs dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from backend.models import build_from_scratch
+from backend.paths import BUNDLED_TOKENIZER_DIR, shared_data
+
+TINY_MODERNBERT = dict(
+    model_type="modernbert",
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    max_position_embeddings=256,
+    local_attention=16,  # window of 16: sequences of 64 are well beyond it
+    global_attn_every_n_layers=2,
+)
+TINY_BERT = dict(
+    model_type="bert",
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    max_position_embeddings=256,
+)
+
+
+def bundled_tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(BUNDLED_TOKENIZER_DIR)
+
+
+def save_tiny_model(out_dir: Path, arch: dict, seed: int = 0, attn_implementation: str = "sdpa") -> Path:
+    """Build a tiny random MLM model with the bundled tokenizer and save it HF-style (safetensors)."""
+    torch.manual_seed(seed)
+    tok = bundled_tokenizer()
+    model = build_from_scratch(arch, tok, attn_implementation=attn_implementation)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_modernbert_dir(tmp_path_factory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("tiny_modernbert"), TINY_MODERNBERT)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("tiny_bert"), TINY_BERT)
+
+
+@pytest.fixture(autouse=True)
+def isolated_runs_dir(tmp_path, monkeypatch) -> Path:
+    """Every test writes runs under its own tmp dir, never into the repo."""
+    d = tmp_path / "runs"
+    monkeypatch.setenv("DETOUR_RUNS_DIR", str(d))
+    return d
+
+
+def require_shared(name: str) -> Path:
+    p = shared_data(name)
+    if p is None:
+        pytest.skip(f"../shared/data/{name} is absent (set DETOUR_SHARED_DATA to its parent to run this test)")
+    return p
