@@ -43,6 +43,10 @@ def write_yaml(path: str | Path, obj: Any) -> None:
     write_text(path, yaml.safe_dump(obj, sort_keys=False, allow_unicode=True))
 
 
+def json_line(row: dict) -> str:
+    return json.dumps(row, default=str) + "\n"
+
+
 def append_jsonl(path: str | Path, row: dict) -> None:
     """Append one JSON line with a single write() + fsync.
 
@@ -51,7 +55,7 @@ def append_jsonl(path: str | Path, row: dict) -> None:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(row, default=str) + "\n").encode("utf-8")
+    line = json_line(row).encode("utf-8")
     with open(path, "ab") as f:
         f.write(line)
         f.flush()

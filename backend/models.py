@@ -113,11 +113,19 @@ def model_family(config) -> str | None:
     return CAUSAL_FAMILIES.get(getattr(config, "model_type", ""))
 
 
+def resolve_tokenizer(spec: str) -> ModelSource:
+    """Like resolve_model, but a bare tokenizer folder (tokenizer.json, no config.json) is fine too."""
+    p = Path(spec).expanduser()
+    if p.is_dir() and ((p / "tokenizer.json").exists() or (p / "tokenizer_config.json").exists()):
+        return ModelSource("local", str(p.resolve()), spec)
+    return resolve_model(spec)
+
+
 def load_tokenizer(source: ModelSource | str, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
     if isinstance(source, str):
-        source = resolve_model(source)
+        source = resolve_tokenizer(source)
     try:
         return AutoTokenizer.from_pretrained(source.path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:

@@ -1,0 +1,17 @@
+"""``python -m backend queue``: serve the run queue (the app starts this detached; safe to run by hand)."""
+
+from __future__ import annotations
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--root", default=None, help="runs folder (default: DETOUR_RUNS_DIR or ./runs)")
+    parser.add_argument(
+        "--max-concurrent", type=int, default=None, help="training jobs at once (default: DETOUR_MAX_CONCURRENT or 1)"
+    )
+    parser.add_argument("--poll", type=float, default=1.0, help="seconds between looks at the queue")
+
+
+def run(args) -> int:
+    from backend.jobs import run_worker
+
+    return run_worker(args.root, max_concurrent=args.max_concurrent, poll_s=args.poll)

@@ -1,0 +1,48 @@
+"""``python -m backend train CONFIG.yaml [--set k=v ...]`` or ``train --run-dir DIR [--resume]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..config import load_config
+from ..errors import ConfigError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", nargs="?", help="YAML config (omit to use the defaults: a pair on the bundled demo)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set train.lr=1e-4 --set phases.main.tokens=500000")
+    p.add_argument("--name", help="run name (same as --set name=...)")
+    p.add_argument("--runs-dir", help="root of run directories (default: ./runs or $DETOUR_RUNS_DIR)")
+    p.add_argument("--run-dir", help="train an already prepared run directory (what the app's queue launches)")
+    p.add_argument("--resume", action="store_true", help="with --run-dir: continue from the last good checkpoint")
+
+
+def run(args) -> int:
+    from ..train import prepare_runs, train_run
+
+    if args.run_dir:
+        if args.config:
+            raise ConfigError("--run-dir", args.run_dir, "give either a CONFIG file or --run-dir, not both")
+        if not (Path(args.run_dir) / "config.yaml").exists():
+            raise ConfigError("--run-dir", args.run_dir, "not a prepared run directory (no config.yaml)")
+        st = train_run(args.run_dir, resume=args.resume)
+        return 0 if st["state"] in ("done", "cancelled") else 1
+    if args.resume:
+        raise ConfigError("--resume", True, "use it with --run-dir runs/NAME")
+    overrides = list(args.overrides) + ([f"name={args.name}"] if args.name else [])
+    cfg = load_config(args.config, overrides)
+    command = [sys.executable, "-m", "backend", "train"] + sys.argv[2:] if sys.argv[1:2] == ["train"] else None
+    dirs = prepare_runs(cfg, root=Path(args.runs_dir) if args.runs_dir else None, command=command)
+    worst = 0
+    for d in dirs:
+        print(f"== {d}", flush=True)
+        st = train_run(d)
+        if st["state"] != "done":
+            worst = 1
+            if st["state"] == "cancelled":
+                print(f"{d.name}: cancelled; resume with: python -m backend train --run-dir {d} --resume")
+                break
+    return worst

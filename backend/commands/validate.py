@@ -1,0 +1,23 @@
+"""``python -m backend validate CONFIG.yaml`` — every check training would make, without training."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", nargs="?")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--print", action="store_true", help="print the resolved config")
+
+
+def run(args) -> int:
+    from ..config import config_to_yaml, load_config
+    from ..preflight import check
+
+    cfg = load_config(args.config, args.overrides)
+    facts = check(cfg)
+    if args.print:
+        print(config_to_yaml(cfg))
+    print(f"ok: {cfg['recipe']} on {cfg['data']['corpus']} ({facts})")
+    return 0

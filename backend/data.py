@@ -1,0 +1,229 @@
+"""Corpus -> documents -> token stream -> packed sequences, with a fixed held-out split.
+
+Packing follows the paper: documents are concatenated with the tokenizer's separator token
+between them and cut into ``seq_len`` sequences (each starting with [CLS]); attention is not
+masked across documents. ``doc_start`` marks the first token of every document so that CLM
+labels never ask a token to predict the start of the next document.
+
+Data order is a pure function of (seed, micro-batch index): a baseline and a detour run with the
+same seed see the same tokens in the same order, and a resumed run continues exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .errors import DataError
+from .paths import DEMO_CORPUS
+
+TEXT_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet", ".csv")
+SPLIT_SEED = 1234  # the held-out split never depends on the training seed
+
+
+def _txt_documents(path: Path) -> list[str]:
+    raw = path.read_bytes()
+    if b"\x00" in raw[:8192]:
+        raise DataError(f"data.corpus: {path} looks binary (NUL bytes); expected UTF-8 text")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"data.corpus: {path} is not UTF-8 text ({exc})") from exc
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if re.search(r"\n\s*\n", text):  # paragraphs separated by blank lines; hard wraps joined
+        blocks = re.split(r"\n\s*\n", text)
+        return [" ".join(ln.strip() for ln in b.splitlines() if ln.strip()) for b in blocks]
+    return [ln.strip() for ln in text.splitlines()]
+
+
+def _table_documents(path: Path, column: str) -> list[str]:
+    import pandas as pd
+
+    try:
+        if path.suffix == ".parquet":
+            df = pd.read_parquet(path)
+        elif path.suffix == ".csv":
+            df = pd.read_csv(path)
+        else:
+            df = pd.read_json(path, lines=path.suffix == ".jsonl")
+    except Exception as exc:  # pandas raises many types for malformed files
+        raise DataError(f"data.corpus: cannot read {path} as {path.suffix[1:]} ({type(exc).__name__}: {exc})") from exc
+    if column not in df.columns:
+        raise DataError(
+            f"data.text_column: column '{column}' not in {path.name}; columns found: {', '.join(map(str, df.columns))}"
+        )
+    return [str(x) for x in df[column].dropna().tolist()]
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
+    if not files:
+        raise DataError(f"data.corpus: folder {path} has no {'/'.join(TEXT_SUFFIXES)} files")
+    return files
+
+
+def read_documents(corpus: str, text_column: str = "text", hub_split: str = "train", max_documents=None) -> list[str]:
+    """All non-empty documents of a corpus spec ('demo', a file, a folder, or a hub dataset id)."""
+    if corpus == "demo":
+        path: Path | None = DEMO_CORPUS
+    else:
+        path = Path(corpus).expanduser()
+    if path is not None and path.exists():
+        docs: list[str] = []
+        for f in _files(path):
+            if f.suffix.lower() == ".txt":
+                docs.extend(_txt_documents(f))
+            else:
+                docs.extend(_table_documents(f, text_column))
+    elif corpus.startswith((".", "/", "~")) or corpus == "demo":
+        raise DataError(f"data.corpus: no such file or folder: {corpus}")
+    else:
+        docs = _hub_documents(corpus, text_column, hub_split)
+    docs = [d for d in (x.strip() for x in docs) if d]
+    if max_documents:
+        docs = docs[:max_documents]
+    if not docs:
+        raise DataError(f"data.corpus: {corpus} contains no text")
+    return docs
+
+
+def _hub_documents(dataset_id: str, column: str, split: str) -> list[str]:
+    try:
+        import datasets
+
+        ds = datasets.load_dataset(dataset_id, split=split)
+    except Exception as exc:  # offline, unknown id, gated...
+        raise DataError(
+            f"data.corpus: '{dataset_id}' is neither a local path nor a loadable hub dataset "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        ) from exc
+    if column not in ds.column_names:
+        raise DataError(f"data.text_column: '{column}' not in {dataset_id}; columns: {', '.join(ds.column_names)}")
+    return [str(x) for x in ds[column]]
+
+
+def split_documents(docs: list[str], heldout_fraction: float) -> tuple[list[str], list[str]]:
+    """Deterministic document-level split (fixed seed, independent of the training seed)."""
+    g = torch.Generator().manual_seed(SPLIT_SEED)
+    perm = torch.randperm(len(docs), generator=g).tolist()
+    n_held = max(1, round(len(docs) * heldout_fraction)) if len(docs) > 1 else 0
+    held = set(perm[:n_held])
+    train = [d for i, d in enumerate(docs) if i not in held]
+    heldout = [d for i, d in enumerate(docs) if i in held]
+    return train, heldout
+
+
+@dataclass
+class PackedData:
+    """Packed sequences: ``input_ids`` (N, T) and ``doc_start`` (N, T) bool."""
+
+    input_ids: torch.Tensor
+    doc_start: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    @property
+    def num_tokens(self) -> int:
+        return self.input_ids.numel()
+
+
+def tokenize_documents(docs: list[str], tokenizer, batch: int = 1000) -> list[list[int]]:
+    out: list[list[int]] = []
+    for i in range(0, len(docs), batch):
+        enc = tokenizer(docs[i : i + batch], add_special_tokens=False, return_attention_mask=False)
+        out.extend(enc["input_ids"])
+    return out
+
+
+def pack(token_docs: list[list[int]], seq_len: int, cls_id: int, sep_id: int) -> PackedData:
+    """Concatenate docs as ``doc SEP doc SEP ...`` and cut into ``[CLS] + (seq_len-1)`` chunks.
+
+    The tail that does not fill a whole sequence is dropped (no padding during training).
+    """
+    stream: list[int] = []
+    starts: list[bool] = []
+    for doc in token_docs:
+        if not doc:
+            continue
+        stream.extend(doc)
+        stream.append(sep_id)
+        starts.extend([True] + [False] * len(doc))
+    body = seq_len - 1
+    n = len(stream) // body
+    if n == 0:
+        return PackedData(torch.empty(0, seq_len, dtype=torch.long), torch.empty(0, seq_len, dtype=torch.bool))
+    ids = torch.tensor(stream[: n * body], dtype=torch.long).view(n, body)
+    st = torch.tensor(starts[: n * body], dtype=torch.bool).view(n, body)
+    ids = torch.cat([torch.full((n, 1), cls_id, dtype=torch.long), ids], dim=1)
+    st = torch.cat([torch.zeros(n, 1, dtype=torch.bool), st], dim=1)
+    return PackedData(ids, st)
+
+
+def sequence_order(n_sequences: int, seed: int, epoch: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n_sequences, generator=g)
+
+
+def batch_indices(n_sequences: int, seed: int, micro_index: int, global_batch: int) -> torch.Tensor:
+    """Sequence indices of global micro-batch ``micro_index``: epochs are reshuffled, never truncated."""
+    start = micro_index * global_batch
+    out = []
+    while len(out) < global_batch:
+        epoch, pos = divmod(start + len(out), n_sequences)
+        order = sequence_order(n_sequences, seed, epoch)
+        take = min(global_batch - len(out), n_sequences - pos)
+        out.extend(order[pos : pos + take].tolist())
+    return torch.tensor(out, dtype=torch.long)
+
+
+def corpus_fingerprint(docs: list[str]) -> str:
+    h = hashlib.sha256()
+    for d in docs:
+        h.update(d.encode("utf-8"))
+        h.update(b"\x00")
+    return h.hexdigest()[:16]
+
+
+def load_corpus(data_cfg: dict, tokenizer, seq_len: int) -> tuple[PackedData, PackedData, dict]:
+    """Read, split, tokenize and pack a corpus. Returns (train, heldout, info)."""
+    docs = read_documents(data_cfg["corpus"], data_cfg["text_column"], data_cfg["hub_split"], data_cfg["max_documents"])
+    if data_cfg.get("heldout_file"):
+        train_docs = docs
+        heldout_docs = read_documents(data_cfg["heldout_file"], data_cfg["text_column"])
+    else:
+        if len(docs) < 2:
+            raise DataError(f"data.corpus: {data_cfg['corpus']} has 1 document; a held-out split needs at least 2")
+        train_docs, heldout_docs = split_documents(docs, data_cfg["heldout_fraction"])
+    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+    if cls_id is None or sep_id is None:
+        raise DataError("tokenizer: needs a CLS (bos) and a SEP (document separator) token")
+    train = pack(tokenize_documents(train_docs, tokenizer), seq_len, cls_id, sep_id)
+    held = pack(tokenize_documents(heldout_docs, tokenizer), seq_len, cls_id, sep_id)
+    if len(held) == 0:
+        raise DataError(
+            f"data.heldout_fraction: the held-out split ({len(heldout_docs)} documents) is shorter than one "
+            f"sequence of {seq_len} tokens; raise the fraction or lower train.seq_len"
+        )
+    info = {
+        "documents": len(docs),
+        "train_documents": len(train_docs),
+        "heldout_documents": len(heldout_docs),
+        "train_sequences": len(train),
+        "heldout_sequences": len(held),
+        "train_tokens": train.num_tokens,
+        "heldout_tokens": held.num_tokens,
+        "fingerprint": corpus_fingerprint(docs),
+    }
+    return train, held, info
+
+
+def info_json(info: dict) -> str:
+    return json.dumps(info, indent=2)

@@ -1,0 +1,9 @@
+"""Downstream evaluation: NER and text classification fine-tuning across seeds, paired comparisons.
+
+Entry points: ``runner.evaluate_models`` (the loop), ``predict.list_finetuned`` / ``predict.predict_entities``
+(the NER demo), ``python -m backend evaluate`` (the CLI).
+"""
+
+from __future__ import annotations
+
+TASKS = ("ner", "classification")

@@ -1,0 +1,275 @@
+"""One (model, seed) fine-tune: a new task head on the encoder, AdamW + linear schedule with warmup, dev scored
+every epoch, the best epoch (by the dev metric, ties broken by dev loss) restored and scored on test, and the
+fine-tuned model saved with its tokenizer, ``label_map.json`` and ``metrics.json`` (written last, atomically,
+so a folder with ``metrics.json`` is complete).
+
+Plain PyTorch loop through Accelerate: CPU for small models, the GPU (bf16 when supported) when there is one.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from .. import atomic
+from ..errors import ConfigError
+
+# The paper's English protocol: AdamW lr 5e-5, wd 0.01, batch 16, 10 epochs (20 for NER), best by dev F1.
+DEFAULT_HPARAMS = {
+    "ner": {
+        "epochs": 20,
+        "lr": 5e-5,
+        "weight_decay": 0.01,
+        "batch_size": 16,
+        "max_len": 256,
+        "warmup_ratio": 0.1,
+        "grad_clip": 1.0,
+        "eval_batch_size": 64,
+        "max_train_examples": None,
+        "max_eval_examples": None,
+        "metric": "f1",
+    },
+    "classification": {
+        "epochs": 10,
+        "lr": 5e-5,
+        "weight_decay": 0.01,
+        "batch_size": 16,
+        "max_len": 512,
+        "warmup_ratio": 0.1,
+        "grad_clip": 1.0,
+        "eval_batch_size": 64,
+        "max_train_examples": None,
+        "max_eval_examples": None,
+        "metric": "macro_f1",
+    },
+}
+METRICS = {"ner": ("f1", "macro_f1", "token_accuracy"), "classification": ("macro_f1", "micro_f1", "accuracy")}
+
+
+def resolve_hparams(task: str, **overrides) -> dict:
+    """Task defaults with ``overrides`` applied (None means default); unknown keys and bad values raise."""
+    if task not in DEFAULT_HPARAMS:
+        raise ConfigError("task", task, f"use one of: {', '.join(DEFAULT_HPARAMS)}")
+    hp = dict(DEFAULT_HPARAMS[task])
+    for k, v in overrides.items():
+        if k not in hp:
+            raise ConfigError(k, v, f"unknown fine-tuning setting; known: {', '.join(hp)}")
+        if v is not None:
+            hp[k] = v
+    ints = ("epochs", "batch_size", "max_len", "eval_batch_size")
+    for k in ints:
+        if not isinstance(hp[k], int) or isinstance(hp[k], bool) or hp[k] < 1:
+            raise ConfigError(k, hp[k], "use an integer >= 1")
+    if hp["max_len"] < 8:
+        raise ConfigError("max_len", hp["max_len"], "use at least 8 tokens")
+    for k in ("max_train_examples", "max_eval_examples"):
+        if hp[k] is not None and (not isinstance(hp[k], int) or hp[k] < 1):
+            raise ConfigError(k, hp[k], "use an integer >= 1, or leave unset for all examples")
+    for k, lo, hi in (("lr", 0.0, 1.0), ("weight_decay", 0.0, 10.0), ("warmup_ratio", 0.0, 1.0), ("grad_clip", 0, 1e9)):
+        try:
+            hp[k] = float(hp[k])
+        except (TypeError, ValueError):
+            raise ConfigError(k, hp[k], "use a number") from None
+        if not (lo <= hp[k] <= hi) or (k == "lr" and hp[k] == 0):
+            raise ConfigError(k, hp[k], f"use a number in ({lo}, {hi}]" if k == "lr" else f"use [{lo}, {hi}]")
+    if hp["metric"] not in METRICS[task]:
+        raise ConfigError("metric", hp["metric"], f"for {task} use one of: {', '.join(METRICS[task])}")
+    return hp
+
+
+def effective_max_len(requested: int, tokenizer, config) -> int:
+    """``max_len`` clamped to the model's position table and the tokenizer's model_max_length."""
+    limits = [requested]
+    mpe = getattr(config, "max_position_embeddings", None)
+    if isinstance(mpe, int) and mpe > 0:
+        # RoBERTa-style position ids start at padding_idx + 1
+        off = 2 if getattr(config, "model_type", "") in ("roberta", "camembert", "xlm-roberta") else 0
+        limits.append(mpe - off)
+    tml = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tml, int) and 0 < tml < 10**7:
+        limits.append(tml)
+    return max(8, min(limits))
+
+
+def make_accelerator(mixed_precision: str | None = None):
+    """One Accelerator for the whole evaluation (its state is process-global): bf16 on a GPU that has it."""
+    from accelerate import Accelerator
+
+    if mixed_precision is None:
+        mixed_precision = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+    return Accelerator(mixed_precision=mixed_precision)
+
+
+def _param_groups(model, weight_decay: float):
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 or name.endswith(".bias") else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _better(cur: dict, best: dict | None, metric: str) -> bool:
+    if best is None:
+        return True
+    a, b = cur[metric], best[metric]
+    if a != b:
+        return a > b
+    la, lb = cur.get("loss", math.inf), best.get("loss", math.inf)
+    return (la if la == la else math.inf) < (lb if lb == lb else math.inf)
+
+
+def finetune(
+    task,
+    source,
+    seed: int,
+    out_dir: str | Path,
+    hp: dict,
+    *,
+    model_label: str,
+    meta: dict | None = None,
+    progress: Callable[[dict], None] | None = None,
+    accelerator=None,
+    trust_remote_code: bool = False,
+    keep_model: bool = True,
+) -> dict:
+    """Fine-tune ``source`` on ``task`` (a NerTask / ClsTask built with this model's tokenizer) with ``seed``.
+
+    Writes ``out_dir`` (model, tokenizer, label_map.json, metrics.json) and returns the metrics dict.
+    ``progress`` gets ``{"event": "step"|"epoch", ...}`` dicts.
+    """
+    from accelerate.utils import set_seed
+    from torch.utils.data import DataLoader
+    from transformers import get_linear_schedule_with_warmup
+    from transformers.utils import logging as hf_logging
+
+    from .ner import pad_batch
+
+    out_dir = Path(out_dir)
+    accelerator = accelerator or make_accelerator()
+    metric = hp["metric"]
+    emit = progress or (lambda ev: None)
+    t0 = time.time()
+
+    set_seed(seed)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # "newly initialized head" warnings are expected here
+    try:
+        model = task.load_model(source, trust_remote_code=trust_remote_code)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+    feats = [f for f in task.train_features if not isinstance(f["labels"], list) or any(x != -100 for x in f["labels"])]
+    gen = torch.Generator().manual_seed(seed)
+    loader = DataLoader(
+        feats,
+        batch_size=hp["batch_size"],
+        shuffle=True,
+        generator=gen,
+        collate_fn=lambda items: pad_batch(items, task.pad_id),
+    )
+    optimizer = torch.optim.AdamW(_param_groups(model, hp["weight_decay"]), lr=hp["lr"])
+    steps_per_epoch = len(loader)
+    total_steps = steps_per_epoch * hp["epochs"]
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(hp["warmup_ratio"] * total_steps), total_steps)
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    device = accelerator.device
+
+    history, best, best_state, best_epoch = [], None, None, 0
+    last_emit = 0.0
+    try:
+        for epoch in range(1, hp["epochs"] + 1):
+            te = time.time()
+            model.train()
+            loss_sum, n_batches = 0.0, 0
+            for step, batch in enumerate(loader, start=1):
+                out = model(**batch)
+                loss = out.loss
+                if not torch.isfinite(loss):
+                    raise RuntimeError(f"non-finite training loss ({loss.item()}) at epoch {epoch} step {step}")
+                accelerator.backward(loss)
+                if hp["grad_clip"] > 0:
+                    accelerator.clip_grad_norm_(model.parameters(), hp["grad_clip"])
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                loss_sum += float(loss.detach().item())
+                n_batches += 1
+                now = time.time()
+                if now - last_emit > 2.0:
+                    last_emit = now
+                    emit({"event": "step", "epoch": epoch, "epochs": hp["epochs"], "step": step,
+                          "steps_per_epoch": steps_per_epoch})
+            unwrapped = accelerator.unwrap_model(model)
+            dev = task.evaluate(unwrapped, "dev", hp["eval_batch_size"], device, accelerator.autocast)
+            row = {
+                "epoch": epoch,
+                "train_loss": loss_sum / max(1, n_batches),
+                "dev_loss": dev.get("loss"),
+                f"dev_{metric}": dev[metric],
+                "time_s": round(time.time() - te, 3),
+            }
+            history.append(row)
+            if _better(dev, best, metric):
+                best, best_epoch = dev, epoch
+                best_state = {k: v.detach().to("cpu", copy=True) for k, v in unwrapped.state_dict().items()}
+            emit({"event": "epoch", "epoch": epoch, "epochs": hp["epochs"], "dev_metric": dev[metric],
+                  "metric": metric, "best_epoch": best_epoch, "train_loss": row["train_loss"],
+                  "epoch_s": row["time_s"]})
+
+        unwrapped = accelerator.unwrap_model(model)
+        unwrapped.load_state_dict(best_state)
+        test = task.evaluate(unwrapped, "test", hp["eval_batch_size"], device, accelerator.autocast)
+        sizes = task.sizes()
+        metrics = {
+            "status": "ok",
+            **(meta or {}),
+            "task": task.task,
+            "model": model_label,
+            "seed": seed,
+            "primary_metric": metric,
+            "hparams": hp,
+            "labels": task.labels,
+            "best_epoch": best_epoch,
+            "epochs_run": len(history),
+            "dev": best,
+            "test": test,
+            "history": history,
+            "n_train": sizes["train"],
+            "n_dev": sizes["dev"],
+            "n_test": sizes["test"],
+            "train_time_s": round(time.time() - t0, 2),
+            "device": str(device),
+            "mixed_precision": accelerator.mixed_precision,
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "model_dir": str(out_dir),
+            "saved_model": keep_model,
+        }
+        tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        try:
+            if keep_model:
+                unwrapped.save_pretrained(tmp)
+                task.tokenizer.save_pretrained(tmp)
+            atomic.write_json(tmp / "label_map.json", task.label_map())
+            atomic.write_json(tmp / "metrics.json", metrics)
+            atomic.replace_dir(tmp, out_dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return metrics
+    finally:
+        accelerator.free_memory()
+        del model, optimizer, scheduler, best_state
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

@@ -1,0 +1,140 @@
+"""Fill-mask: top-k predictions for one masked position, for one or more models (CLI and app share this).
+
+The user may write ``[MASK]`` or ``<mask>`` (any case) whatever the model: each is rewritten to the tokenizer's
+own mask token. Exactly one mask is allowed; otherwise a DetourError says what was found.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+
+from .errors import DetourError
+from .models import load_masked_lm, load_tokenizer, resolve_model
+
+MASK_FORMS = re.compile(r"\[mask\]|<mask>", re.IGNORECASE)
+MAX_TEXT_CHARS = 2000
+_CACHE_SIZE = 4
+
+_cache: OrderedDict[tuple, tuple] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+class FillMaskError(DetourError):
+    pass
+
+
+def count_masks(text: str) -> int:
+    return len(MASK_FORMS.findall(text))
+
+
+def check_text(text: str) -> str:
+    """Refuse text that is empty, too long, or does not hold exactly one mask (before any model is loaded)."""
+    if not isinstance(text, str) or not text.strip():
+        raise FillMaskError("fill-mask: the text is empty; write a sentence with one [MASK], e.g. 'The [MASK] binds.'")
+    if len(text) > MAX_TEXT_CHARS:
+        raise FillMaskError(f"fill-mask: the text has {len(text)} characters; at most {MAX_TEXT_CHARS}")
+    n = count_masks(text)
+    if n == 0:
+        raise FillMaskError(
+            "fill-mask: no mask token in the text; put [MASK] (or <mask>) where a word should be predicted"
+        )
+    if n > 1:
+        raise FillMaskError(f"fill-mask: found {n} mask tokens; use exactly one [MASK] (or <mask>)")
+    return text
+
+
+def normalise_mask(text: str, mask_token: str) -> str:
+    """Rewrite ``[MASK]``/``<mask>`` (any case) to ``mask_token``."""
+    return MASK_FORMS.sub(lambda _m: mask_token, text)
+
+
+def _cache_key(spec: str, trust_remote_code: bool) -> tuple:
+    src = resolve_model(spec)
+    mtime = 0.0
+    cfg = Path(src.path) / "config.json"
+    if cfg.exists():
+        mtime = cfg.stat().st_mtime
+        for w in Path(src.path).glob("*.safetensors"):
+            mtime = max(mtime, w.stat().st_mtime)
+    return (src.kind, src.path, mtime, trust_remote_code)
+
+
+def get_model(spec: str, trust_remote_code: bool = False):
+    """(tokenizer, model) for ``spec``, from a small LRU cache (a re-saved model is reloaded)."""
+    key = _cache_key(spec, trust_remote_code)
+    with _cache_lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    src = resolve_model(spec)
+    tok = load_tokenizer(src, trust_remote_code=trust_remote_code)
+    if tok.mask_token is None or tok.mask_token_id is None:
+        raise FillMaskError(f"fill-mask: model '{spec}' has no mask token in its tokenizer")
+    model = load_masked_lm(src, trust_remote_code=trust_remote_code)
+    model.eval()
+    with _cache_lock:
+        _cache[key] = (tok, model)
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return tok, model
+
+
+def clear_cache() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
+def _predict(spec: str, text: str, top_k: int, trust_remote_code: bool) -> dict:
+    tok, model = get_model(spec, trust_remote_code)
+    masked = normalise_mask(text, tok.mask_token)
+    enc = tok(masked, return_tensors="pt", truncation=True, max_length=512)
+    positions = (enc["input_ids"][0] == tok.mask_token_id).nonzero().flatten().tolist()
+    if len(positions) != 1:
+        raise FillMaskError(
+            f"fill-mask: model '{spec}': expected one {tok.mask_token} after tokenisation, found {len(positions)}"
+            + (" (the mask is past the 512-token limit)" if not positions else "")
+        )
+    pos = positions[0]
+    with torch.inference_mode():
+        logits = model(**{k: v for k, v in enc.items() if k in ("input_ids", "attention_mask")}).logits[0, pos]
+    probs = torch.softmax(logits.float(), dim=-1)
+    k = max(1, min(int(top_k), probs.numel()))
+    top = torch.topk(probs, k)
+    preds = []
+    for p, i in zip(top.values.tolist(), top.indices.tolist(), strict=True):
+        token = tok.decode([i]).strip() or tok.convert_ids_to_tokens(i)
+        ids = enc["input_ids"][0].clone()
+        ids[pos] = i
+        seq = tok.decode(ids, skip_special_tokens=True)
+        preds.append({"token": token, "token_id": int(i), "prob": float(p), "sequence": seq})
+    return {"model": spec, "mask_token": tok.mask_token, "masked_text": masked, "predictions": preds}
+
+
+def fill_mask(
+    models: list[str], text: str, top_k: int = 5, trust_remote_code: bool | set[str] | dict[str, bool] = False
+) -> list[dict]:
+    """Top-k predictions at the single masked position, one dict per model:
+    ``{"model", "mask_token", "masked_text", "predictions": [{"token", "token_id", "prob", "sequence"}]}``.
+
+    ``trust_remote_code`` is off unless opted in per model (a set of specs, a dict, or True for all).
+    """
+    check_text(text)
+    if not models:
+        raise FillMaskError("fill-mask: choose at least one model")
+    if not 1 <= int(top_k) <= 50:
+        raise FillMaskError(f"fill-mask: top_k={top_k}; allowed 1-50")
+    out = []
+    for spec in models:
+        if isinstance(trust_remote_code, bool):
+            trust = trust_remote_code
+        elif isinstance(trust_remote_code, dict):
+            trust = bool(trust_remote_code.get(spec, False))
+        else:
+            trust = spec in trust_remote_code
+        out.append(_predict(spec, text, top_k, trust))
+    return out

@@ -1,0 +1,376 @@
+"""Job queue and detached launcher: the app and the CLI submit runs here; training never runs in the app.
+
+* ``submit(cfg)`` prepares the run directories (``backend.train.prepare_runs``: state ``queued``) and makes sure a
+  queue worker runs.
+* The worker is ``python -m backend queue --root ROOT`` started detached (new session, output to
+  ``ROOT/.queue.log``, stdin from /dev/null): closing the browser or restarting the app never stops it.
+* The worker takes queued runs oldest first, at most ``max_concurrent`` at once (``DETOUR_MAX_CONCURRENT``,
+  default 1), launching each as ``python -m backend train --run-dir DIR [--resume]`` -- an argv list, never a
+  shell -- detached, with stdout+stderr appended to ``DIR/train.log``. It exits when nothing is queued and none of
+  its own children runs.
+* ``ROOT/.queue.lock`` holds the worker's pid under an ``flock``: a second worker exits at once. Before exiting, a
+  worker clears the pid, releases the lock and looks at the queue once more, so a run submitted at that moment
+  is never stranded (``ensure_worker`` starts a new worker whenever the lock file names no live worker).
+* ``cancel(run_dir)`` sends SIGTERM to a running run (the trainer checkpoints and writes ``cancelled``) or marks
+  a queued one cancelled; ``resume(run_dir)`` re-queues a stopped run with ``resume_requested: true`` and the
+  worker passes ``--resume``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from . import rundir
+from .config import default_config
+from .errors import DetourError
+from .paths import REPO_ROOT, runs_dir
+
+LOCK_NAME = ".queue.lock"
+WORKER_LOG = ".queue.log"
+MAX_CONCURRENT_ENV = "DETOUR_MAX_CONCURRENT"
+
+_spawn_lock = threading.Lock()
+_children: list[subprocess.Popen] = []  # workers this process started (reaped so none stays a zombie)
+
+
+class JobError(DetourError):
+    pass
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def _root(root: str | Path | None) -> Path:
+    return Path(root).resolve() if root else runs_dir()
+
+
+def default_max_concurrent() -> int:
+    raw = os.environ.get(MAX_CONCURRENT_ENV, "1")
+    try:
+        n = int(raw)
+    except ValueError as exc:
+        raise JobError(f"{MAX_CONCURRENT_ENV}={raw!r}: expected a whole number >= 1") from exc
+    if n < 1:
+        raise JobError(f"{MAX_CONCURRENT_ENV}={raw!r}: expected a whole number >= 1")
+    return n
+
+
+def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(extra or {})
+    env["PYTHONUNBUFFERED"] = "1"
+    pp = env.get("PYTHONPATH", "")
+    if str(REPO_ROOT) not in pp.split(os.pathsep):
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), pp]) if pp else str(REPO_ROOT)
+    return env
+
+
+def _spawn_detached(argv: list[str], log_path: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start ``argv`` in its own session, output appended to ``log_path``; never a shell, never a pipe."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            argv,
+            cwd=str(REPO_ROOT),
+            env=_child_env(extra_env),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+
+def _is_worker_pid(pid: int) -> bool:
+    if not rundir.pid_alive(pid):
+        return False
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if cmdline.exists():  # guard against a recycled pid
+        try:
+            parts = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            return True
+        return b"queue" in parts and b"backend" in parts
+    return True
+
+
+def worker_pid(root: str | Path | None = None) -> int | None:
+    """The pid of the live queue worker for ``root``, or None."""
+    lock = _root(root) / LOCK_NAME
+    try:
+        raw = lock.read_text().strip()
+    except OSError:
+        return None
+    if not raw.isdigit():
+        return None
+    pid = int(raw)
+    return pid if _is_worker_pid(pid) else None
+
+
+def _reap_children() -> None:
+    for p in list(_children):
+        if p.poll() is not None:
+            _children.remove(p)
+
+
+def ensure_worker(root: str | Path | None = None, max_concurrent: int | None = None) -> int | None:
+    """Start a detached queue worker unless one is alive. Returns the pid started, or None if one was running."""
+    root = _root(root)
+    with _spawn_lock:
+        _reap_children()
+        if worker_pid(root) is not None:
+            return None
+        n = max_concurrent or default_max_concurrent()
+        argv = [sys.executable, "-m", "backend", "queue", "--root", str(root), "--max-concurrent", str(n)]
+        proc = _spawn_detached(argv, root / WORKER_LOG)
+        _children.append(proc)
+        return proc.pid
+
+
+# --- submit / cancel / resume ---------------------------------------------------------------
+
+
+def expand_seeds(cfg: dict, seeds: list[int] | None) -> list[dict]:
+    """One config per seed; with several seeds each name gets ``-s<seed>``."""
+    import copy
+
+    if not seeds:
+        return [cfg]
+    if len(seeds) == 1:
+        out = copy.deepcopy(cfg)
+        out["train"]["seed"] = int(seeds[0])
+        return [out]
+    outs = []
+    for s in seeds:
+        c = copy.deepcopy(cfg)
+        c["train"]["seed"] = int(s)
+        c["name"] = f"{cfg['name']}-s{int(s)}"
+        outs.append(c)
+    return outs
+
+
+def submit(
+    cfg: dict,
+    root: str | Path | None = None,
+    seeds: list[int] | None = None,
+    max_concurrent: int | None = None,
+    start_worker: bool = True,
+) -> list[Path]:
+    """Prepare the run(s) (validation + preflight, state ``queued``) and make sure a worker will train them.
+
+    Every config is prepared before any worker starts, so an invalid seed variant queues nothing of its own.
+    """
+    from .train import prepare_runs
+
+    root = _root(root)
+    cfgs = expand_seeds(cfg, seeds)
+    dirs: list[Path] = []
+    for c in cfgs:
+        dirs.extend(prepare_runs(c, root=root, command=command_argv(c)))
+    if start_worker:
+        ensure_worker(root, max_concurrent)
+    return dirs
+
+
+def cancel(run_dir: str | Path) -> str:
+    """Stop a run: SIGTERM to a running trainer (it checkpoints and writes ``cancelled``), or mark a queued run
+    cancelled. Returns a one-line message."""
+    run_dir = Path(run_dir)
+    st = rundir.read_status(run_dir)
+    state = st.get("state")
+    pid = st.get("pid") if state == "running" else st.get("launched_pid")
+    if pid and rundir.pid_alive(pid):
+        try:
+            os.kill(int(pid), signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        return f"{run_dir.name}: sent SIGTERM to pid {pid}; it saves a checkpoint and stops"
+    if state == "queued":
+        rundir.write_status(run_dir, state="cancelled", finished_at=rundir.now(), error=None)
+        return f"{run_dir.name}: removed from the queue (cancelled)"
+    if state == "running":  # process gone without saying so
+        rundir.write_status(run_dir, state="failed", error="the training process is gone (killed?)")
+        return f"{run_dir.name}: its process is gone; marked failed"
+    raise JobError(f"{run_dir.name}: is {state}; only queued or running runs can be cancelled")
+
+
+def resume(run_dir: str | Path, root: str | Path | None = None, max_concurrent: int | None = None) -> str:
+    """Re-queue a cancelled or failed run; the worker passes ``--resume`` (the trainer restarts from the newest
+    complete checkpoint)."""
+    run_dir = Path(run_dir)
+    info = rundir.RunInfo(run_dir.name, run_dir, rundir.read_status(run_dir))
+    state = info.state
+    if state not in ("cancelled", "failed"):
+        raise JobError(f"{run_dir.name}: is {state}; only cancelled or failed runs can be resumed")
+    if not rundir.list_checkpoints(run_dir):
+        note = " (no complete checkpoint yet: it starts from the beginning)"
+    else:
+        note = f" from {rundir.list_checkpoints(run_dir)[-1].name}"
+    rundir.write_status(
+        run_dir, state="queued", resume_requested=True, error=None, queued_at=rundir.now(), launched_pid=None
+    )
+    ensure_worker(root or run_dir.parent, max_concurrent)
+    return f"{run_dir.name}: queued to resume{note}"
+
+
+# --- command preview ----------------------------------------------------------------------------
+
+
+def _diff(base: dict, cfg: dict, prefix: str = "") -> list[tuple[str, object]]:
+    out = []
+    for k, v in cfg.items():
+        if k == "_meta":
+            continue
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and isinstance(base.get(k), dict) and k != "from_scratch":
+            out.extend(_diff(base[k], v, key + "."))
+        elif k not in base or base[k] != v:
+            out.append((key, v))
+    return out
+
+
+def _yaml_scalar(v) -> str:
+    import yaml
+
+    return yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def command_argv(cfg: dict, config_path: str | None = None) -> list[str]:
+    """``python -m backend train [CONFIG] --set key=value ... --name NAME`` reproducing ``cfg``."""
+    argv = ["python", "-m", "backend", "train"]
+    base = default_config()
+    if config_path:
+        argv.append(str(config_path))
+        return argv
+    for key, v in _diff(base, cfg):
+        if key == "name":
+            continue
+        argv += ["--set", f"{key}={_yaml_scalar(v)}"]
+    argv += ["--name", str(cfg.get("name", base["name"]))]
+    return argv
+
+
+def command_preview(cfg: dict, config_path: str | None = None, num_processes: int = 1) -> dict:
+    """The exact CLI command for ``cfg``: plain python and its ``accelerate launch`` form."""
+    argv = command_argv(cfg, config_path)
+    acc = ["accelerate", "launch", "--num_processes", str(num_processes)]
+    precision = (cfg.get("train") or {}).get("precision", "fp32")
+    acc += ["--mixed_precision", {"fp32": "no"}.get(precision, precision)]
+    acc += ["-m", *argv[2:]]
+    return {"python": shlex.join(argv), "accelerate": shlex.join(acc), "argv": argv}
+
+
+# --- the worker -----------------------------------------------------------------------------
+
+
+def train_argv(run_dir: Path, resume: bool) -> list[str]:
+    argv = [sys.executable, "-m", "backend", "train", "--run-dir", str(run_dir)]
+    return argv + ["--resume"] if resume else argv
+
+
+def _occupied(info: rundir.RunInfo) -> bool:
+    """A run that holds a training slot: running with a live pid, or launched and not yet reporting."""
+    st = info.status
+    if st.get("state") == "running" and rundir.pid_alive(st.get("pid")):
+        return True
+    return st.get("state") == "queued" and rundir.pid_alive(st.get("launched_pid"))
+
+
+def queued_runs(root: Path) -> list[rundir.RunInfo]:
+    runs = [r for r in rundir.list_runs(root) if r.status.get("state") == "queued"]
+    runs = [r for r in runs if not rundir.pid_alive(r.status.get("launched_pid"))]
+    return sorted(runs, key=lambda r: (r.status.get("queued_at") or r.status.get("created_at") or 0, r.name))
+
+
+def _log(msg: str) -> None:
+    print(f"[queue {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _finish_child(run_dir: Path, proc: subprocess.Popen) -> None:
+    """After a trainer exits: a run still marked queued/running ended without saying so -> failed."""
+    st = rundir.read_status(run_dir)
+    if st.get("state") in ("queued", "running"):
+        rundir.write_status(
+            run_dir,
+            state="failed",
+            finished_at=rundir.now(),
+            error=f"the training process exited with code {proc.returncode} without finishing; see train.log",
+        )
+        _log(f"{run_dir.name}: exited with code {proc.returncode} (marked failed)")
+    else:
+        _log(f"{run_dir.name}: {st.get('state')} (exit code {proc.returncode})")
+
+
+def run_worker(
+    root: str | Path | None = None,
+    max_concurrent: int | None = None,
+    poll_s: float = 1.0,
+    launch: Callable[[Path, bool], list[str]] = train_argv,
+) -> int:
+    """Serve the queue of ``root`` until it is empty. Returns 0; returns 0 at once when another worker holds the lock."""
+    root = _root(root)
+    root.mkdir(parents=True, exist_ok=True)
+    n = max_concurrent or default_max_concurrent()
+    lock_path = root / LOCK_NAME
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                _log(f"another worker holds {lock_path}; exiting")
+                return 0
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            _log(f"worker {os.getpid()} serving {root} (max {n} at once)")
+            _serve(root, n, poll_s, launch)
+            # Nothing queued and no child of ours runs: say we're gone, release, then look once more.
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            if not queued_runs(root):
+                _log("queue empty; exiting")
+                return 0
+    finally:
+        os.close(fd)
+
+
+def _serve(root: Path, n: int, poll_s: float, launch: Callable[[Path, bool], list[str]]) -> None:
+    mine: dict[Path, subprocess.Popen] = {}
+    while True:
+        for d, proc in list(mine.items()):
+            if proc.poll() is not None:
+                _finish_child(d, proc)
+                del mine[d]
+        all_runs = rundir.list_runs(root)
+        busy = sum(1 for r in all_runs if _occupied(r) or r.path in mine)
+        waiting = queued_runs(root)
+        waiting = [r for r in waiting if r.path not in mine]
+        while waiting and busy < n:
+            info = waiting.pop(0)
+            st = rundir.read_status(info.path)
+            if st.get("state") != "queued":  # cancelled meanwhile
+                continue
+            resume_flag = bool(st.get("resume_requested"))
+            argv = launch(info.path, resume_flag)
+            try:
+                # stdout already is train.log: the trainer must not tee into it as well
+                proc = _spawn_detached(argv, info.path / "train.log", {"DETOUR_STDOUT_IS_LOG": "1"})
+            except OSError as exc:
+                rundir.write_status(info.path, state="failed", error=f"could not start training: {exc}")
+                continue
+            rundir.write_status(info.path, launched_pid=proc.pid, launched_at=rundir.now())
+            mine[info.path] = proc
+            busy += 1
+            _log(f"{info.name}: started pid {proc.pid}: {shlex.join(argv)}")
+        if not mine and not waiting:
+            return
+        time.sleep(poll_s)

@@ -1,0 +1,100 @@
+"""The two objectives, through the same MLM head.
+
+* CLM (the detour): causal attention, ``labels[t] = input_ids[t+1]``, loss on every token;
+  -100 at the last position, at padding and where the next token starts a new document.
+  ``ModernBertForMaskedLM`` does not shift labels itself, so we do it here.
+* MLM: bidirectional attention, 80/10/10 masking, special tokens never masked, random tokens
+  drawn from the real vocabulary without specials, deterministic for a given generator.
+
+Vocabulary logits are computed only where a label exists (masked positions for MLM): on CPU the
+vocabulary projection dominates the cost otherwise.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import attention_mask_for, causal_modules
+
+IGNORE = -100
+
+
+def clm_labels(input_ids: torch.Tensor, doc_start: torch.Tensor, pad_mask: torch.Tensor | None = None) -> torch.Tensor:
+    labels = torch.full_like(input_ids, IGNORE)
+    labels[:, :-1] = input_ids[:, 1:]
+    labels[:, :-1][doc_start[:, 1:]] = IGNORE  # next token opens a new document
+    if pad_mask is not None:
+        nxt_pad = torch.zeros_like(pad_mask, dtype=torch.bool)
+        nxt_pad[:, :-1] = ~pad_mask[:, 1:].bool()
+        labels[nxt_pad | ~pad_mask.bool()] = IGNORE
+    return labels
+
+
+def special_ids(tokenizer) -> list[int]:
+    return sorted({i for i in tokenizer.all_special_ids if i is not None})
+
+
+def replacement_vocab(tokenizer) -> torch.Tensor:
+    """Ids a random replacement may take: the real vocabulary without special tokens."""
+    specials = set(special_ids(tokenizer))
+    return torch.tensor([i for i in range(len(tokenizer)) if i not in specials], dtype=torch.long)
+
+
+def mlm_mask(
+    input_ids: torch.Tensor,
+    probability: float,
+    special: list[int] | torch.Tensor,
+    mask_id: int,
+    vocab: torch.Tensor,
+    generator: torch.Generator,
+    pad_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT masking. Returns (masked inputs, labels with -100 where not selected)."""
+    special_t = torch.as_tensor(special, dtype=torch.long)
+    can_mask = ~torch.isin(input_ids, special_t)
+    if pad_mask is not None:
+        can_mask &= pad_mask.bool()
+    u = torch.rand(input_ids.shape, generator=generator)
+    selected = (u < probability) & can_mask
+    labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE))
+    action = torch.rand(input_ids.shape, generator=generator)
+    to_mask = selected & (action < 0.8)
+    to_random = selected & (action >= 0.8) & (action < 0.9)
+    random_tokens = vocab[torch.randint(len(vocab), input_ids.shape, generator=generator)]
+    out = torch.where(to_mask, torch.full_like(input_ids, mask_id), input_ids)
+    out = torch.where(to_random, random_tokens, out)
+    return out, labels
+
+
+def _base_and_head(model: nn.Module):
+    """(encoder, head callable) for an HF MLM model: lets us project only the labelled positions."""
+    if hasattr(model, "model") and hasattr(model, "decoder"):  # ModernBERT
+        return model.model, lambda h: model.decoder(model.head(h))
+    if hasattr(model, "bert") and hasattr(model, "cls"):
+        return model.bert, model.cls
+    for attr in ("roberta", "camembert"):
+        if hasattr(model, attr) and hasattr(model, "lm_head"):
+            return getattr(model, attr), model.lm_head
+    raise TypeError(f"unsupported MLM model {type(model).__name__}")
+
+
+class EncoderLM(nn.Module):
+    """Wraps an HF MLM model so one ``forward`` (what DDP/FSDP see) gives the objective's loss."""
+
+    def __init__(self, hf_model: nn.Module):
+        super().__init__()
+        self.hf_model = hf_model  # the only submodule: state dicts keep HF's parameter names
+
+    def forward(self, input_ids, labels, causal: bool, pad_mask=None):
+        encoder, head = _base_and_head(self.hf_model)
+        attn = attention_mask_for(self.hf_model, input_ids, pad_mask, causal)
+        with causal_modules(self.hf_model, causal):
+            hidden = encoder(input_ids=input_ids, attention_mask=attn).last_hidden_state
+        sel = labels != IGNORE
+        logits = head(hidden[sel])
+        target = labels[sel]
+        loss = F.cross_entropy(logits.float(), target)
+        correct = (logits.argmax(-1) == target).sum()
+        return loss, correct, target.numel()

@@ -1,0 +1,70 @@
+"""Checks that need the model config or the corpus, run before a run directory is created.
+
+Cheap: reads config.json (not the weights) and enough of the corpus to know it fills a batch.
+"""
+
+from __future__ import annotations
+
+from .attention import check_causal_supported
+from .config import parse_layer_range
+from .data import pack, read_documents, split_documents, tokenize_documents
+from .errors import ConfigError, DataError
+from .models import load_config, load_tokenizer, resolve_model, resolve_tokenizer
+
+
+def tokenizer_for(cfg: dict):
+    m = cfg["model"]
+    spec = m["tokenizer"] or m["name"]
+    return load_tokenizer(resolve_tokenizer(spec), trust_remote_code=m["trust_remote_code"])
+
+
+def num_layers(cfg: dict) -> int:
+    m = cfg["model"]
+    if m["name"] == "from_scratch":
+        return int(m["from_scratch"].get("num_hidden_layers", 0))
+    return int(load_config(resolve_model(m["name"]), m["trust_remote_code"]).num_hidden_layers)
+
+
+def check(cfg: dict, check_data: bool = True) -> dict:
+    """Raise a DetourError for anything that would fail after the run started. Returns facts found."""
+    m = cfg["model"]
+    if m["name"] != "from_scratch":
+        mconf = load_config(resolve_model(m["name"]), m["trust_remote_code"])
+        if cfg["recipe"] in ("clm_detour", "pair"):
+            check_causal_supported(mconf)
+        n_layers = int(mconf.num_hidden_layers)
+    else:
+        from transformers import AutoConfig
+
+        arch = dict(m["from_scratch"])
+        try:
+            AutoConfig.for_model(arch.pop("model_type", "modernbert"), **arch)
+        except Exception as exc:
+            raise ConfigError("model.from_scratch", m["from_scratch"], f"not a valid architecture ({exc})") from exc
+        n_layers = int(m["from_scratch"].get("num_hidden_layers", 0))
+    for ph in ("main", "decay"):
+        parse_layer_range(cfg["phases"][ph]["freeze"]["layers"], f"phases.{ph}.freeze.layers", n_layers)
+    tok = tokenizer_for(cfg)
+    if tok.mask_token_id is None:
+        raise ConfigError("model.tokenizer", m["tokenizer"] or m["name"], "the tokenizer has no mask token")
+    facts = {"num_layers": n_layers}
+    if check_data:
+        d = cfg["data"]
+        docs = read_documents(d["corpus"], d["text_column"], d["hub_split"], d["max_documents"])
+        train_docs = docs if d["heldout_file"] else split_documents(docs, d["heldout_fraction"])[0]
+        seq_len, bs = cfg["train"]["seq_len"], cfg["train"]["batch_size"]
+        need = bs * (seq_len - 1)
+        got, sample = 0, []
+        for doc in train_docs:  # tokenize only until one batch is certainly filled
+            sample.append(doc)
+            got += len(doc) // 2 + 1
+            if got > 4 * need:
+                break
+        n_seq = len(pack(tokenize_documents(sample, tok), seq_len, tok.cls_token_id, tok.sep_token_id))
+        if n_seq < bs:
+            raise DataError(
+                f"data.corpus: {d['corpus']} gives {n_seq} training sequences of {seq_len} tokens, fewer than one "
+                f"batch ({bs}); use more text, a smaller train.batch_size or a shorter train.seq_len"
+            )
+        facts["documents"] = len(docs)
+    return facts

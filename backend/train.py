@@ -1,0 +1,141 @@
+"""Run management around the loop: prepare run directories, train one, record its fate.
+
+``prepare_runs`` is what the app's Launch button and ``python -m backend train`` both call;
+``train_run`` is what the queue worker (and the CLI) run for one prepared directory.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shlex
+import signal
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from . import __version__, atomic
+from .config import validate_config
+from .errors import ConfigError, DetourError
+from .paths import runs_dir
+from .recipes import split_pair
+from .rundir import check_run_name, read_config, read_status, suggest_name, write_status
+
+
+def prepare_runs(cfg: dict, root: Path | None = None, command: list[str] | None = None) -> list[Path]:
+    """Validate, preflight and create run directories (state ``queued``). Never overwrites."""
+    from .preflight import check
+
+    cfg = validate_config(copy.deepcopy(cfg))
+    root = Path(root) if root else runs_dir()
+    runs = split_pair(cfg)
+    for _, c in runs:
+        check_run_name(c["name"])
+        if (root / c["name"]).exists():
+            raise ConfigError("name", cfg["name"], f"a run named '{c['name']}' already exists; try '{suggest_name(cfg['name'], root)}'")
+    check(cfg)
+    out = []
+    for role, c in runs:
+        d = root / c["name"]
+        d.mkdir(parents=True)
+        c["_meta"] = {
+            **c.get("_meta", {}),
+            "command": command or [sys.executable, "-m", "backend", "train", "--run-dir", str(d)],
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "pair": cfg["name"] if role else None,
+            "role": role,
+            "version": __version__,
+            "host": socket.gethostname(),
+        }
+        atomic.write_yaml(d / "config.yaml", c)
+        write_status(d, state="queued", error=None, created_at=time.time(), pid=None)
+        out.append(d)
+    return out
+
+
+class _StopFlag:
+    """SIGTERM/SIGINT ask the loop to stop at the next step boundary (with a checkpoint)."""
+
+    def __init__(self):
+        self.signal: str | None = None
+
+    def install(self):
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.signal is not None and signum == signal.SIGINT:  # second Ctrl-C: give up now
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+
+    def __call__(self) -> bool:
+        return self.signal is not None
+
+
+def _load_model(cfg: dict):
+    from .models import build_from_scratch, load_masked_lm, resolve_model
+    from .preflight import tokenizer_for
+
+    m = cfg["model"]
+    tok = tokenizer_for(cfg)
+    if m["name"] == "from_scratch":
+        import torch
+
+        torch.manual_seed(cfg["train"]["seed"])
+        model = build_from_scratch(m["from_scratch"], tok, attn_implementation=m["attn_implementation"])
+    else:
+        model = load_masked_lm(
+            resolve_model(m["name"]), attn_implementation=m["attn_implementation"], trust_remote_code=m["trust_remote_code"]
+        )
+    return model, tok
+
+
+def train_run(run_dir: str | Path, resume: bool = False) -> dict:
+    """Train one prepared run directory; status.json records running/done/failed/cancelled."""
+    from .trainer import run_training
+
+    run_dir = Path(run_dir)
+    cfg = read_config(run_dir)
+    meta = cfg.pop("_meta", {})
+    rank0 = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
+    stop = _StopFlag()
+    stop.install()
+    # The queue worker already points stdout at train.log (DETOUR_STDOUT_IS_LOG=1); from a terminal we tee.
+    tee = rank0 and os.environ.get("DETOUR_STDOUT_IS_LOG") != "1"
+    log_f = open(run_dir / "train.log", "a", buffering=1) if tee else None
+
+    def log(msg: str) -> None:
+        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+        print(line, flush=True)
+        if log_f:
+            log_f.write(line + "\n")
+
+    if rank0:
+        write_status(run_dir, state="running", error=None, pid=os.getpid(), started_at=time.time(),
+                     finished_at=None, resumed=resume)
+        log(f"run {run_dir.name}: {shlex.join(map(str, meta.get('command', [])))}")
+    try:
+        cfg = validate_config(cfg)
+        model, tok = _load_model(cfg)
+        state = run_training(cfg, run_dir, model, tok, resume=resume, should_stop=stop, log=log)
+        error = None if state == "done" else f"stopped by {stop.signal}; resume to continue"
+    except (Exception, KeyboardInterrupt) as exc:
+        state = "failed" if not isinstance(exc, KeyboardInterrupt) else "cancelled"
+        error = f"{type(exc).__name__}: {exc}"
+        log(traceback.format_exc())
+        if not isinstance(exc, DetourError | KeyboardInterrupt | MemoryError):
+            error += " (see train.log for the traceback)"
+    if rank0:
+        st = write_status(run_dir, state=state, error=error, finished_at=time.time(), resumable=state != "done")
+        log(f"run {run_dir.name}: {state}" + (f" ({error})" if error else ""))
+    else:
+        st = {"state": state, "error": error}
+    if log_f:
+        log_f.close()
+    return st
+
+
+def run_status(run_dir: str | Path) -> dict:
+    return read_status(run_dir)

@@ -1,0 +1,194 @@
+"""The job queue and detached launcher, with a stand-in trainer (a tiny script) so it runs in seconds.
+
+The real trainer is driven end to end by tests/test_app_client.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from backend import jobs, rundir
+from backend.atomic import write_yaml
+from backend.config import default_config, load_config
+
+FAKE_TRAINER = r'''
+import os, signal, sys, time
+sys.path.insert(0, os.environ["REPO"])
+from backend import rundir
+d = sys.argv[1]
+resume = "--resume" in sys.argv
+seconds = float(os.environ.get("FAKE_SECONDS", "0.3"))
+if os.path.exists(os.path.join(d, "crash")):
+    sys.exit(3)  # dies before writing any status
+def on_term(signum, frame):
+    rundir.write_status(d, state="cancelled", finished_at=time.time())
+    with open(os.path.join(os.path.dirname(d), "events.log"), "a") as f:
+        f.write(f"cancel {os.path.basename(d)} {time.time()}\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+rundir.write_status(d, state="running", pid=os.getpid(), started_at=time.time(), resumed=resume)
+with open(os.path.join(os.path.dirname(d), "events.log"), "a") as f:
+    f.write(f"start {os.path.basename(d)} {time.time()} resume={resume}\n")
+print("training", d, flush=True)
+time.sleep(seconds)
+with open(os.path.join(os.path.dirname(d), "events.log"), "a") as f:
+    f.write(f"end {os.path.basename(d)} {time.time()}\n")
+rundir.write_status(d, state="done", finished_at=time.time())
+'''
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    script = tmp_path / "fake_trainer.py"
+    script.write_text(FAKE_TRAINER)
+    monkeypatch.setenv("REPO", str(Path(__file__).resolve().parent.parent))
+
+    def launch(run_dir: Path, resume: bool) -> list[str]:
+        return [sys.executable, str(script), str(run_dir)] + (["--resume"] if resume else [])
+
+    return launch
+
+
+def make_run(root: Path, name: str, created: float) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    cfg = default_config()
+    cfg["name"] = name
+    write_yaml(d / "config.yaml", cfg)
+    rundir.write_status(d, state="queued", created_at=created)
+    return d
+
+
+def events(root: Path) -> list[list[str]]:
+    p = root / "events.log"
+    return [line.split() for line in p.read_text().splitlines()] if p.exists() else []
+
+
+def test_oldest_first_one_at_a_time(isolated_runs_dir, fake):
+    root = isolated_runs_dir
+    make_run(root, "b-newer", 200.0)
+    make_run(root, "a-older", 100.0)
+    make_run(root, "c-newest", 300.0)
+    assert jobs.run_worker(root, max_concurrent=1, poll_s=0.05, launch=fake) == 0
+    ev = events(root)
+    assert [e[1] for e in ev if e[0] == "start"] == ["a-older", "b-newer", "c-newest"]
+    # one at a time: every start comes after the previous end
+    seq = [(e[0], e[1]) for e in ev]
+    assert seq == [(k, n) for n in ("a-older", "b-newer", "c-newest") for k in ("start", "end")]
+    for n in ("a-older", "b-newer", "c-newest"):
+        st = rundir.read_status(root / n)
+        assert st["state"] == "done" and st["launched_pid"]
+        assert "training" in (root / n / "train.log").read_text()  # output went to the run's file
+    assert not (root / jobs.LOCK_NAME).read_text().strip()  # the worker said it was gone
+
+
+def test_two_at_a_time(isolated_runs_dir, fake, monkeypatch):
+    monkeypatch.setenv("FAKE_SECONDS", "1.0")
+    root = isolated_runs_dir
+    for i in range(3):
+        make_run(root, f"r{i}", float(i))
+    jobs.run_worker(root, max_concurrent=2, poll_s=0.05, launch=fake)
+    ev = events(root)
+    t = {(e[0], e[1]): float(e[2]) for e in ev}
+    assert t[("start", "r1")] < t[("end", "r0")]  # r0 and r1 overlapped
+    assert t[("start", "r2")] >= min(t[("end", "r0")], t[("end", "r1")])  # r2 waited for a slot
+
+
+def test_crash_before_status_is_marked_failed(isolated_runs_dir, fake):
+    root = isolated_runs_dir
+    d = make_run(root, "crashy", 1.0)
+    (d / "crash").write_text("")
+    jobs.run_worker(root, poll_s=0.05, launch=fake)
+    st = rundir.read_status(d)
+    assert st["state"] == "failed" and "code 3" in st["error"]
+
+
+def test_cancel_queued_and_running_then_resume(isolated_runs_dir, fake, monkeypatch):
+    monkeypatch.setenv("FAKE_SECONDS", "30")
+    root = isolated_runs_dir
+    a = make_run(root, "a", 1.0)
+    b = make_run(root, "b", 2.0)
+    assert "removed from the queue" in jobs.cancel(b)
+    t = threading.Thread(target=jobs.run_worker, args=(root,), kwargs=dict(poll_s=0.05, launch=fake))
+    t.start()
+    deadline = time.time() + 20
+    while rundir.read_status(a).get("state") != "running" and time.time() < deadline:
+        time.sleep(0.05)
+    assert rundir.read_status(a)["state"] == "running"
+    assert "SIGTERM" in jobs.cancel(a)
+    t.join(timeout=20)
+    assert not t.is_alive()
+    assert rundir.read_status(a)["state"] == "cancelled"
+    assert rundir.read_status(b)["state"] == "cancelled"
+    assert [e[1] for e in events(root) if e[0] == "start"] == ["a"]  # b never started
+    with pytest.raises(jobs.JobError, match="only queued or running"):
+        jobs.cancel(a)
+
+    # resume: re-queued with the flag; the worker passes --resume
+    monkeypatch.setenv("FAKE_SECONDS", "0.1")
+    monkeypatch.setattr(jobs, "ensure_worker", lambda *a, **k: None)  # run the worker in-process below
+    assert "queued to resume" in jobs.resume(a)
+    st = rundir.read_status(a)
+    assert st["state"] == "queued" and st["resume_requested"] is True
+    jobs.run_worker(root, poll_s=0.05, launch=fake)
+    assert rundir.read_status(a)["state"] == "done"
+    assert events(root)[-2][:2] == ["start", "a"] and events(root)[-2][3] == "resume=True"
+    with pytest.raises(jobs.JobError, match="only cancelled or failed"):
+        jobs.resume(a)
+
+
+def test_lock_keeps_a_second_worker_out(isolated_runs_dir, fake, monkeypatch):
+    monkeypatch.setenv("FAKE_SECONDS", "1.5")
+    root = isolated_runs_dir
+    make_run(root, "only", 1.0)
+    t = threading.Thread(target=jobs.run_worker, args=(root,), kwargs=dict(poll_s=0.05, launch=fake))
+    t.start()
+    deadline = time.time() + 10
+    while not (root / jobs.LOCK_NAME).exists() or not (root / jobs.LOCK_NAME).read_text().strip():
+        assert time.time() < deadline
+        time.sleep(0.02)
+    # our own pid holds the lock here: a second worker (a real process) exits at once
+    out = subprocess.run(
+        [sys.executable, "-m", "backend", "queue", "--root", str(root)],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and "another worker holds" in out.stdout
+    t.join(timeout=20)
+    assert [e[1] for e in events(root) if e[0] == "start"] == ["only"]
+
+
+def test_ensure_worker_starts_detached_process_that_exits_when_idle(isolated_runs_dir):
+    root = isolated_runs_dir
+    root.mkdir(parents=True, exist_ok=True)
+    pid = jobs.ensure_worker(root)
+    assert pid
+    deadline = time.time() + 60
+    while rundir.pid_alive(pid) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not rundir.pid_alive(pid)
+    log = (root / jobs.WORKER_LOG).read_text()
+    assert "queue empty; exiting" in log
+    assert os.getsid(0) != pid  # it had its own session (detached)
+    assert jobs.worker_pid(root) is None
+
+
+def test_command_preview_and_seeds():
+    cfg = load_config({"name": "exp1", "recipe": "clm_detour", "train": {"lr": 1e-4, "precision": "bf16"}})
+    prev = jobs.command_preview(cfg)
+    assert prev["python"].startswith("python -m backend train --set recipe=clm_detour")
+    assert "--set train.lr=0.0001" in prev["python"] and prev["python"].endswith("--name exp1")
+    assert prev["accelerate"].startswith("accelerate launch --num_processes 1 --mixed_precision bf16 -m backend train")
+    assert jobs.command_preview(cfg, config_path="my cfg.yaml")["python"] == "python -m backend train 'my cfg.yaml'"
+    cfgs = jobs.expand_seeds(cfg, [0, 1])
+    assert [c["name"] for c in cfgs] == ["exp1-s0", "exp1-s1"] and [c["train"]["seed"] for c in cfgs] == [0, 1]
+    assert jobs.expand_seeds(cfg, [7])[0]["name"] == "exp1"
