@@ -137,9 +137,12 @@ class PackedData:
 
 def tokenize_documents(docs: list[str], tokenizer, batch: int = 1000) -> list[list[int]]:
     out: list[list[int]] = []
+    # Documents longer than the model's max length are fine here: they are packed, then cut.
+    old_max, tokenizer.model_max_length = tokenizer.model_max_length, int(1e12)
     for i in range(0, len(docs), batch):
         enc = tokenizer(docs[i : i + batch], add_special_tokens=False, return_attention_mask=False)
         out.extend(enc["input_ids"])
+    tokenizer.model_max_length = old_max
     return out
 
 

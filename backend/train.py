@@ -34,7 +34,11 @@ def prepare_runs(cfg: dict, root: Path | None = None, command: list[str] | None 
     for _, c in runs:
         check_run_name(c["name"])
         if (root / c["name"]).exists():
-            raise ConfigError("name", cfg["name"], f"a run named '{c['name']}' already exists; try '{suggest_name(cfg['name'], root)}'")
+            raise ConfigError(
+                "name",
+                cfg["name"],
+                f"a run named '{c['name']}' already exists; try '{suggest_name(cfg['name'], root)}'",
+            )
     check(cfg)
     out = []
     for role, c in runs:
@@ -87,7 +91,9 @@ def _load_model(cfg: dict):
         model = build_from_scratch(m["from_scratch"], tok, attn_implementation=m["attn_implementation"])
     else:
         model = load_masked_lm(
-            resolve_model(m["name"]), attn_implementation=m["attn_implementation"], trust_remote_code=m["trust_remote_code"]
+            resolve_model(m["name"]),
+            attn_implementation=m["attn_implementation"],
+            trust_remote_code=m["trust_remote_code"],
         )
     return model, tok
 
@@ -113,8 +119,15 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
             log_f.write(line + "\n")
 
     if rank0:
-        write_status(run_dir, state="running", error=None, pid=os.getpid(), started_at=time.time(),
-                     finished_at=None, resumed=resume)
+        write_status(
+            run_dir,
+            state="running",
+            error=None,
+            pid=os.getpid(),
+            started_at=time.time(),
+            finished_at=None,
+            resumed=resume,
+        )
         log(f"run {run_dir.name}: {shlex.join(map(str, meta.get('command', [])))}")
     try:
         cfg = validate_config(cfg)

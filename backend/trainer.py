@@ -9,6 +9,7 @@ run reproduces the uninterrupted one.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from .objectives import EncoderLM, clm_labels, mlm_mask, replacement_vocab, spec
 from .optim import build_optimizer, set_lr
 from .recipes import build_phases, freeze_dict, tokens_per_step
 from .rundir import read_metrics, write_status
-from .schedule import lr_factor, locate
+from .schedule import locate, lr_factor
 
 EVAL_MASK_SEED = 4321  # the held-out MLM curve uses the same masks in every run
 
@@ -136,17 +137,31 @@ def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, sh
             atomic.append_jsonl(run_dir / "metrics.jsonl", {**row, "time": time.time()})
 
     def save(step: int, tag: str | None = None) -> None:
-        state = {"step": step, "tokens_seen": step * tps, "phase": phases[locate(phases, max(step - 1, 0))[0]].name,
-                 "tag": tag, "log_acc": log_acc, "total_steps": total_steps}
+        state = {
+            "step": step,
+            "tokens_seen": step * tps,
+            "phase": phases[locate(phases, max(step - 1, 0))[0]].name,
+            "tag": tag,
+            "log_acc": log_acc,
+            "total_steps": total_steps,
+        }
         checkpoint.save(accelerator, lm, tokenizer, run_dir, step, state, l_cfg["keep_checkpoints"])
 
     frozen: list[torch.nn.Parameter] = []
     current_phase = -1
     t_last, tokens_last = time.time(), start_step * tps
     if start_step == 0:  # where every recipe starts from: the same number for a pair
-        emit({"type": "eval", "step": 0, "phase": phases[0].name, "tokens_seen": 0,
-              **evaluate(lm, held, cfg, tok, accelerator)})
+        emit(
+            {
+                "type": "eval",
+                "step": 0,
+                "phase": phases[0].name,
+                "tokens_seen": 0,
+                **evaluate(lm, held, cfg, tok, accelerator),
+            }
+        )
     lm.train()
+    data_hash = hashlib.sha1()  # of the token ids seen since the last log row: pairs must match
     for step in range(start_step, total_steps):
         pi, ps = locate(phases, step)
         phase = phases[pi]
@@ -155,9 +170,17 @@ def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, sh
             names = frozen_names(hf, freeze_dict(phase), f"phases.{phase.name}.freeze")
             frozen = [named[n] for n in sorted(names)]
             if ps == 0:
-                emit({"type": "phase", "step": step, "phase": phase.name, "objective": phase.objective,
-                      "mlm_probability": phase.mlm_probability if phase.objective == "mlm" else None,
-                      "tokens_seen": step * tps, "frozen_parameters": len(frozen)})
+                emit(
+                    {
+                        "type": "phase",
+                        "step": step,
+                        "phase": phase.name,
+                        "objective": phase.objective,
+                        "mlm_probability": phase.mlm_probability if phase.objective == "mlm" else None,
+                        "tokens_seen": step * tps,
+                        "frozen_parameters": len(frozen),
+                    }
+                )
             log(f"phase {phase.name}: {phase.objective}, {phase.steps} steps, {len(frozen)} frozen tensors")
         lr = t_cfg["lr"] * lr_factor(phase, ps)
         set_lr(optimizer, lr)
@@ -167,6 +190,7 @@ def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, sh
             micro_index = step * accum + micro
             idx = batch_indices(len(train), seed, micro_index, bs * world)[rank * bs : (rank + 1) * bs]
             gen = _mask_generator(seed, micro_index, rank)
+            data_hash.update(train.input_ids[idx].numpy().tobytes())  # raw tokens, before any masking
             inputs, labels = make_batch(train, idx, phase.objective, phase.mlm_probability, tok, gen)
             sync = accelerator.no_sync(lm) if micro < accum - 1 else contextlib.nullcontext()
             with sync, accelerator.autocast():
@@ -186,18 +210,43 @@ def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, sh
             now = time.time()
             rate = (done * tps - tokens_last) / max(now - t_last, 1e-9)
             t_last, tokens_last = now, done * tps
-            emit({"type": "train", "step": done, "phase": phase.name, "objective": phase.objective,
-                  "loss": log_acc["loss"] / log_acc["n"], "lr": lr, "tokens_seen": done * tps,
-                  "tokens_per_s": rate, "grad_norm": float(grad_norm)})
+            emit(
+                {
+                    "type": "train",
+                    "step": done,
+                    "phase": phase.name,
+                    "objective": phase.objective,
+                    "loss": log_acc["loss"] / log_acc["n"],
+                    "lr": lr,
+                    "tokens_seen": done * tps,
+                    "tokens_per_s": rate,
+                    "grad_norm": float(grad_norm),
+                    "data_hash": data_hash.hexdigest()[:16],
+                }
+            )
             log_acc = {"loss": 0.0, "n": 0}
+            data_hash = hashlib.sha1()
             if main:
-                write_status(run_dir, step=done, total_steps=total_steps, tokens_seen=done * tps,
-                             total_tokens=total_steps * tps, phase=phase.name,
-                             eta_s=(total_steps - done) * tps / max(rate, 1e-9))
+                write_status(
+                    run_dir,
+                    step=done,
+                    total_steps=total_steps,
+                    tokens_seen=done * tps,
+                    total_tokens=total_steps * tps,
+                    phase=phase.name,
+                    eta_s=(total_steps - done) * tps / max(rate, 1e-9),
+                )
         phase_end = ps + 1 == phase.steps
         if done % l_cfg["eval_every"] == 0 or phase_end:
-            emit({"type": "eval", "step": done, "phase": phase.name, "tokens_seen": done * tps,
-                  **evaluate(lm, held, cfg, tok, accelerator)})
+            emit(
+                {
+                    "type": "eval",
+                    "step": done,
+                    "phase": phase.name,
+                    "tokens_seen": done * tps,
+                    **evaluate(lm, held, cfg, tok, accelerator),
+                }
+            )
         stop = should_stop()
         if world > 1:
             flag = torch.tensor(float(stop), device=accelerator.device)

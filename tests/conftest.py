@@ -69,3 +69,27 @@ def require_shared(name: str) -> Path:
     if p is None:
         pytest.skip(f"../shared/data/{name} is absent (set DETOUR_SHARED_DATA to its parent to run this test)")
     return p
+
+
+def tiny_train_cfg(model_dir: Path, name: str = "t", **sets) -> dict:
+    """A config that trains a tiny model for a handful of steps on the bundled demo corpus."""
+    from backend.config import load_config
+
+    base = {
+        "name": name,
+        "model.name": str(model_dir),
+        "data.corpus": "demo",
+        "data.heldout_fraction": 0.1,
+        "train.seq_len": 64,
+        "train.batch_size": 4,
+        "train.lr": 1e-3,
+        "phases.main.steps": 8,
+        "phases.decay.steps": 4,
+        "logging.log_every": 1,
+        "logging.eval_every": 4,
+        "logging.eval_batches": 2,
+        "logging.checkpoint_every": 4,
+        "logging.keep_checkpoints": 10,
+    }
+    base.update({k.replace("__", "."): v for k, v in sets.items()})
+    return load_config(None, [f"{k}={v}" for k, v in base.items()])

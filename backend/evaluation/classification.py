@@ -212,7 +212,11 @@ def classification_from_dataset_dict(
     """A ``datasets.DatasetDict``: ``ClassLabel`` ints (or sequences of them) are mapped to their names."""
     names = {k.lower(): k for k in dd.keys()}
     splits, any_list = {}, False
-    for split, stems in {"train": ("train",), "dev": ("validation", "dev", "devel", "valid"), "test": ("test",)}.items():
+    for split, stems in {
+        "train": ("train",),
+        "dev": ("validation", "dev", "devel", "valid"),
+        "test": ("test",),
+    }.items():
         key = next((names[s] for s in stems if s in names), None)
         if key is None:
             if split == "dev":
@@ -364,13 +368,19 @@ class ClsTask:
                 rows = [[int(k)] for k in logits.argmax(-1).cpu()]
             for r, i in zip(rows, idx, strict=True):
                 preds[i] = r
-        gold = [[self.label2id[x] for x in labs] for labs in {"train": self.data.train, "dev": self.data.dev,
-                                                               "test": self.data.test}[split].labels]
+        gold = [
+            [self.label2id[x] for x in labs]
+            for labs in {"train": self.data.train, "dev": self.data.dev, "test": self.data.test}[split].labels
+        ]
         scores = classification_scores(gold, preds, len(self.labels), self.multi_label)
         scores["loss"] = total / len(feats) if feats else math.nan
         scores["n"] = len(feats)
         return scores
 
     def label_map(self) -> dict:
-        return {"task": "classification", "labels": self.labels, "multi_label": self.multi_label,
-                "max_len": self.max_len}
+        return {
+            "task": "classification",
+            "labels": self.labels,
+            "multi_label": self.multi_label,
+            "max_len": self.max_len,
+        }

@@ -26,8 +26,7 @@ def find_split_files(folder: str | Path, extensions: tuple[str, ...], what: str)
         raise DataError(f"{what} data '{folder}': no such folder")
     if not folder.is_dir():
         raise DataError(
-            f"{what} data '{folder}': is a file; give a folder holding train/dev/test files "
-            f"({', '.join(extensions)})"
+            f"{what} data '{folder}': is a file; give a folder holding train/dev/test files ({', '.join(extensions)})"
         )
     files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
     found: dict[str, Path | None] = {}

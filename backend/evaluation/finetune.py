@@ -8,6 +8,7 @@ Plain PyTorch loop through Accelerate: CPU for small models, the GPU (bf16 when 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import os
@@ -98,10 +99,34 @@ def effective_max_len(requested: int, tokenizer, config) -> int:
     return max(8, min(limits))
 
 
+@contextlib.contextmanager
+def quiet_transformers():
+    """No load reports / progress bars from transformers inside (restored after)."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 def make_accelerator(mixed_precision: str | None = None):
     """One Accelerator for the whole evaluation (its state is process-global): bf16 on a GPU that has it."""
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
 
+    if AcceleratorState._shared_state:  # an Accelerator already exists in this process (the app, a test)
+        current = str(AcceleratorState().mixed_precision)
+        if mixed_precision is None:
+            mixed_precision = current  # auto: keep what the process uses
+        elif mixed_precision != current:
+            # Accelerate refuses a second precision per process; only the precision part of its state is reset
+            AcceleratorState._reset_state()
     if mixed_precision is None:
         mixed_precision = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
     return Accelerator(mixed_precision=mixed_precision)
@@ -148,7 +173,6 @@ def finetune(
     from accelerate.utils import set_seed
     from torch.utils.data import DataLoader
     from transformers import get_linear_schedule_with_warmup
-    from transformers.utils import logging as hf_logging
 
     from .ner import pad_batch
 
@@ -159,12 +183,8 @@ def finetune(
     t0 = time.time()
 
     set_seed(seed)
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # "newly initialized head" warnings are expected here
-    try:
+    with quiet_transformers():  # "newly initialized head" reports are expected here
         model = task.load_model(source, trust_remote_code=trust_remote_code)
-    finally:
-        hf_logging.set_verbosity(verbosity)
 
     feats = [f for f in task.train_features if not isinstance(f["labels"], list) or any(x != -100 for x in f["labels"])]
     gen = torch.Generator().manual_seed(seed)
@@ -205,8 +225,15 @@ def finetune(
                 now = time.time()
                 if now - last_emit > 2.0:
                     last_emit = now
-                    emit({"event": "step", "epoch": epoch, "epochs": hp["epochs"], "step": step,
-                          "steps_per_epoch": steps_per_epoch})
+                    emit(
+                        {
+                            "event": "step",
+                            "epoch": epoch,
+                            "epochs": hp["epochs"],
+                            "step": step,
+                            "steps_per_epoch": steps_per_epoch,
+                        }
+                    )
             unwrapped = accelerator.unwrap_model(model)
             dev = task.evaluate(unwrapped, "dev", hp["eval_batch_size"], device, accelerator.autocast)
             row = {
@@ -220,9 +247,18 @@ def finetune(
             if _better(dev, best, metric):
                 best, best_epoch = dev, epoch
                 best_state = {k: v.detach().to("cpu", copy=True) for k, v in unwrapped.state_dict().items()}
-            emit({"event": "epoch", "epoch": epoch, "epochs": hp["epochs"], "dev_metric": dev[metric],
-                  "metric": metric, "best_epoch": best_epoch, "train_loss": row["train_loss"],
-                  "epoch_s": row["time_s"]})
+            emit(
+                {
+                    "event": "epoch",
+                    "epoch": epoch,
+                    "epochs": hp["epochs"],
+                    "dev_metric": dev[metric],
+                    "metric": metric,
+                    "best_epoch": best_epoch,
+                    "train_loss": row["train_loss"],
+                    "epoch_s": row["time_s"],
+                }
+            )
 
         unwrapped = accelerator.unwrap_model(model)
         unwrapped.load_state_dict(best_state)
@@ -258,8 +294,9 @@ def finetune(
         tmp.mkdir(parents=True)
         try:
             if keep_model:
-                unwrapped.save_pretrained(tmp)
-                task.tokenizer.save_pretrained(tmp)
+                with quiet_transformers():
+                    unwrapped.save_pretrained(tmp)
+                    task.tokenizer.save_pretrained(tmp)
             atomic.write_json(tmp / "label_map.json", task.label_map())
             atomic.write_json(tmp / "metrics.json", metrics)
             atomic.replace_dir(tmp, out_dir)

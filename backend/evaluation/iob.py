@@ -139,9 +139,7 @@ def read_iob_file(path: str | Path, split: str = "") -> NerSplit:
     return sp
 
 
-def records_to_split(
-    tokens: list[list[str]], tags: list[list[str]], source: str, split: str
-) -> NerSplit:
+def records_to_split(tokens: list[list[str]], tags: list[list[str]], source: str, split: str) -> NerSplit:
     """Validate token/tag lists from a dataset (``source``: dataset name) into a NerSplit."""
     if len(tokens) != len(tags):
         raise DataError(f"{source} {split}: {len(tokens)} token rows but {len(tags)} tag rows")
@@ -214,7 +212,11 @@ def ner_from_dataset_dict(dd, source: str, tokens_column: str = "tokens", tags_c
     (strings, or ints with a ``ClassLabel`` sequence feature)."""
     names = {k.lower(): k for k in dd.keys()}
     picked = {}
-    for split, stems in {"train": ("train",), "dev": ("validation", "dev", "devel", "valid"), "test": ("test",)}.items():
+    for split, stems in {
+        "train": ("train",),
+        "dev": ("validation", "dev", "devel", "valid"),
+        "test": ("test",),
+    }.items():
         key = next((names[s] for s in stems if s in names), None)
         if key is None and split != "dev":
             raise DataError(f"{source}: no '{split}' split (splits found: {', '.join(dd.keys())})")

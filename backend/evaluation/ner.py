@@ -119,7 +119,9 @@ def encode_sentences(
     return chunks
 
 
-def decode_chunks(chunks: list[Chunk], pred_ids: list[list[int]], n_words: list[int], id2label: dict) -> list[list[str]]:
+def decode_chunks(
+    chunks: list[Chunk], pred_ids: list[list[int]], n_words: list[int], id2label: dict
+) -> list[list[str]]:
     """Word-level tags from token-level predicted ids (first subword); words without a position get O."""
     out = [["O"] * n for n in n_words]
     for ch, preds in zip(chunks, pred_ids, strict=True):
@@ -157,8 +159,12 @@ def ner_scores(gold: list[list[str]], pred: list[list[str]]) -> dict:
     kw = dict(mode="strict", scheme=IOB2, zero_division=0)
     report = classification_report(gold, pred, output_dict=True, **kw)
     per_type = {
-        k: {"precision": float(v["precision"]), "recall": float(v["recall"]), "f1": float(v["f1-score"]),
-            "support": int(v["support"])}
+        k: {
+            "precision": float(v["precision"]),
+            "recall": float(v["recall"]),
+            "f1": float(v["f1-score"]),
+            "support": int(v["support"]),
+        }
         for k, v in report.items()
         if k not in ("micro avg", "macro avg", "weighted avg")
     }
@@ -265,9 +271,7 @@ def run_token_model(model, chunks: list[Chunk], pad_id: int, batch_size: int, de
         logits = logits.float()
         valid = labels != IGNORE
         if valid.any():
-            total += float(
-                torch.nn.functional.cross_entropy(logits[valid], labels[valid], reduction="sum").item()
-            )
+            total += float(torch.nn.functional.cross_entropy(logits[valid], labels[valid], reduction="sum").item())
             count += int(valid.sum().item())
         am = logits.argmax(-1).cpu()
         for row, i in enumerate(idx):

@@ -1,0 +1,107 @@
+"""``python -m backend evaluate --models A B --task ner --seeds 5 [--out DIR]``: fine-tune each model with each
+seed, score on test, and compare the models pairwise (mean paired difference, 95% CIs, wins over seeds)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import ConfigError
+
+
+def _seeds(value: str):
+    try:
+        if "," in value:
+            return [int(v) for v in value.split(",") if v.strip()]
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{value}': give a count (5) or a comma-separated list (0,1,2)") from None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--models",
+        nargs="+",
+        required=True,
+        metavar="MODEL",
+        help="run directories, checkpoints, bundled model names, local model folders or hub ids",
+    )
+    p.add_argument("--labels", nargs="+", metavar="LABEL", help="display names, one per model (default: the specs)")
+    p.add_argument("--task", choices=["ner", "classification"], default="ner")
+    p.add_argument(
+        "--data",
+        help="NER: folder of train/dev/test IOB files or a hub dataset (default: the bundled "
+        "demo set assets/demo/ner); classification: folder of train/dev/test "
+        "CSV/TSV/JSONL/parquet or a hub dataset",
+    )
+    p.add_argument("--seeds", type=_seeds, default=5, help="number of seeds (0..N-1) or a list like 0,1,2 (default 5)")
+    p.add_argument("--out", help="output folder (default evals/<timestamp>); rerun with the same folder to resume")
+    g = p.add_argument_group("fine-tuning (defaults: the paper's protocol)")
+    g.add_argument("--epochs", type=int, help="default 20 for ner, 10 for classification")
+    g.add_argument("--lr", type=float, help="default 5e-5")
+    g.add_argument("--weight-decay", type=float, help="default 0.01")
+    g.add_argument("--batch-size", type=int, help="default 16")
+    g.add_argument(
+        "--max-len",
+        type=int,
+        help="tokens per input (default 256 ner, 512 classification; clamped "
+        "to the model's limit); longer NER sentences are split into windows",
+    )
+    g.add_argument("--warmup-ratio", type=float, help="linear warmup fraction (default 0.1)")
+    g.add_argument("--max-train-examples", type=int, help="use a fixed random subset of train (quick checks)")
+    g.add_argument("--max-eval-examples", type=int, help="use a fixed random subset of dev and test (quick checks)")
+    g.add_argument(
+        "--metric",
+        help="model selection / comparison metric (ner: f1 | macro_f1 | token_accuracy; "
+        "classification: macro_f1 | micro_f1 | accuracy)",
+    )
+    c = p.add_argument_group("data columns")
+    c.add_argument("--text-column", default="text")
+    c.add_argument("--label-column", default="label")
+    c.add_argument("--label-separator", help="multi-label: labels in one string split by this (e.g. '|')")
+    c.add_argument("--tokens-column", default="tokens", help="NER hub datasets (default tokens)")
+    c.add_argument("--tags-column", help="NER hub datasets (default: ner_tags, tags or labels)")
+    p.add_argument("--no-keep-models", action="store_true", help="do not save the fine-tuned models (metrics only)")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code from the hub")
+    p.add_argument("--mixed-precision", choices=["no", "bf16", "fp16"], help="default: bf16 on a GPU that has it")
+
+
+def run(args) -> int:
+    from ..evaluation.runner import evaluate_models
+
+    if args.labels and len(args.labels) != len(args.models):
+        raise ConfigError("labels", args.labels, f"give one label per model ({len(args.models)})")
+    if args.task == "ner" and args.label_separator:
+        raise ConfigError("label-separator", args.label_separator, "only for --task classification")
+    results = evaluate_models(
+        args.models,
+        args.task,
+        args.data,
+        args.seeds,
+        args.out,
+        labels=args.labels,
+        text_column=args.text_column,
+        label_column=args.label_column,
+        label_separator=args.label_separator,
+        tokens_column=args.tokens_column,
+        tags_column=args.tags_column,
+        trust_remote_code=args.trust_remote_code,
+        keep_models=not args.no_keep_models,
+        mixed_precision=args.mixed_precision,
+        epochs=args.epochs,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        batch_size=args.batch_size,
+        max_len=args.max_len,
+        warmup_ratio=args.warmup_ratio,
+        max_train_examples=args.max_train_examples,
+        max_eval_examples=args.max_eval_examples,
+        metric=args.metric,
+    )
+    print()
+    print((Path(results["out_dir"]) / "results.md").read_text())
+    print(f"results: {results['out_dir']}/results.json")
+    if results["failures"]:
+        print(f"{len(results['failures'])} run(s) failed; see the table above", flush=True)
+        return 1
+    return 0

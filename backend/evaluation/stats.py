@@ -1,0 +1,99 @@
+"""Seed statistics: mean ± sample std, and paired comparisons over seeds (mean difference with a paired t 95%
+interval and a paired bootstrap 95% interval, win/tie/loss counts)."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+# Two-sided 95% Student t critical values t_{0.975, df}, df = 1..30 (used when scipy is absent).
+_T975 = [
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+]  # fmt: skip
+_T975_LARGE = [(40, 2.021), (60, 2.000), (120, 1.980)]
+
+
+def t_critical(df: int, confidence: float = 0.95) -> float:
+    """Two-sided Student t critical value; scipy when installed, else a table (95% only)."""
+    if df < 1:
+        raise ValueError("df must be >= 1")
+    try:
+        from scipy.stats import t
+
+        return float(t.ppf(0.5 + confidence / 2, df))
+    except ImportError:
+        pass
+    if abs(confidence - 0.95) > 1e-9:
+        raise ValueError("without scipy only 95% intervals are available")
+    if df <= 30:
+        return _T975[df - 1]
+    for lim, val in _T975_LARGE:
+        if df <= lim:
+            return val
+    return 1.960
+
+
+def mean_std(values: list[float]) -> dict:
+    """``{"mean", "std", "n"}``; std is the sample standard deviation (None with fewer than 2 values)."""
+    vals = [float(v) for v in values]
+    if not vals:
+        return {"mean": None, "std": None, "n": 0}
+    return {
+        "mean": statistics.fmean(vals),
+        "std": statistics.stdev(vals) if len(vals) > 1 else None,
+        "n": len(vals),
+    }
+
+
+def paired_t_ci(diffs: list[float], confidence: float = 0.95) -> list[float] | None:
+    """Paired t interval for the mean difference; None with fewer than 2 pairs."""
+    n = len(diffs)
+    if n < 2:
+        return None
+    m = statistics.fmean(diffs)
+    se = statistics.stdev(diffs) / math.sqrt(n)
+    h = t_critical(n - 1, confidence) * se
+    return [m - h, m + h]
+
+
+def paired_bootstrap_ci(
+    diffs: list[float], confidence: float = 0.95, n_boot: int = 10000, seed: int = 0
+) -> list[float] | None:
+    """Percentile bootstrap interval of the mean paired difference, resampling seeds with replacement."""
+    n = len(diffs)
+    if n < 2:
+        return None
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(diffs, k=n)) for _ in range(n_boot))
+    alpha = (1 - confidence) / 2
+    lo = means[int(math.floor(alpha * (n_boot - 1)))]
+    hi = means[int(math.ceil((1 - alpha) * (n_boot - 1)))]
+    return [lo, hi]
+
+
+def win_counts(a: list[float], b: list[float]) -> dict:
+    """Over paired seeds: how often b beats a, a beats b, and ties."""
+    wins_b = sum(y > x for x, y in zip(a, b, strict=True))
+    wins_a = sum(x > y for x, y in zip(a, b, strict=True))
+    return {"wins_b": wins_b, "wins_a": wins_a, "ties": len(a) - wins_a - wins_b}
+
+
+def paired_comparison(a: dict[int, float], b: dict[int, float], confidence: float = 0.95) -> dict:
+    """Compare two models' per-seed scores (seed -> value) on the seeds both have: ``delta = b - a``."""
+    seeds = sorted(set(a) & set(b))
+    xa = [float(a[s]) for s in seeds]
+    xb = [float(b[s]) for s in seeds]
+    diffs = [y - x for x, y in zip(xa, xb, strict=True)]
+    return {
+        "seeds": seeds,
+        "n": len(seeds),
+        "diffs": diffs,
+        "mean_diff": statistics.fmean(diffs) if diffs else None,
+        "std_diff": statistics.stdev(diffs) if len(diffs) > 1 else None,
+        "ci95_t": paired_t_ci(diffs, confidence),
+        "ci95_bootstrap": paired_bootstrap_ci(diffs, confidence),
+        **win_counts(xa, xb),
+    }

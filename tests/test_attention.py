@@ -1,0 +1,93 @@
+"""The causal switch: no future leak, window kept, bidirectional restored."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from backend.attention import attention_mask_for
+from backend.errors import ConfigError
+from backend.models import load_masked_lm
+from conftest import TINY_BERT, TINY_MODERNBERT, save_tiny_model
+
+SEQ = 64  # 4x the tiny ModernBERT's local window (16)
+
+
+def _encoder(m):
+    return m.model if hasattr(m, "model") else m.bert
+
+
+def _pair_differing_after(pos: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randint(5, 8000, (2, SEQ), generator=g)
+    b = a.clone()
+    b[:, pos:] = torch.randint(5, 8000, (2, SEQ - pos), generator=g)
+    return a, b
+
+
+@pytest.fixture(
+    scope="module", params=[("modernbert", "sdpa"), ("modernbert", "eager"), ("bert", "sdpa"), ("bert", "eager")]
+)
+def model(request, tmp_path_factory):
+    family, impl = request.param
+    arch = TINY_MODERNBERT if family == "modernbert" else TINY_BERT
+    d = save_tiny_model(tmp_path_factory.mktemp(f"{family}_{impl}"), arch, attn_implementation=impl)
+    return load_masked_lm(str(d), attn_implementation=impl).eval()
+
+
+@torch.no_grad()
+def test_future_tokens_do_not_change_past_outputs_under_causal_mask(model):
+    pos = 40
+    a, b = _pair_differing_after(pos)
+    pad = torch.ones_like(a)
+    enc = _encoder(model)
+    ha = enc(a, attention_mask=attention_mask_for(model, a, pad, causal=True)).last_hidden_state
+    hb = enc(b, attention_mask=attention_mask_for(model, b, pad, causal=True)).last_hidden_state
+    assert torch.equal(ha[:, :pos], hb[:, :pos])
+    assert not torch.allclose(ha[:, pos:], hb[:, pos:])  # and the changed tokens do matter
+
+
+@torch.no_grad()
+def test_bidirectional_attention_restored(model):
+    """Phase 2 passes the plain padding mask: earlier positions see later tokens again."""
+    pos = 40
+    a, b = _pair_differing_after(pos)
+    pad = torch.ones_like(a)
+    enc = _encoder(model)
+    ha = enc(a, attention_mask=attention_mask_for(model, a, pad, causal=False)).last_hidden_state
+    hb = enc(b, attention_mask=attention_mask_for(model, b, pad, causal=False)).last_hidden_state
+    assert (ha[:, pos - 1] - hb[:, pos - 1]).abs().max() > 1e-4
+
+
+def _additive(allowed: torch.Tensor) -> torch.Tensor:
+    m = torch.zeros(allowed.shape, dtype=torch.float32)
+    return m.masked_fill(~allowed, torch.finfo(torch.float32).min)[None, None].expand(2, 1, SEQ, SEQ)
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+@torch.no_grad()
+def test_modernbert_sliding_layers_stay_windowed_and_causal(impl, tmp_path):
+    d = save_tiny_model(tmp_path, TINY_MODERNBERT, attn_implementation=impl)
+    model = load_masked_lm(str(d), attn_implementation=impl).eval()
+    half = model.config.local_attention // 2
+    q = torch.arange(SEQ)[:, None]
+    k = torch.arange(SEQ)[None, :]
+    causal = k <= q
+    banded = causal & (q - k <= half)
+    explicit = {"full_attention": _additive(causal), "sliding_attention": _additive(banded)}
+    ids, _ = _pair_differing_after(10)
+    ours = model.model(ids, attention_mask=attention_mask_for(model, ids, torch.ones_like(ids), True)).last_hidden_state
+    ref = model.model(ids, attention_mask=explicit).last_hidden_state
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5)
+    # The trap: one 4D causal mask for every layer drops the window, and it shows.
+    single = model.model(ids, attention_mask=_additive(causal)).last_hidden_state
+    assert (single - ref).abs().max() > 1e-4
+
+
+def test_unsupported_architecture_is_refused():
+    from transformers import GPT2Config
+
+    from backend.attention import check_causal_supported
+
+    with pytest.raises(ConfigError, match="causal"):
+        check_causal_supported(GPT2Config())

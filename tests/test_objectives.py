@@ -1,0 +1,53 @@
+"""CLM label shifting and MLM masking statistics."""
+
+from __future__ import annotations
+
+import torch
+
+from backend.data import pack
+from backend.objectives import IGNORE, clm_labels, mlm_mask, replacement_vocab, special_ids
+from conftest import bundled_tokenizer
+
+
+def test_clm_labels_shift_by_one_and_stop_at_document_boundaries():
+    cls, sep = 1, 2
+    packed = pack([[10, 11, 12], [20, 21], [30, 31, 32, 33]], seq_len=8, cls_id=cls, sep_id=sep)
+    ids, starts = packed.input_ids, packed.doc_start
+    # stream: CLS | 10 11 12 SEP 20 21 SEP | (30 ... dropped tail)
+    assert ids[0].tolist() == [cls, 10, 11, 12, sep, 20, 21, sep]
+    labels = clm_labels(ids, starts)[0].tolist()
+    # CLS->10 (10 starts doc 1), 10->11, 11->12, 12->SEP, SEP->20 (new doc: ignored), 20->21, 21->SEP, last: ignored
+    assert labels == [IGNORE, 11, 12, sep, IGNORE, 21, sep, IGNORE]
+
+
+def test_clm_labels_ignore_padding():
+    ids = torch.tensor([[1, 10, 11, 12, 3, 3]])
+    pad = torch.tensor([[1, 1, 1, 1, 0, 0]])
+    labels = clm_labels(ids, torch.zeros_like(ids, dtype=torch.bool), pad)[0].tolist()
+    assert labels == [10, 11, 12, IGNORE, IGNORE, IGNORE]
+
+
+def test_mlm_masking_statistics_and_determinism():
+    tok = bundled_tokenizer()
+    specials = special_ids(tok)
+    vocab = replacement_vocab(tok)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, len(tok), (64, 256), generator=g)
+    ids[:, 0] = tok.cls_token_id
+    ids[:, 100] = tok.sep_token_id
+    p = 0.30
+    masked, labels = mlm_mask(ids, p, specials, tok.mask_token_id, vocab, torch.Generator().manual_seed(1))
+    sel = labels != IGNORE
+    rate = sel.float().mean().item() * 256 / 254  # two special positions per row are never eligible
+    assert abs(rate - p) < 0.01
+    assert not sel[:, 0].any() and not sel[:, 100].any()  # specials never masked
+    assert torch.equal(labels[sel], ids[sel])
+    n = sel.sum().item()
+    frac_mask = (masked[sel] == tok.mask_token_id).float().mean().item()
+    frac_keep = (masked[sel] == ids[sel]).float().mean().item()
+    assert abs(frac_mask - 0.8) < 0.02 and abs(frac_keep - 0.1) < 0.02 and n > 4000
+    replaced = masked[sel & (masked != tok.mask_token_id) & (masked != ids)]
+    assert not torch.isin(replaced, torch.tensor(specials)).any()  # random tokens are real vocabulary
+    assert torch.equal(masked[~sel], ids[~sel])
+    again, labels2 = mlm_mask(ids, p, specials, tok.mask_token_id, vocab, torch.Generator().manual_seed(1))
+    assert torch.equal(again, masked) and torch.equal(labels2, labels)

