@@ -1,0 +1,48 @@
+"""Shared helpers for benchmarks: results as JSON + a Markdown table."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> dict:
+    cpu = platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "date": time.strftime("%Y-%m-%d %H:%M")}
+
+
+def save(name: str, payload: dict, table: str) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"{name}.json"
+    out.write_text(json.dumps({"machine": machine(), **payload}, indent=2) + "\n")
+    (RESULTS / f"{name}.md").write_text(table + "\n")
+    print(table)
+    print(f"\n-> {out}")
+    return out
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 10) -> float:
+    """Measured GFLOP/s of a square matmul on this machine (the roofline we compare against)."""
+    a = torch.randn(n, n, dtype=dtype)
+    b = torch.randn(n, n, dtype=dtype)
+    for _ in range(2):
+        a @ b
+    t = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    dt = (time.perf_counter() - t) / repeats
+    return 2 * n**3 / dt / 1e9

@@ -1,0 +1,35 @@
+"""Two CPU processes (gloo) under torchrun: the same loop, DDP, checkpoints written once."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from backend.paths import REPO_ROOT
+from backend.rundir import read_metrics, read_status
+from backend.train import prepare_runs
+from conftest import tiny_train_cfg
+
+
+@pytest.mark.slow
+def test_two_process_gloo_run_completes(tiny_modernbert_dir, isolated_runs_dir):
+    (run,) = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "ddp", recipe="clm_detour",
+                                         **{"phases.main.steps": 4, "phases.decay.steps": 2}))
+    torchrun = shutil.which("torchrun") or None
+    launcher = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+    proc = subprocess.run(
+        [*launcher, "--nproc_per_node", "2", "--master_port", "29517", "-m", "backend", "train", "--run-dir", str(run)],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert read_status(run)["state"] == "done"
+    rows = [r for r in read_metrics(run) if r["type"] == "train"]
+    # global batch = 2 processes x 4 sequences x 64 tokens: the token budget counts both processes
+    assert rows[-1]["step"] == 6 and rows[-1]["tokens_seen"] == 6 * 2 * 4 * 64
+    assert len([r for r in rows if r["step"] == 6]) == 1  # only rank 0 logs
+    assert (run / "final" / "model.safetensors").exists()
