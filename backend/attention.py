@@ -66,7 +66,9 @@ def attention_mask_for(model, input_ids: torch.Tensor, pad_mask: torch.Tensor | 
     if family == "bert":
         return _bert_causal_mask(input_ids, pad_mask, dtype)
     raise ConfigError(
-        "model.name", getattr(model.config, "model_type", "?"), "causal attention is supported for ModernBERT and BERT/RoBERTa/CamemBERT"
+        "model.name",
+        getattr(model.config, "model_type", "?"),
+        "causal attention is supported for ModernBERT and BERT/RoBERTa/CamemBERT",
     )
 
 

@@ -50,8 +50,9 @@ def verify(ckpt: Path) -> None:
         if not f.exists():
             raise CheckpointError(f"checkpoint {ckpt}: missing file {f}")
         if f.stat().st_size != meta["size"]:
+            size = f.stat().st_size
             raise CheckpointError(
-                f"checkpoint {ckpt}: file {f} is truncated or altered ({f.stat().st_size} bytes, expected {meta['size']})"
+                f"checkpoint {ckpt}: file {f} is truncated or altered ({size} bytes, expected {meta['size']})"
             )
         if _sha256(f) != meta["sha256"]:
             raise CheckpointError(f"checkpoint {ckpt}: file {f} is corrupt (sha256 mismatch)")

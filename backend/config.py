@@ -162,7 +162,8 @@ def _num(cfg: dict, key: str, *, lo=None, hi=None, lo_open=False, hi_open=False,
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
         raise ConfigError(key, v, f"expected {'an integer' if integer else 'a number'}")
-    rng = f"{'(' if lo_open else '['}{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}{')' if hi_open else ']'}"
+    left, right = ("(" if lo_open else "["), (")" if hi_open else "]")
+    rng = f"{left}{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}{right}"
     if lo is not None and (v < lo or (lo_open and v == lo)):
         raise ConfigError(key, v, f"must be in {rng}")
     if hi is not None and (v > hi or (hi_open and v == hi)):
@@ -210,26 +211,40 @@ def validate_config(cfg: dict) -> dict:
 
     m = cfg["model"]
     if not isinstance(m["name"], str) or not m["name"].strip():
-        raise ConfigError("model.name", m["name"], "give a bundled name, a local folder, a run directory, a hub id or 'from_scratch'")
+        raise ConfigError(
+            "model.name", m["name"], "give a bundled name, a local folder, a run directory, a hub id or 'from_scratch'"
+        )
     if m["name"] == "from_scratch":
         if not isinstance(m["from_scratch"], dict) or not m["from_scratch"]:
-            raise ConfigError("model.from_scratch", m["from_scratch"], "with model.name: from_scratch, give an architecture mapping (e.g. num_hidden_layers, hidden_size)")
+            raise ConfigError(
+                "model.from_scratch",
+                m["from_scratch"],
+                "with model.name: from_scratch, give an architecture mapping (e.g. num_hidden_layers, hidden_size)",
+            )
         if m["tokenizer"] is None:
-            raise ConfigError("model.tokenizer", None, "from_scratch needs a tokenizer (a folder, a hub id, or a bundled model name)")
+            raise ConfigError(
+                "model.tokenizer", None, "from_scratch needs a tokenizer (a folder, a hub id, or a bundled model name)"
+            )
     elif cfg["recipe"] == "pretrain":
-        raise ConfigError("recipe", "pretrain", "pretrain trains from scratch: set model.name: from_scratch and model.from_scratch")
+        raise ConfigError(
+            "recipe", "pretrain", "pretrain trains from scratch: set model.name: from_scratch and model.from_scratch"
+        )
     _choice(m["attn_implementation"], "model.attn_implementation", ATTN_IMPLEMENTATIONS)
     if not isinstance(m["trust_remote_code"], bool):
         raise ConfigError("model.trust_remote_code", m["trust_remote_code"], "expected true or false")
 
     d = cfg["data"]
     if not isinstance(d["corpus"], str) or not d["corpus"].strip():
-        raise ConfigError("data.corpus", d["corpus"], "give 'demo', a file or folder (.txt/.jsonl/.parquet/.csv), or a hub dataset id")
+        raise ConfigError(
+            "data.corpus", d["corpus"], "give 'demo', a file or folder (.txt/.jsonl/.parquet/.csv), or a hub dataset id"
+        )
     _num(cfg, "data.heldout_fraction", lo=0, hi=0.5, hi_open=True)
     if d["heldout_file"] is not None and not Path(d["heldout_file"]).exists():
         raise ConfigError("data.heldout_file", d["heldout_file"], "no such file")
     if d["heldout_file"] is None and d["heldout_fraction"] == 0:
-        raise ConfigError("data.heldout_fraction", 0, "needs a held-out split: a fraction in (0, 0.5) or data.heldout_file")
+        raise ConfigError(
+            "data.heldout_fraction", 0, "needs a held-out split: a fraction in (0, 0.5) or data.heldout_file"
+        )
     _num(cfg, "data.max_documents", lo=1, integer=True, optional=True)
 
     t = cfg["train"]
@@ -239,7 +254,11 @@ def validate_config(cfg: dict) -> dict:
     _choice(t["precision"], "train.precision", PRECISIONS)
     _num(cfg, "train.seed", lo=0, integer=True)
     _num(cfg, "train.lr", lo=0, lo_open=True, hi=1)
-    if not (isinstance(t["betas"], list) and len(t["betas"]) == 2 and all(isinstance(b, (int, float)) and 0 <= b < 1 for b in t["betas"])):
+    if not (
+        isinstance(t["betas"], list)
+        and len(t["betas"]) == 2
+        and all(isinstance(b, (int, float)) and 0 <= b < 1 for b in t["betas"])
+    ):
         raise ConfigError("train.betas", t["betas"], "expected two numbers in [0, 1), e.g. [0.9, 0.98]")
     _num(cfg, "train.eps", lo=0, lo_open=True)
     _num(cfg, "train.weight_decay", lo=0)
@@ -250,12 +269,13 @@ def validate_config(cfg: dict) -> dict:
 
     ph = cfg["phases"]
     for name in ("warmup", "main", "decay"):
-        p = ph[name]
         for k in ("tokens", "steps"):
             _num(cfg, f"phases.{name}.{k}", lo=0, integer=True, optional=True)
         _num(cfg, f"phases.{name}.mlm_probability", lo=0, hi=1, lo_open=True, hi_open=True)
     if not (ph["main"]["tokens"] or ph["main"]["steps"]):
-        raise ConfigError("phases.main.tokens", ph["main"]["tokens"], "the main phase needs a budget > 0 (tokens or steps)")
+        raise ConfigError(
+            "phases.main.tokens", ph["main"]["tokens"], "the main phase needs a budget > 0 (tokens or steps)"
+        )
     _num(cfg, "phases.decay.fraction", lo=0, hi=1)
     _choice(ph["decay"]["shape"], "phases.decay.shape", DECAY_SHAPES)
     _num(cfg, "phases.decay.final_lr_ratio", lo=0, hi=1)
@@ -265,7 +285,11 @@ def validate_config(cfg: dict) -> dict:
             raise ConfigError(f"phases.{name}.freeze", fr, "expected a mapping with layers, embeddings, head")
         unknown = set(fr) - {"layers", "embeddings", "head"}
         if unknown:
-            raise ConfigError(f"phases.{name}.freeze.{sorted(unknown)[0]}", fr[sorted(unknown)[0]], "allowed keys: layers, embeddings, head")
+            raise ConfigError(
+                f"phases.{name}.freeze.{sorted(unknown)[0]}",
+                fr[sorted(unknown)[0]],
+                "allowed keys: layers, embeddings, head",
+            )
         fr.setdefault("layers", None)
         fr.setdefault("embeddings", False)
         fr.setdefault("head", False)

@@ -59,15 +59,15 @@ demo work offline. It is a teaching/testing base, not a useful English model.
 
 | | |
 |---|---|
-| architecture | ModernBERT, {arch['num_hidden_layers']} layers, hidden {arch['hidden_size']}, intermediate {arch['intermediate_size']}, {arch['num_attention_heads']} heads, local window {arch['local_attention']} with a global layer every {arch['global_attn_every_n_layers']}, max length {arch['max_position_embeddings']} |
+| architecture | ModernBERT, {arch["num_hidden_layers"]} layers, hidden {arch["hidden_size"]}, intermediate {arch["intermediate_size"]}, {arch["num_attention_heads"]} heads, local window {arch["local_attention"]} with a global layer every {arch["global_attn_every_n_layers"]}, max length {arch["max_position_embeddings"]} |
 | parameters | {n_params / 1e6:.2f} M (weights stored in fp16) |
 | tokenizer | byte-level BPE, {len(tok)} tokens, trained on the same text (`assets/tokenizer`) |
-| data | 13 public-domain Project Gutenberg books (`../shared/data/gutenberg_en`, headers/footers stripped), {data_info['documents']} paragraphs; held-out split of {data_info['heldout_documents']} paragraphs ({data_info['heldout_tokens']} tokens) |
-| recipe | MLM 30% (seq {cfg['train']['seq_len']}, batch {cfg['train']['batch_size']}, peak lr {cfg['train']['lr']}, AdamW betas {cfg['train']['betas']}), then MLM 15% decay (1-sqrt to 10% of peak) for 10% of the tokens |
-| training | {st.get('tokens_seen', trains[-1]['tokens_seen']):,} tokens, {st.get('step')} optimizer steps, {hours:.2f} h wall |
-| hardware | {_hardware()}, precision {cfg['train']['precision']} |
-| final held-out MLM (15%, fixed masks) | loss {last['eval_mlm_loss']:.3f}, accuracy {last['eval_mlm_accuracy']:.3f} |
-| final held-out next-token (causal) loss | {last['eval_clm_loss']:.3f} |
+| data | 13 public-domain Project Gutenberg books (`../shared/data/gutenberg_en`, headers/footers stripped), {data_info["documents"]} paragraphs; held-out split of {data_info["heldout_documents"]} paragraphs ({data_info["heldout_tokens"]} tokens) |
+| recipe | MLM 30% (seq {cfg["train"]["seq_len"]}, batch {cfg["train"]["batch_size"]}, peak lr {cfg["train"]["lr"]}, AdamW betas {cfg["train"]["betas"]}), then MLM 15% decay (1-sqrt to 10% of peak) for 10% of the tokens |
+| training | {st.get("tokens_seen", trains[-1]["tokens_seen"]):,} tokens, {st.get("step")} optimizer steps, {hours:.2f} h wall |
+| hardware | {_hardware()}, precision {cfg["train"]["precision"]} |
+| final held-out MLM (15%, fixed masks) | loss {last["eval_mlm_loss"]:.3f}, accuracy {last["eval_mlm_accuracy"]:.3f} |
+| final held-out next-token (causal) loss | {last["eval_clm_loss"]:.3f} |
 | licence | CC0-1.0 (weights); training text is public domain |
 
 Reproduce: `python -m backend build-assets --gutenberg ../shared/data/gutenberg_en` (steps: tokenizer,

@@ -81,8 +81,10 @@ def test_architecture_that_cannot_be_causal_is_refused(tmp_path):
         prepare_runs(load_config(None, [f"model.name={tmp_path / 'distil'}", "recipe=clm_detour"]))
 
 
-@pytest.mark.parametrize("content, words", [(b"", "no text"), (b"\x00\x01\x02binary" * 10, "binary"),
-                                            ("short text.".encode(), "fewer than one batch")])
+@pytest.mark.parametrize(
+    "content, words",
+    [(b"", "no text"), (b"\x00\x01\x02binary" * 10, "binary"), (b"short text.", "fewer than one batch")],
+)
 def test_bad_corpora(tmp_path, tiny_modernbert_dir, content, words):
     f = tmp_path / "corpus.txt"
     f.write_bytes(content)
@@ -106,9 +108,15 @@ def test_existing_run_is_never_overwritten(tiny_modernbert_dir, isolated_runs_di
 
 
 def test_cli_prints_one_clean_error_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "backend", "train", "--set", "phases.main.mlm_probability=2"],
-                       cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "backend", "train", "--set", "phases.main.mlm_probability=2"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
-        "error: config key 'phases.main.mlm_probability': got 2; must be in (0, 1)"]
+        "error: config key 'phases.main.mlm_probability': got 2; must be in (0, 1)"
+    ]
     assert issubclass(ConfigError, DetourError)

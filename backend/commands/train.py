@@ -12,8 +12,14 @@ from ..errors import ConfigError
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", nargs="?", help="YAML config (omit to use the defaults: a pair on the bundled demo)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key, e.g. --set train.lr=1e-4 --set phases.main.tokens=500000")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set train.lr=1e-4 --set phases.main.tokens=500000",
+    )
     p.add_argument("--name", help="run name (same as --set name=...)")
     p.add_argument("--runs-dir", help="root of run directories (default: ./runs or $DETOUR_RUNS_DIR)")
     p.add_argument("--run-dir", help="train an already prepared run directory (what the app's queue launches)")
