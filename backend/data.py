@@ -34,7 +34,7 @@ def _txt_documents(path: Path) -> list[str]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DataError(f"data.corpus: {path} is not UTF-8 text ({exc})") from exc
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = text.replace("\r\n", "\n").replace("\r", "\n").strip()
     if re.search(r"\n\s*\n", text):  # paragraphs separated by blank lines; hard wraps joined
         blocks = re.split(r"\n\s*\n", text)
         return [" ".join(ln.strip() for ln in b.splitlines() if ln.strip()) for b in blocks]
