@@ -98,7 +98,8 @@ class StreamingCKA:
     ``pairs="diagonal"`` only keeps the pairs (i, i) (requires La == Lb): the divergence profile at
     ``L`` instead of ``L²`` cross statistics. ``buffer_rows`` caps how many rows are kept before they
     are folded into the d² statistics ("auto": while the rows cost less memory than the statistics;
-    0: fold at once). ``chunk_rows`` bounds the float64 working copy of a batch.
+    0: fold at once). ``chunk_rows`` bounds the float64 working copy of a batch (a persistent
+    ``chunk_rows x d`` buffer per layer once the statistics are in use).
     """
 
     def __init__(
@@ -159,12 +160,13 @@ class StreamingCKA:
         """How many float64 numbers the d² statistics take once allocated."""
         da, db = self.dims_a or [], self.dims_b or []
         cross = sum(da[i] * db[j] for i, j in self._pair_list())
-        return cross + sum(d * d for d in da) + sum(d * d for d in db) + sum(da) + sum(db)
+        return cross + sum((d + 1) ** 2 for d in da) + sum((d + 1) ** 2 for d in db)
 
     def memory_bytes(self) -> int:
         """Bytes held now (statistics and/or buffered rows), not counting transient working copies."""
         if self._stats:
-            return 8 * self.stats_numbers()
+            work = self._work_rows * (sum(self.dims_a) + sum(self.dims_b) + self.layers_a + self.layers_b)
+            return 8 * (self.stats_numbers() + work)
         rows = sum(t.numel() for layer in self._buf_a + self._buf_b for t in layer)
         return 8 * rows
 
@@ -194,8 +196,8 @@ class StreamingCKA:
         if m == 0:
             return
         if self._shift_a is None:
-            self._shift_a = [t.to(F64).mean(0) for t in xs]
-            self._shift_b = [t.to(F64).mean(0) for t in ys]
+            self._shift_a = [t[: self.chunk_rows].to(F64).mean(0) for t in xs]
+            self._shift_b = [t[: self.chunk_rows].to(F64).mean(0) for t in ys]
         if not self._stats and self._buffered_rows() + m <= self.buffer_rows:
             for i, t in enumerate(xs):
                 self._buf_a[i].append(t.to(F64) - self._shift_a[i])
@@ -212,13 +214,15 @@ class StreamingCKA:
         return sum(t.shape[0] for t in self._buf_a[0]) if self._buf_a else 0
 
     def _allocate(self) -> None:
-        """Switch from kept rows to d² statistics, folding the kept rows in (and freeing them)."""
+        """Switch from kept rows to d² statistics, folding the kept rows in (and freeing them).
+
+        Statistics live in augmented form: the work rows carry a trailing column of ones, so one GEMM
+        gives ``[X 1]ᵀ[X 1]`` = XᵀX, the column sums (last row) and n (corner) together."""
         da, db = self.dims_a, self.dims_b
-        self._sum_a = [torch.zeros(d, dtype=F64) for d in da]
-        self._sum_b = [torch.zeros(d, dtype=F64) for d in db]
-        self._xx = [torch.zeros(d, d, dtype=F64) for d in da]
-        self._yy = [torch.zeros(d, d, dtype=F64) for d in db]
+        self._xx = [torch.zeros(d + 1, d + 1, dtype=F64) for d in da]
+        self._yy = [torch.zeros(d + 1, d + 1, dtype=F64) for d in db]
         self._yx = {(i, j): torch.zeros(db[j], da[i], dtype=F64) for i, j in self._pair_list()}
+        self._work_rows = 0
         self._stats = True
         buf_a, buf_b = self._buf_a, self._buf_b
         self._buf_a = [[] for _ in da]
@@ -226,24 +230,36 @@ class StreamingCKA:
         while buf_a[0]:
             self._accumulate([layer.pop(0) for layer in buf_a], [layer.pop(0) for layer in buf_b], shifted=True)
 
+    def _ensure_work(self, rows: int) -> None:
+        """Persistent float64 work buffers (one chunk per layer, plus the ones column), grown to at most
+        ``chunk_rows`` rows: no allocation per batch, so memory stays flat however many batches come."""
+        rows = min(rows, self.chunk_rows)
+        if rows > self._work_rows:
+            self._work_a = [torch.ones(rows, d + 1, dtype=F64) for d in self.dims_a]
+            self._work_b = [torch.ones(rows, d + 1, dtype=F64) for d in self.dims_b]
+            self._work_rows = rows
+
     def _accumulate(self, xs: list[torch.Tensor], ys: list[torch.Tensor], *, shifted: bool) -> None:
+        # Few kernels per chunk and no allocation: on a busy machine each parallel kernel pays a thread
+        # synchronisation, and freed temporaries stay in the process (allocator retention).
         m = xs[0].shape[0]
+        self._ensure_work(m)
         for s in range(0, m, self.chunk_rows):
             e = min(m, s + self.chunk_rows)
-            if shifted:
-                xa = [t[s:e] for t in xs]
-                yb = [t[s:e] for t in ys]
-            else:
-                xa = [t[s:e].to(F64) - self._shift_a[i] for i, t in enumerate(xs)]
-                yb = [t[s:e].to(F64) - self._shift_b[j] for j, t in enumerate(ys)]
+            r = e - s
+            for side, ts, shifts in ((self._work_a, xs, self._shift_a), (self._work_b, ys, self._shift_b)):
+                for w, t, c in zip(side, ts, shifts):
+                    w[:r, :-1].copy_(t[s:e])  # converts in place (torch.sub(out=) would allocate a copy)
+                    if not shifted:
+                        w[:r, :-1].sub_(c)
+            xa = [w[:r] for w in self._work_a]
+            yb = [w[:r] for w in self._work_b]
             for i, x in enumerate(xa):
-                self._sum_a[i] += x.sum(0)
                 self._xx[i].addmm_(x.T, x)
             for j, y in enumerate(yb):
-                self._sum_b[j] += y.sum(0)
                 self._yy[j].addmm_(y.T, y)
             for (i, j), c in self._yx.items():
-                c.addmm_(yb[j].T, xa[i])
+                c.addmm_(yb[j][:, :-1].T, xa[i][:, :-1])
 
     # ------------------------------------------------------------------ results
     def matrix(self) -> torch.Tensor:
@@ -269,10 +285,10 @@ class StreamingCKA:
 
     def _matrix_from_stats(self, out: torch.Tensor) -> None:
         n = self.n
-        mu_a = [s / n for s in self._sum_a]
-        mu_b = [s / n for s in self._sum_b]
-        nxx = [torch.linalg.matrix_norm(c - n * torch.outer(m, m)).item() for c, m in zip(self._xx, mu_a)]
-        nyy = [torch.linalg.matrix_norm(c - n * torch.outer(m, m)).item() for c, m in zip(self._yy, mu_b)]
+        mu_a = [c[-1, :-1] / n for c in self._xx]
+        mu_b = [c[-1, :-1] / n for c in self._yy]
+        nxx = [torch.linalg.matrix_norm(c[:-1, :-1] - n * torch.outer(m, m)).item() for c, m in zip(self._xx, mu_a)]
+        nyy = [torch.linalg.matrix_norm(c[:-1, :-1] - n * torch.outer(m, m)).item() for c, m in zip(self._yy, mu_b)]
         for (i, j), c in self._yx.items():
             num = torch.linalg.matrix_norm(c - n * torch.outer(mu_b[j], mu_a[i])).item() ** 2
             out[i, j] = _ratio(num, nxx[i] * nyy[j])

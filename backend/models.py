@@ -63,7 +63,7 @@ def resolve_model(spec: str | None) -> ModelSource:
     spec = (spec or DEFAULT_MODEL).strip()
     if not spec:
         raise ModelSpecError("model: empty; give a bundled name, a run directory, a local model folder or a hub id")
-    if (BUNDLED_MODELS_DIR / spec / "config.json").exists():
+    if "/" not in spec and "\\" not in spec and (BUNDLED_MODELS_DIR / spec / "config.json").exists():
         return ModelSource("bundled", str(BUNDLED_MODELS_DIR / spec), spec)
     p = Path(spec).expanduser()
     if p.exists():

@@ -47,13 +47,25 @@ def train_flops_per_token(config, seq_len: int, labelled_fraction: float) -> flo
 
 
 def ours(model: str, objective: str, steps: int, precision: str, root: Path) -> float:
-    cfg = load_config(None, [
-        f"name=bench-{objective}", f"model.name={model}", "data.corpus=demo",
-        f"recipe={'clm_detour' if objective == 'clm' else 'mlm'}", "train.seq_len=256", "train.batch_size=16",
-        f"train.precision={precision}", f"phases.main.steps={steps}", "phases.decay.steps=0",
-        "phases.decay.fraction=0", "logging.log_every=5", f"logging.eval_every={10 * steps}",
-        f"logging.checkpoint_every={10 * steps}", "logging.eval_batches=1",
-    ])
+    cfg = load_config(
+        None,
+        [
+            f"name=bench-{objective}",
+            f"model.name={model}",
+            "data.corpus=demo",
+            f"recipe={'clm_detour' if objective == 'clm' else 'mlm'}",
+            "train.seq_len=256",
+            "train.batch_size=16",
+            f"train.precision={precision}",
+            f"phases.main.steps={steps}",
+            "phases.decay.steps=0",
+            "phases.decay.fraction=0",
+            "logging.log_every=5",
+            f"logging.eval_every={10 * steps}",
+            f"logging.checkpoint_every={10 * steps}",
+            "logging.eval_batches=1",
+        ],
+    )
     (run,) = prepare_runs(cfg, root=root)
     train_run(run)
     rows = [r for r in read_metrics(run) if r["type"] == "train"][1:-1]  # skip warm-up and the phase-end row
@@ -74,9 +86,20 @@ def hf_trainer(model: str, objective: str, steps: int, precision: str, out: Path
             times.append(time.perf_counter())
 
     args = TrainingArguments(
-        output_dir=str(out), per_device_train_batch_size=16, max_steps=steps, learning_rate=2e-4,
-        weight_decay=1e-5 / 2e-4, adam_beta2=0.98, report_to=[], save_strategy="no", logging_strategy="no",
-        use_cpu=True, bf16=precision == "bf16", dataloader_num_workers=0, disable_tqdm=True, seed=0,
+        output_dir=str(out),
+        per_device_train_batch_size=16,
+        max_steps=steps,
+        learning_rate=2e-4,
+        weight_decay=1e-5 / 2e-4,
+        adam_beta2=0.98,
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        use_cpu=True,
+        bf16=precision == "bf16",
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        seed=0,
     )
     m = load_masked_lm(model)
     Trainer(model=m, args=args, train_dataset=ds, data_collator=collator, callbacks=[Clock()]).train()
@@ -92,8 +115,17 @@ def main() -> None:
     a = p.parse_args()
     config = load_masked_lm(a.model).config
     peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
-    rows, payload = [], {"model": a.model, "batch": "16 x 256", "steps": a.steps, "precision": a.precision,
-                         "matmul_peak_gflops": peaks, "results": {}}
+    rows, payload = (
+        [],
+        {
+            "model": a.model,
+            "batch": "16 x 256",
+            "steps": a.steps,
+            "precision": a.precision,
+            "matmul_peak_gflops": peaks,
+            "results": {},
+        },
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for objective in ("mlm", "clm"):
             t_ours = ours(a.model, objective, a.steps, a.precision, Path(tmp) / "runs")
@@ -101,18 +133,28 @@ def main() -> None:
             frac = 0.30 if objective == "mlm" else 1.0
             gflops = train_flops_per_token(config, 256, frac) * t_ours / 1e9
             payload["results"][objective] = {
-                "ours_tokens_per_s": t_ours, "trainer_tokens_per_s": t_hf, "speedup": t_ours / t_hf,
-                "ours_gflops": gflops, "fraction_of_fp32_peak": gflops / peaks["fp32"],
+                "ours_tokens_per_s": t_ours,
+                "trainer_tokens_per_s": t_hf,
+                "speedup": t_ours / t_hf,
+                "ours_gflops": gflops,
+                "fraction_of_fp32_peak": gflops / peaks["fp32"],
                 "fraction_of_bf16_peak": gflops / peaks["bf16"],
-                "flops_per_token": train_flops_per_token(config, 256, frac)}
-            rows.append(f"| {objective} | {t_ours:,.0f} | {t_hf:,.0f} | {t_ours / t_hf:.2f}x | {gflops:.1f} | "
-                        f"{100 * gflops / peaks['fp32']:.0f}% | {100 * gflops / peaks['bf16']:.0f}% |")
-    table = "\n".join([
-        f"Training throughput, {a.model}, batch 16 x 256, {a.precision}, {torch.get_num_threads()} threads; "
-        f"matmul peaks fp32 {peaks['fp32']:.0f} / bf16 {peaks['bf16']:.0f} GFLOP/s",
-        "",
-        "| objective | ours tok/s | Trainer tok/s | speedup | ours GFLOP/s | % fp32 peak | % bf16 peak |",
-        "|---|---|---|---|---|---|---|", *rows])
+                "flops_per_token": train_flops_per_token(config, 256, frac),
+            }
+            rows.append(
+                f"| {objective} | {t_ours:,.0f} | {t_hf:,.0f} | {t_ours / t_hf:.2f}x | {gflops:.1f} | "
+                f"{100 * gflops / peaks['fp32']:.0f}% | {100 * gflops / peaks['bf16']:.0f}% |"
+            )
+    table = "\n".join(
+        [
+            f"Training throughput, {a.model}, batch 16 x 256, {a.precision}, {torch.get_num_threads()} threads; "
+            f"matmul peaks fp32 {peaks['fp32']:.0f} / bf16 {peaks['bf16']:.0f} GFLOP/s",
+            "",
+            "| objective | ours tok/s | Trainer tok/s | speedup | ours GFLOP/s | % fp32 peak | % bf16 peak |",
+            "|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
     save("train", payload, table)
 
 

@@ -21,8 +21,12 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    return {"cpu": cpu, "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-            "date": time.strftime("%Y-%m-%d %H:%M")}
+    return {
+        "cpu": cpu,
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
 
 
 def save(name: str, payload: dict, table: str) -> Path:

@@ -17,14 +17,21 @@ from conftest import tiny_train_cfg
 
 @pytest.mark.slow
 def test_two_process_gloo_run_completes(tiny_modernbert_dir, isolated_runs_dir):
-    (run,) = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "ddp", recipe="clm_detour",
-                                         **{"phases.main.steps": 4, "phases.decay.steps": 2}))
+    (run,) = prepare_runs(
+        tiny_train_cfg(
+            tiny_modernbert_dir, "ddp", recipe="clm_detour", **{"phases.main.steps": 4, "phases.decay.steps": 2}
+        )
+    )
     torchrun = shutil.which("torchrun") or None
     launcher = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
     proc = subprocess.run(
         [*launcher, "--nproc_per_node", "2", "--master_port", "29517", "-m", "backend", "train", "--run-dir", str(run)],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert read_status(run)["state"] == "done"

@@ -1,0 +1,566 @@
+"""Representation analysis the app and the CLI call: CKA between two encoders (with a seed-noise control),
+CKA trajectory over a run's checkpoints, per-layer weight change. Every function returns a JSON-ready dict.
+
+Protocol (paper, §3.4): linear CKA in float64, 500 held-out texts, max length 512, attention-masked mean
+pooling per text, 3 sampling seeds; divergence = 1 - CKA; seed-noise ratio
+``r_l = (1 - CKA(detour_l, mlm_seedA_l)) / (1 - CKA(mlm_seedB_l, mlm_seedA_l))``.
+Layer indices: see :mod:`backend.hidden_states` (index 0 = embedding output, i = output of block i-1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import random
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .cka import StreamingCKA
+from .errors import DataError, DetourError, ModelSpecError
+from .hidden_states import (
+    LAYER_CONVENTION,
+    POOLINGS,
+    check_same_tokenization,
+    iter_layer_features,
+    layer_names,
+    max_positions,
+)
+from .models import ModelSource, load_encoder, load_tokenizer, resolve_model
+from .rundir import checkpoint_state, list_checkpoints, read_status
+from .weight_change import relative_weight_change
+
+VERSION = 1
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+Progress = Callable[[float, str], object]
+
+
+# ---------------------------------------------------------------------------------------------- texts
+def load_text_pool(src: str | Path | Sequence[str]) -> tuple[list[str], str]:
+    """All candidate texts and a label for where they came from.
+
+    ``src``: a list of strings, a ``.txt`` file (one text per non-empty line) or a ``.jsonl`` file
+    (one JSON object per line with a string ``text`` field).
+    """
+    if isinstance(src, (list, tuple)):
+        texts = [str(t).strip() for t in src if str(t).strip()]
+        label = f"<list of {len(src)} texts>"
+    else:
+        path = Path(src).expanduser()
+        if not path.is_file():
+            raise DataError(f"texts '{src}': no such file (give a .txt file, one text per line, or a .jsonl file)")
+        label = str(path)
+        texts = []
+        with open(path, encoding="utf-8", errors="replace") as f:
+            if path.suffix.lower() == ".jsonl":
+                for lineno, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise DataError(f"texts '{src}': line {lineno} is not valid JSON ({exc.msg})") from exc
+                    text = row.get("text") if isinstance(row, dict) else None
+                    if not isinstance(text, str):
+                        raise DataError(f"texts '{src}': line {lineno} has no string 'text' field")
+                    if text.strip():
+                        texts.append(text.strip())
+            else:
+                texts = [line.strip() for line in f if line.strip()]
+    if not texts:
+        raise DataError(f"texts '{label}': no non-empty text")
+    return texts, label
+
+
+def sample_texts(pool: Sequence[str], n: int | None, seed: int = 0) -> list[str]:
+    """``n`` texts drawn without replacement with ``random.Random(seed)`` (all of them, in order, when
+    ``n`` is None or not smaller than the pool). Deterministic: same pool, n and seed -> same texts."""
+    if n is None or n >= len(pool):
+        return list(pool)
+    if n < 1:
+        raise DataError(f"n_texts: got {n}; use an integer >= 2")
+    idx = sorted(random.Random(seed).sample(range(len(pool)), n))
+    return [pool[i] for i in idx]
+
+
+def read_texts(path_or_list: str | Path | Sequence[str], n: int | None = None, seed: int = 0) -> list[str]:
+    """Read texts (``.txt``: one per non-empty line; ``.jsonl``: a ``text`` field) and sample ``n`` with ``seed``."""
+    pool, _ = load_text_pool(path_or_list)
+    return sample_texts(pool, n, seed)
+
+
+def texts_sha256(texts: Sequence[str]) -> str:
+    """sha256 of the JSON list of texts (order matters): identifies exactly what was compared."""
+    return hashlib.sha256(json.dumps(list(texts), ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------- models
+@dataclass
+class LoadedModel:
+    spec: str
+    source: ModelSource
+    model: torch.nn.Module
+    tokenizer: object
+    names: list[str]
+    dtype: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.source.kind}:{self.source.path}"
+
+    def info(self, spec=None) -> dict:
+        cfg = self.model.config
+        return {
+            "spec": self.spec if spec is None else _spec_str(spec),
+            "kind": self.source.kind,
+            "path": self.source.path,
+            "model_type": getattr(cfg, "model_type", None),
+            "blocks": len(self.names) - 1,
+            "hidden_size": getattr(cfg, "hidden_size", None),
+            "dtype": self.dtype,
+        }
+
+
+def _spec_str(spec) -> str:
+    return spec.spec if isinstance(spec, ModelSource) else str(spec)
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def load_for_cka(spec: str | Path | ModelSource, dtype: str = "fp32") -> LoadedModel:
+    """The bare encoder (eval mode, ``dtype`` fp32 or bf16) and its own tokenizer."""
+    if dtype not in DTYPES:
+        raise DataError(f"dtype: got {dtype!r}; use one of {', '.join(DTYPES)}")
+    source = spec if isinstance(spec, ModelSource) else resolve_model(str(spec))
+    with _quiet_transformers():
+        # A bare encoder loaded from an MLM checkpoint: the head weights are "unexpected" (and unused) and
+        # BERT's pooler "missing" (and unused): transformers' load report would only be noise here.
+        model = load_encoder(source, dtype=DTYPES[dtype]).eval()
+        tok = load_tokenizer(source)
+    return LoadedModel(_spec_str(spec), source, model, tok, layer_names(model), dtype)
+
+
+class _Models:
+    """Loads each distinct model once."""
+
+    def __init__(self, dtype: str):
+        self.dtype = dtype
+        self._by_key: dict[str, LoadedModel] = {}
+
+    def get(self, spec) -> LoadedModel:
+        source = spec if isinstance(spec, ModelSource) else resolve_model(str(spec))
+        key = f"{source.kind}:{source.path}"
+        if key not in self._by_key:
+            self._by_key[key] = load_for_cka(source, self.dtype)
+        return self._by_key[key]
+
+
+# ---------------------------------------------------------------------------------------------- core
+def _check_args(pooling: str, max_len: int, n_texts: int | None, batch_size: int, dtype: str) -> None:
+    if pooling not in POOLINGS:
+        raise DataError(f"pooling: got {pooling!r}; use one of {', '.join(POOLINGS)}")
+    if not isinstance(max_len, int) or max_len < 2:
+        raise DataError(f"max_len: got {max_len!r}; use an integer >= 2")
+    if n_texts is not None and (not isinstance(n_texts, int) or n_texts < 2):
+        raise DataError(f"n_texts: got {n_texts!r}; use an integer >= 2 (the paper uses 500)")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise DataError(f"batch_size: got {batch_size!r}; use an integer >= 1")
+    if dtype not in DTYPES:
+        raise DataError(f"dtype: got {dtype!r}; use one of {', '.join(DTYPES)}")
+
+
+def _seed_list(seed: int, seeds: Sequence[int] | None) -> list[int]:
+    out = [int(s) for s in seeds] if seeds else [int(seed)]
+    if len(set(out)) != len(out):
+        raise DataError(f"seeds: got {out}; give distinct seeds")
+    return out
+
+
+def _effective_max_len(max_len: int, models: Sequence[LoadedModel]) -> int:
+    limits = [m for m in (max_positions(lm.model) for lm in models) if m]
+    return min([max_len, *limits])
+
+
+def _features(lm: LoadedModel, texts, pooling, max_len, batch_size, cache: dict | None):
+    """Rows per batch for one model; mean-pooled rows (n x d per layer: small) are cached per model."""
+    if cache is not None and pooling == "mean":
+        if lm.key not in cache:
+            cache[lm.key] = list(iter_layer_features(lm.model, lm.tokenizer, texts, pooling=pooling,
+                                                     max_len=max_len, batch_size=batch_size))  # fmt: skip
+        return iter(cache[lm.key])
+    return iter_layer_features(lm.model, lm.tokenizer, texts, pooling=pooling, max_len=max_len, batch_size=batch_size)
+
+
+def _pair_cka(
+    a: LoadedModel,
+    b: LoadedModel,
+    texts: list[str],
+    *,
+    pooling: str,
+    max_len: int,
+    batch_size: int,
+    pairs: str,
+    cache_a: dict | None,
+    cache_b: dict | None,
+    tick: Callable[[], None],
+) -> tuple[torch.Tensor, int]:
+    acc = StreamingCKA(pairs=pairs)
+    fa = _features(a, texts, pooling, max_len, batch_size, cache_a)
+    fb = _features(b, texts, pooling, max_len, batch_size, cache_b)
+    for xs, ys in zip(fa, fb, strict=True):
+        acc.update(xs, ys)
+        tick()
+    if acc.n < 2:
+        raise DataError(
+            f"only {acc.n} row(s) to compare: CKA needs at least 2 (more texts, or pooling 'token' on longer texts)"
+        )
+    return acc.matrix(), acc.n
+
+
+def _f(x) -> float | None:
+    """A float for JSON: NaN/inf become None."""
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _flist(t) -> list:
+    if isinstance(t, torch.Tensor):
+        t = t.tolist()
+    return [_flist(v) if isinstance(v, list) else _f(v) for v in t]
+
+
+def _mean_std(stack: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    mean = stack.mean(0)
+    return mean, (stack.std(0, correction=1) if stack.shape[0] > 1 else None)
+
+
+def _ticker(progress: Progress | None, total: int, label: str):
+    state = {"done": 0}
+
+    def tick():
+        state["done"] += 1
+        if progress is not None:
+            progress(min(1.0, state["done"] / max(total, 1)), label)
+
+    return tick
+
+
+# ---------------------------------------------------------------------------------------------- public
+def cka_between(
+    a: str | Path | ModelSource,
+    b: str | Path | ModelSource,
+    texts: str | Path | Sequence[str],
+    pooling: str = "mean",
+    max_len: int = 512,
+    n_texts: int | None = 500,
+    batch_size: int = 8,
+    seed: int = 0,
+    control: tuple | None = None,
+    *,
+    seeds: Sequence[int] | None = None,
+    dtype: str = "fp32",
+    progress: Progress | None = None,
+) -> dict:
+    """Layer x layer linear CKA between encoders ``a`` (rows) and ``b`` (columns), JSON-ready.
+
+    ``control=(mlm_seedA, mlm_seedB)`` adds the seed-noise control ``1 - CKA(mlm_seedB_l, mlm_seedA_l)`` and
+    the ratio ``divergence_l / control_divergence_l`` (pass ``a`` = the detour model and ``b`` = mlm_seedA
+    for the paper's r_l). ``seeds=[0, 1, 2]`` repeats the sampling with each seed and reports mean and
+    sample std (ddof=1) per cell / layer; otherwise ``seed`` is the one sampling seed.
+    ``progress(fraction, message)`` is called after each batch (e.g. a ``gr.Progress``).
+    """
+    t0 = time.time()
+    _check_args(pooling, max_len, n_texts, batch_size, dtype)
+    seed_list = _seed_list(seed, seeds)
+    pool, source_label = load_text_pool(texts)
+    if control is not None and len(control) != 2:
+        raise DataError(f"control: give two models (mlm_seedA, mlm_seedB), got {len(control)}")
+    models = _Models(dtype)
+    ma, mb = models.get(a), models.get(b)
+    mc = (models.get(control[0]), models.get(control[1])) if control is not None else None
+    every = [ma, mb, *(mc or ())]
+    eff_len = _effective_max_len(max_len, every)
+    la, lb = len(ma.names), len(mb.names)
+    same_depth = la == lb
+    notes: list[str] = []
+    if mc is not None:
+        if not (same_depth and len(mc[0].names) == la and len(mc[1].names) == la):
+            raise ModelSpecError(
+                "control: the ratio needs the same number of layers in all four models, got "
+                f"a={la}, b={lb}, control={len(mc[0].names)}/{len(mc[1].names)}"
+            )
+        if mc[0].key != mb.key:
+            notes.append("b is not control[0]: the ratio divides div(a, b) by div(control[1], control[0])")
+    if not same_depth:
+        notes.append(f"depths differ ({la} vs {lb} layer indices): no diagonal divergence; see the matrix")
+    if eff_len < max_len:
+        notes.append(f"max_len {max_len} capped at {eff_len} by the models' position embeddings")
+    n_used = len(sample_texts(pool, n_texts, 0))
+    if n_used < 2:
+        raise DataError(f"texts '{source_label}': {n_used} text; CKA needs at least 2")
+    if n_texts is not None and n_used < n_texts:
+        notes.append(f"only {n_used} texts available (asked for {n_texts}): every seed uses all of them")
+    if len(seed_list) > 1 and n_texts is not None and n_used < n_texts:
+        notes.append("seeds see identical texts: their std is 0 up to summation order")
+
+    n_batches = math.ceil(n_used / batch_size)
+    total = len(seed_list) * n_batches * (2 if mc else 1)
+    tick = _ticker(progress, total, "CKA")
+    per_seed = []
+    for s in seed_list:
+        sample = sample_texts(pool, n_texts, s)
+        ordered = sorted(sample, key=len)  # less padding per batch; both models see the same order
+        if pooling == "token":
+            check_same_tokenization(ma.tokenizer, mb.tokenizer, ordered, eff_len, labels=("a", "b"))
+            if mc is not None:
+                check_same_tokenization(mc[0].tokenizer, mc[1].tokenizer, ordered, eff_len, labels=("control",) * 2)
+        cache: dict = {}
+        kw = dict(pooling=pooling, max_len=eff_len, batch_size=batch_size, cache_a=cache, cache_b=cache, tick=tick)
+        mat, n_rows = _pair_cka(ma, mb, ordered, pairs="all", **kw)
+        entry = {"seed": s, "texts_sha256": texts_sha256(sample), "n_texts": len(sample), "n_rows": n_rows}
+        entry["_matrix"] = mat
+        if mc is not None:
+            cmat, _ = _pair_cka(mc[1], mc[0], ordered, pairs="diagonal", **kw)
+            entry["_control"] = 1.0 - torch.diagonal(cmat)
+        per_seed.append(entry)
+        del cache
+
+    mats = torch.stack([e["_matrix"] for e in per_seed])
+    mat_mean, mat_std = _mean_std(mats)
+    out: dict = {
+        "kind": "cka",
+        "version": VERSION,
+        "layers_a": ma.names,
+        "layers_b": mb.names,
+        "layer_convention": LAYER_CONVENTION,
+        "matrix": _flist(mat_mean),
+        "matrix_std": _flist(mat_std) if mat_std is not None else None,
+        "cka_diagonal": None,
+        "divergence": None,
+        "divergence_std": None,
+        "control_divergence": None,
+        "control_divergence_std": None,
+        "ratio": None,
+    }
+    if same_depth:
+        divs = torch.stack([1.0 - torch.diagonal(e["_matrix"]) for e in per_seed])
+        div_mean, div_std = _mean_std(divs)
+        out["cka_diagonal"] = _flist(torch.diagonal(mat_mean))
+        out["divergence"] = _flist(div_mean)
+        out["divergence_std"] = _flist(div_std) if div_std is not None else None
+        if mc is not None:
+            ctrl = torch.stack([e["_control"] for e in per_seed])
+            c_mean, c_std = _mean_std(ctrl)
+            out["control_divergence"] = _flist(c_mean)
+            out["control_divergence_std"] = _flist(c_std) if c_std is not None else None
+            out["ratio"] = [_ratio(d, c) for d, c in zip(div_mean.tolist(), c_mean.tolist())]
+    for e in per_seed:
+        m = e.pop("_matrix")
+        e["matrix"] = _flist(m)
+        if same_depth:
+            e["divergence"] = _flist(1.0 - torch.diagonal(m))
+        if "_control" in e:
+            c = e.pop("_control")
+            e["control_divergence"] = _flist(c)
+            e["ratio"] = [_ratio(d, cc) for d, cc in zip(e["divergence"], c.tolist())]
+    out["per_seed"] = per_seed
+    out["inputs"] = {
+        "models": {
+            "a": ma.info(a),
+            "b": mb.info(b),
+            "control": [mc[0].info(control[0]), mc[1].info(control[1])] if mc is not None else None,
+        },
+        "texts_source": source_label,
+        "texts_sha256": texts_sha256(pool),
+        "n_available": len(pool),
+        "n": n_used,
+        "n_rows": [e["n_rows"] for e in per_seed],
+        "pooling": pooling,
+        "max_len": max_len,
+        "max_len_effective": eff_len,
+        "seeds": seed_list,
+        "batch_size": batch_size,
+        "dtype": dtype,
+        "accumulation": "float64",
+        "layers": {"a": la, "b": lb},
+    }
+    out["notes"] = notes
+    out["elapsed_s"] = round(time.time() - t0, 3)
+    return out
+
+
+def _ratio(d, c) -> float | None:
+    """Seed-noise ratio; None when undefined (no control divergence, or NaN)."""
+    if d is None or c is None:
+        return None
+    d, c = float(d), float(c)
+    if not (math.isfinite(d) and math.isfinite(c)) or c <= 1e-12:
+        return None
+    return d / c
+
+
+def _checkpoint_points(run_dir: Path, include_final: bool) -> list[dict]:
+    points = []
+    for ck in list_checkpoints(run_dir):
+        if not (ck / "model" / "config.json").exists():
+            continue
+        m = re.search(r"(\d+)$", ck.name)
+        point = {"name": ck.name, "path": str(ck / "model"), "step": int(m.group(1)) if m else None}
+        point.update({"tokens_seen": None, "tag": None, "phase": None})
+        try:
+            st = checkpoint_state(ck)
+            point.update({k: st.get(k, point.get(k)) for k in ("step", "tokens_seen", "tag", "phase")})
+        except (OSError, ValueError):
+            pass
+        points.append(point)
+    if include_final and (run_dir / "final" / "config.json").exists():
+        st = read_status(run_dir)
+        points.append(
+            {
+                "name": "final",
+                "path": str(run_dir / "final"),
+                "step": st.get("step"),
+                "tokens_seen": st.get("tokens_seen"),
+                "tag": "final",
+                "phase": None,
+            }
+        )
+    return points
+
+
+def cka_trajectory(
+    run_dir: str | Path,
+    reference: str | Path | ModelSource,
+    texts: str | Path | Sequence[str],
+    pooling: str = "mean",
+    max_len: int = 512,
+    n_texts: int | None = 500,
+    batch_size: int = 8,
+    seed: int = 0,
+    *,
+    seeds: Sequence[int] | None = None,
+    dtype: str = "fp32",
+    weights: bool = True,
+    include_final: bool = True,
+    progress: Progress | None = None,
+) -> dict:
+    """Divergence per layer (1 - CKA(checkpoint_l, reference_l)) for every complete checkpoint of a run
+    (and ``final/``), with each point's step / tokens_seen / tag / phase, and (``weights=True``) the
+    relative weight change per block against the reference. JSON-ready.
+
+    ``divergence`` is a (points x layers) list of lists, ready for a heatmap; ``points`` has the details.
+    """
+    t0 = time.time()
+    _check_args(pooling, max_len, n_texts, batch_size, dtype)
+    seed_list = _seed_list(seed, seeds)
+    run_dir = Path(run_dir).expanduser()
+    if not run_dir.is_dir():
+        raise ModelSpecError(f"run directory '{run_dir}': no such folder")
+    points = _checkpoint_points(run_dir, include_final)
+    if not points:
+        raise ModelSpecError(f"run directory '{run_dir}': no complete checkpoint (nor final/) yet")
+    pool, source_label = load_text_pool(texts)
+    ref = load_for_cka(reference, dtype)
+    n_used = len(sample_texts(pool, n_texts, 0))
+    if n_used < 2:
+        raise DataError(f"texts '{source_label}': {n_used} text; CKA needs at least 2")
+    raw = {s: sample_texts(pool, n_texts, s) for s in seed_list}
+    samples = {s: sorted(t, key=len) for s, t in raw.items()}
+    ref_cache = {s: {} for s in seed_list}
+    total = len(points) * len(seed_list) * math.ceil(n_used / batch_size)
+    tick = _ticker(progress, total, "CKA trajectory")
+    notes: list[str] = []
+    eff_len = max_len
+    for p in points:
+        ck = load_for_cka(ModelSource("checkpoint", p["path"], p["path"]), dtype)
+        if len(ck.names) != len(ref.names):
+            raise ModelSpecError(
+                f"checkpoint {p['name']} has {len(ck.names)} layer indices, reference '{ref.spec}' has "
+                f"{len(ref.names)}: a trajectory needs the same depth"
+            )
+        eff_len = _effective_max_len(max_len, [ref, ck])
+        divs = []
+        for s in seed_list:
+            if pooling == "token":
+                check_same_tokenization(ck.tokenizer, ref.tokenizer, samples[s], eff_len, labels=(p["name"], "ref"))
+            mat, n_rows = _pair_cka(
+                ck, ref, samples[s], pooling=pooling, max_len=eff_len, batch_size=batch_size,
+                pairs="diagonal", cache_a=None, cache_b=ref_cache[s], tick=tick,
+            )  # fmt: skip
+            divs.append(1.0 - torch.diagonal(mat))
+            p["n_rows"] = n_rows
+        mean, std = _mean_std(torch.stack(divs))
+        p["divergence"] = _flist(mean)
+        p["divergence_std"] = _flist(std) if std is not None else None
+        p["weight_change"] = None
+        if weights:
+            try:
+                wc = relative_weight_change(ref.source, p["path"])
+                p["weight_change"] = wc["layers"]
+                p["weight_change_embeddings"] = wc["embeddings"]
+            except DetourError as exc:
+                notes.append(f"{p['name']}: no weight change ({exc})")
+        del ck
+    if eff_len < max_len:
+        notes.append(f"max_len {max_len} capped at {eff_len} by the models' position embeddings")
+    n_blocks = len(ref.names) - 1
+    return {
+        "kind": "cka_trajectory",
+        "version": VERSION,
+        "run": str(run_dir),
+        "layers": ref.names,
+        "layer_convention": LAYER_CONVENTION,
+        "weight_layers": [f"block_{i}" for i in range(n_blocks)],
+        "points": points,
+        "steps": [p["step"] for p in points],
+        "tokens_seen": [p["tokens_seen"] for p in points],
+        "divergence": [p["divergence"] for p in points],
+        "weight_change": [p.get("weight_change") for p in points] if weights else None,
+        "inputs": {
+            "reference": ref.info(),
+            "run": str(run_dir),
+            "texts_source": source_label,
+            "texts_sha256": texts_sha256(pool),
+            "samples_sha256": {str(s): texts_sha256(t) for s, t in raw.items()},
+            "n_available": len(pool),
+            "n": n_used,
+            "pooling": pooling,
+            "max_len": max_len,
+            "max_len_effective": eff_len,
+            "seeds": seed_list,
+            "batch_size": batch_size,
+            "dtype": dtype,
+            "accumulation": "float64",
+            "layers": len(ref.names),
+        },
+        "notes": notes,
+        "elapsed_s": round(time.time() - t0, 3),
+    }
+
+
+def weight_change_between(a: str | Path | ModelSource, b: str | Path | ModelSource, *, detail: bool = False) -> dict:
+    """Relative weight change ``||W_b - W_a|| / ||W_a||`` per block (``layers``, named ``block_i``: the same
+    names as CKA indices 1..L), ``embeddings``, ``head``, ``other`` and ``total``. JSON-ready."""
+    out = relative_weight_change(a, b, detail=detail)
+    out["version"] = VERSION
+    return out

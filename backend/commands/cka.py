@@ -1,0 +1,155 @@
+"""``python -m backend cka``: layer x layer linear CKA between two models or runs, a seed-noise control,
+a trajectory over a run's checkpoints, and per-layer weight change. Writes one JSON file (``--out``).
+
+Examples::
+
+    python -m backend cka --a runs/x-detour --b runs/x-mlm --texts held_out.txt --out cka.json
+    python -m backend cka --a runs/x-detour --b runs/x-mlm --control runs/x-mlm runs/x-mlm-seed2 \\
+        --texts held_out.txt --seeds 0 1 2 --out cka.json
+    python -m backend cka --trajectory runs/x-detour --a runs/x-mlm --texts held_out.txt --out traj.json
+    python -m backend cka --a detour-tiny-en --b runs/x-detour --weights-only --out weights.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .. import atomic
+from ..errors import DataError, DetourError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--a", metavar="MODEL_OR_RUN", help="model A (rows of the matrix); with --trajectory: the reference")
+    p.add_argument("--b", metavar="MODEL_OR_RUN", help="model B (columns of the matrix)")
+    p.add_argument("--texts", metavar="FILE", help=".txt (one text per non-empty line) or .jsonl with a 'text' field")
+    p.add_argument("--pooling", choices=["mean", "token"], default="mean", help="mean per text (paper) or per token")
+    p.add_argument("--max-len", type=int, default=512, help="truncate each text to this many tokens (default 512)")
+    p.add_argument("--n-texts", type=int, default=500, help="texts sampled from FILE per seed (default 500)")
+    p.add_argument("--batch-size", type=int, default=8, help="texts per forward pass (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--seeds", type=int, nargs="+", metavar="S", help="several sampling seeds: mean and std per layer")
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="model dtype (statistics: float64)")
+    p.add_argument(
+        "--control",
+        nargs=2,
+        metavar=("MLM_SEED_A", "MLM_SEED_B"),
+        help="seed-noise control pair: adds 1-CKA(B_l, A_l) and the ratio div(a, b) / div(control)",
+    )
+    p.add_argument("--trajectory", metavar="RUN_DIR", help="divergence of each checkpoint of RUN_DIR vs --a")
+    p.add_argument("--weights-only", action="store_true", help="only the per-layer relative weight change of b vs a")
+    p.add_argument("--no-weights", action="store_true", help="skip the weight change added when architectures match")
+    p.add_argument("--out", default="cka.json", help="JSON output file (default cka.json)")
+
+
+def _fmt(x, width: int = 8, digits: int = 4) -> str:
+    if x is None:
+        return "-".rjust(width)
+    return f"{x:{width}.{digits}f}"
+
+
+def _print_cka(res: dict) -> None:
+    names = res["layers_a"]
+    inp = res["inputs"]
+    print(
+        f"CKA {inp['models']['a']['spec']} (A) vs {inp['models']['b']['spec']} (B): pooling={inp['pooling']}, "
+        f"n={inp['n']} texts ({inp['n_rows'][0]} rows), max_len={inp['max_len_effective']}, seeds={inp['seeds']}"
+    )
+    if res["divergence"] is None:
+        print(f"depths differ: {len(res['layers_a'])} x {len(res['layers_b'])} matrix in the JSON")
+        return
+    wc = res.get("weight_change") or {}
+    wl = dict(zip(wc.get("layer_names", []), wc.get("layers", [])))
+    wl["embeddings"] = wc.get("embeddings")
+    head = f"{'layer':<12} {'CKA':>8} {'1-CKA':>8}"
+    if res["control_divergence"] is not None:
+        head += f" {'control':>8} {'ratio':>8}"
+    if wc:
+        head += f" {'dW/W':>8}"
+    print(head)
+    for i, name in enumerate(names):
+        row = f"{name:<12} {_fmt(res['cka_diagonal'][i])} {_fmt(res['divergence'][i])}"
+        if res["control_divergence"] is not None:
+            row += f" {_fmt(res['control_divergence'][i])} {_fmt(res['ratio'][i], 8, 2)}"
+        if wc:
+            row += f" {_fmt(wl.get(name))}"
+        print(row)
+
+
+def _print_trajectory(res: dict) -> None:
+    names = res["layers"]
+    print(f"trajectory of {res['run']} vs {res['inputs']['reference']['spec']} (1-CKA per layer index)")
+    print(f"{'checkpoint':<16} {'step':>8} " + " ".join(f"{i:>7}" for i in range(len(names))))
+    for p in res["points"]:
+        step = "-" if p["step"] is None else str(p["step"])
+        print(f"{p['name']:<16} {step:>8} " + " ".join(_fmt(d, 7, 4) for d in p["divergence"]))
+
+
+def _print_weights(res: dict) -> None:
+    print(f"relative weight change ||W_b - W_a|| / ||W_a||: {res['models']['a']} -> {res['models']['b']}")
+    print(f"{'embeddings':<12} {_fmt(res['embeddings'])}")
+    for name, v in zip(res["layer_names"], res["layers"]):
+        print(f"{name:<12} {_fmt(v)}")
+    for k in ("other", "head", "total"):
+        print(f"{k:<12} {_fmt(res[k])}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import analysis
+
+    out = Path(args.out)
+    if args.weights_only:
+        if not (args.a and args.b):
+            raise DataError("--weights-only needs --a and --b")
+        res = analysis.weight_change_between(args.a, args.b)
+        atomic.write_json(out, res)
+        _print_weights(res)
+    elif args.trajectory:
+        if not (args.a and args.texts):
+            raise DataError("--trajectory RUN_DIR needs --a (the reference model) and --texts")
+        if args.b or args.control:
+            raise DataError("--trajectory compares each checkpoint with --a: --b and --control are not used")
+        res = analysis.cka_trajectory(
+            args.trajectory,
+            args.a,
+            args.texts,
+            pooling=args.pooling,
+            max_len=args.max_len,
+            n_texts=args.n_texts,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            seeds=args.seeds,
+            dtype=args.dtype,
+            weights=not args.no_weights,
+        )
+        atomic.write_json(out, res)
+        _print_trajectory(res)
+    else:
+        if not (args.a and args.b and args.texts):
+            raise DataError("cka needs --a, --b and --texts (or --weights-only, or --trajectory RUN_DIR --a REF)")
+        res = analysis.cka_between(
+            args.a,
+            args.b,
+            args.texts,
+            pooling=args.pooling,
+            max_len=args.max_len,
+            n_texts=args.n_texts,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            control=tuple(args.control) if args.control else None,
+            seeds=args.seeds,
+            dtype=args.dtype,
+        )
+        if not args.no_weights:
+            try:
+                res["weight_change"] = analysis.weight_change_between(args.a, args.b)
+            except DetourError as exc:
+                res["weight_change"] = None
+                res["notes"].append(f"no weight change: {exc}")
+        atomic.write_json(out, res)
+        _print_cka(res)
+    for note in res.get("notes", []):
+        print(f"note: {note}", file=sys.stderr)
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,277 @@
+"""Linear CKA: the math (backend/cka.py), then the analysis functions and the CLI on tiny models."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from backend.cka import StreamingCKA, gram_cka, linear_cka
+
+TOL = 1e-10
+
+
+def _data(n=200, d1=12, d2=9, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d1, generator=g, dtype=torch.float64)
+    y = x @ torch.randn(d1, d2, generator=g, dtype=torch.float64) + 0.7 * torch.randn(n, d2, generator=g)
+    return x, y
+
+
+def _stream(x, y, splits, **kw) -> float:
+    acc = StreamingCKA(**kw)
+    s = 0
+    for m in splits:
+        acc.update([x[s : s + m]], [y[s : s + m]])
+        s += m
+    assert s == x.shape[0]
+    return acc.matrix().item()
+
+
+# ------------------------------------------------------------------------------------------ properties
+@pytest.mark.parametrize("fn", [linear_cka, gram_cka, lambda x, y: _stream(x, y, [50, 50, 100])])
+def test_self_similarity_is_one(fn):
+    x, _ = _data()
+    assert fn(x, x) == pytest.approx(1.0, abs=TOL)
+
+
+def test_symmetric():
+    x, y = _data()
+    assert linear_cka(x, y) == pytest.approx(linear_cka(y, x), abs=TOL)
+    assert gram_cka(x, y) == pytest.approx(gram_cka(y, x), abs=TOL)
+    acc = StreamingCKA()
+    acc.update([x, y], [y, x])
+    m = acc.matrix()
+    assert m[0, 0].item() == pytest.approx(m[1, 1].item(), abs=TOL)
+    assert 0.05 < linear_cka(x, y) < 0.95  # a non-trivial value, so the checks above mean something
+
+
+def test_orthogonal_and_isotropic_scaling_invariance_not_anisotropic():
+    x, y = _data()
+    q, _ = torch.linalg.qr(torch.randn(x.shape[1], x.shape[1], dtype=torch.float64))
+    base = linear_cka(x, y)
+    assert linear_cka(x @ q, y) == pytest.approx(base, abs=TOL)
+    assert linear_cka(x, x @ q) == pytest.approx(1.0, abs=TOL)
+    assert linear_cka(3.7 * x, y) == pytest.approx(base, abs=TOL)
+    assert linear_cka(x, 1e-3 * x) == pytest.approx(1.0, abs=TOL)
+    assert linear_cka(x + 5.0, y - 2.0) == pytest.approx(base, abs=TOL)  # centred: translation invariant
+    scale = torch.logspace(-2, 2, x.shape[1], dtype=torch.float64)
+    assert linear_cka(x, x * scale) < 0.9
+    assert abs(linear_cka(x * scale, y) - base) > 1e-3
+
+
+# ------------------------------------------------------------------------------------------ streaming
+@pytest.mark.parametrize(
+    "splits",
+    [[200], [1] * 200, [3, 0, 97, 1, 99], [150, 50], [7] * 28 + [4]],
+)
+@pytest.mark.parametrize("buffer_rows", [0, "auto", 10**9])
+def test_streaming_equals_one_shot_and_gram(splits, buffer_rows):
+    x, y = _data()
+    ref = gram_cka(x, y)
+    assert linear_cka(x, y) == pytest.approx(ref, abs=TOL)
+    assert _stream(x, y, splits, buffer_rows=buffer_rows) == pytest.approx(ref, abs=TOL)
+
+
+def test_streaming_fewer_rows_than_features_uses_dual_form_exactly():
+    x, y = _data(n=20, d1=64, d2=48)
+    ref = gram_cka(x, y)
+    for br in (0, 10**9):  # statistics path and kept-rows (n x n) path
+        assert _stream(x, y, [6, 6, 8], buffer_rows=br) == pytest.approx(ref, abs=TOL)
+
+
+def test_layer_by_layer_matrix_different_depths_and_widths():
+    g = torch.Generator().manual_seed(1)
+    n = 150
+    xs = [torch.randn(n, d, generator=g, dtype=torch.float64) for d in (8, 16, 8)]
+    ys = [xs[0] @ torch.randn(8, 5, generator=g, dtype=torch.float64), torch.randn(n, 11, generator=g)]
+    for br in (0, "auto", 10**9):
+        acc = StreamingCKA(buffer_rows=br, chunk_rows=16)
+        for s in range(0, n, 40):
+            acc.update([t[s : s + 40] for t in xs], [t[s : s + 40].float() for t in ys])
+        m = acc.matrix()
+        assert m.shape == (3, 2) and m.dtype == torch.float64
+        for i in range(3):
+            for j in range(2):
+                assert m[i, j].item() == pytest.approx(gram_cka(xs[i], ys[j].float()), abs=1e-9)
+
+
+def test_diagonal_mode_matches_full_matrix():
+    x, y = _data()
+    xs, ys = [x, y, x[:, :3]], [y, x, y[:, :4]]
+    full, diag = StreamingCKA(buffer_rows=0), StreamingCKA(pairs="diagonal", buffer_rows=0)
+    for acc in (full, diag):
+        for s in range(0, 200, 64):
+            acc.update([t[s : s + 64] for t in xs], [t[s : s + 64] for t in ys])
+    assert torch.allclose(full.diagonal(), diag.diagonal(), atol=TOL, rtol=0)
+    assert torch.isnan(diag.matrix()[0, 1])
+    assert diag.stats_numbers() < full.stats_numbers()
+
+
+def test_float64_accumulation_stays_exact_where_float32_drifts():
+    """A feature with a large mean (transformer residual streams have them) against its spread."""
+    g = torch.Generator().manual_seed(2)
+    n, d = 2048, 16
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    x[:, 0] += 1e4
+    y = x[:, :8] @ torch.randn(8, 6, generator=g, dtype=torch.float64) + torch.randn(n, 6, generator=g)
+    ref = linear_cka(x, y)  # two-pass centring in float64: the exact value
+    assert gram_cka(x, y) == pytest.approx(ref, abs=1e-9)
+
+    def naive_streaming(x, y, dtype):  # the same one-pass formula, accumulated in `dtype`
+        sx, sy = torch.zeros(x.shape[1], dtype=dtype), torch.zeros(y.shape[1], dtype=dtype)
+        xx = torch.zeros(x.shape[1], x.shape[1], dtype=dtype)
+        yy, yx = torch.zeros(y.shape[1], y.shape[1], dtype=dtype), torch.zeros(y.shape[1], x.shape[1], dtype=dtype)
+        for s in range(0, n, 256):
+            a, b = x[s : s + 256].to(dtype), y[s : s + 256].to(dtype)
+            sx += a.sum(0)
+            sy += b.sum(0)
+            xx += a.T @ a
+            yy += b.T @ b
+            yx += b.T @ a
+        mx, my = sx / n, sy / n
+        num = torch.linalg.matrix_norm(yx - n * torch.outer(my, mx)) ** 2
+        nx = torch.linalg.matrix_norm(xx - n * torch.outer(mx, mx))
+        den = nx * torch.linalg.matrix_norm(yy - n * torch.outer(my, my))
+        return (num / den).item()
+
+    drift32 = abs(naive_streaming(x, y, torch.float32) - ref)
+    assert drift32 > 1e-3 or math.isnan(drift32)
+    assert abs(naive_streaming(x, y, torch.float64) - ref) < 1e-6
+    xf, yf = x.float(), y.float()
+    for br in (0, 10**9):  # ours, fed float32 batches: float64 statistics on shifted rows
+        assert _stream(xf, yf, [256] * 8, buffer_rows=br) == pytest.approx(linear_cka(xf, yf), abs=1e-10)
+    acc = StreamingCKA(buffer_rows=0)
+    for s in range(0, n, 256):
+        acc.update([x[s : s + 256]], [y[s : s + 256]])
+    assert acc.matrix().item() == pytest.approx(ref, abs=1e-10)
+
+
+def test_undefined_and_bad_input():
+    acc = StreamingCKA()
+    acc.update([torch.ones(5, 3)], [torch.randn(5, 2)])  # no variance in X
+    assert math.isnan(acc.matrix().item())
+    one = StreamingCKA()
+    one.update([torch.randn(1, 3)], [torch.randn(1, 2)])
+    assert math.isnan(one.matrix().item())
+    assert math.isnan(linear_cka(torch.ones(4, 2), torch.randn(4, 2)))
+    with pytest.raises(ValueError):
+        StreamingCKA().update([torch.randn(5, 3)], [torch.randn(4, 3)])
+    with pytest.raises(ValueError):
+        linear_cka(torch.randn(5, 3), torch.randn(4, 3))
+    with pytest.raises(ValueError):
+        StreamingCKA(pairs="diagonal").update([torch.randn(5, 3)] * 2, [torch.randn(5, 3)])
+    acc = StreamingCKA()
+    acc.update([torch.randn(5, 3)], [torch.randn(5, 2)])
+    with pytest.raises(ValueError):
+        acc.update([torch.randn(5, 4)], [torch.randn(5, 2)])
+
+
+def test_memory_does_not_grow_with_rows():
+    x, y = _data(n=3000, d1=16, d2=16)
+    sizes = {}
+    for n in (500, 3000):
+        acc = StreamingCKA()
+        for s in range(0, n, 100):
+            acc.update([x[s : s + 100]], [y[s : s + 100]])
+        sizes[n] = acc.memory_bytes()
+    assert sizes[500] == sizes[3000] > 0
+    kept = StreamingCKA(buffer_rows=10**9)  # rows kept instead: grows, which is why "auto" caps it
+    kept.update([x], [y])
+    assert kept.memory_bytes() == 3000 * 32 * 8
+
+
+# ------------------------------------------------------------------------------------------ texts
+def test_read_texts_txt_jsonl_and_deterministic_sampling(tmp_path):
+    from backend.analysis import read_texts, texts_sha256
+    from backend.errors import DataError
+
+    txt = tmp_path / "t.txt"
+    txt.write_text("a one\n\n  b two  \nc three\n\nd four\ne five\n")
+    assert read_texts(txt) == ["a one", "b two", "c three", "d four", "e five"]
+    s0 = read_texts(txt, n=3, seed=0)
+    assert len(s0) == 3 and s0 == read_texts(txt, n=3, seed=0)
+    assert {tuple(read_texts(txt, n=3, seed=s)) for s in range(6)} != {tuple(s0)}
+    assert read_texts(txt, n=10) == read_texts(txt)
+    jl = tmp_path / "t.jsonl"
+    jl.write_text('{"text": "x y"}\n\n{"text": "z", "id": 3}\n')
+    assert read_texts(jl) == ["x y", "z"]
+    assert read_texts(["p", " ", "q"]) == ["p", "q"]
+    assert texts_sha256(["a", "b"]) != texts_sha256(["b", "a"])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\n{"txt": "no"}\n')
+    with pytest.raises(DataError, match="line 2"):
+        read_texts(bad)
+    with pytest.raises(DataError, match="no such file"):
+        read_texts(tmp_path / "missing.txt")
+    (tmp_path / "empty.txt").write_text("\n\n")
+    with pytest.raises(DataError, match="no non-empty"):
+        read_texts(tmp_path / "empty.txt")
+
+
+# ------------------------------------------------------------------------------------------ analysis + CLI
+@pytest.fixture(scope="module")
+def texts_file(tmp_path_factory):
+    p = tmp_path_factory.mktemp("cka_texts") / "texts.txt"
+    words = "patient fever aspirin tumour biopsy cardiac renal dose trial cohort lesion therapy".split()
+    lines = [" ".join(words[(i * 7 + k) % len(words)] for k in range(5 + (i * 3) % 17)) for i in range(40)]
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+@pytest.fixture(scope="module")
+def tiny_modernbert_seed1(tmp_path_factory):
+    from conftest import TINY_MODERNBERT, save_tiny_model
+
+    return save_tiny_model(tmp_path_factory.mktemp("tiny_modernbert_s1"), TINY_MODERNBERT, seed=1)
+
+
+def test_cka_between_with_control_and_seeds(tiny_modernbert_dir, tiny_modernbert_seed1, tiny_bert_dir, texts_file):
+    from backend.analysis import cka_between
+
+    a, b = str(tiny_modernbert_dir), str(tiny_modernbert_seed1)
+    calls = []
+    res = cka_between(
+        a, b, texts_file, n_texts=6, batch_size=6, seeds=[0, 1, 2], control=(b, a), max_len=32,
+        progress=lambda f, m: calls.append(f),
+    )  # fmt: skip
+    json.dumps(res, allow_nan=False)  # strictly JSON-ready
+    assert res["layers_a"] == ["embeddings", "block_0", "block_1", "block_2", "block_3"]
+    assert len(res["matrix"]) == 5 and len(res["matrix"][0]) == 5
+    assert len(res["divergence"]) == 5 and len(res["divergence_std"]) == 5
+    assert res["ratio"] == pytest.approx([1.0] * 5)  # control pair = the same two models
+    assert [e["seed"] for e in res["per_seed"]] == [0, 1, 2]
+    assert len({e["texts_sha256"] for e in res["per_seed"]}) == 3
+    inp = res["inputs"]
+    assert inp["pooling"] == "mean" and inp["n"] == 6 and inp["n_rows"] == [6, 6, 6] and inp["max_len"] == 32
+    assert inp["models"]["a"]["blocks"] == 4 and inp["accumulation"] == "float64" and len(inp["texts_sha256"]) == 64
+    assert calls and calls[-1] == pytest.approx(1.0)
+    same = cka_between(a, a, texts_file, n_texts=4, max_len=16)
+    assert same["divergence"] == pytest.approx([0.0] * 5, abs=1e-9)
+    assert same["matrix_std"] is None
+    mixed = cka_between(a, str(tiny_bert_dir), texts_file, n_texts=4, max_len=16)
+    assert mixed["divergence"] is None and len(mixed["matrix"]) == 5 and len(mixed["matrix"][0]) == 4
+
+
+def test_cli_cka_weights_and_errors(tiny_modernbert_dir, tiny_modernbert_seed1, texts_file, tmp_path, capsys):
+    from backend.__main__ import main
+
+    a, b = str(tiny_modernbert_dir), str(tiny_modernbert_seed1)
+    out = tmp_path / "cka.json"
+    rc = main(["cka", "--a", a, "--b", b, "--texts", str(texts_file), "--n-texts", "6", "--max-len", "24",
+               "--control", b, a, "--pooling", "token", "--out", str(out)])  # fmt: skip
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert res["inputs"]["pooling"] == "token" and res["inputs"]["n_rows"][0] > 6
+    assert res["weight_change"]["layer_names"] == ["block_0", "block_1", "block_2", "block_3"]
+    assert "ratio" in capsys.readouterr().out
+    wout = tmp_path / "w.json"
+    assert main(["cka", "--a", a, "--b", b, "--weights-only", "--out", str(wout)]) == 0
+    assert json.loads(wout.read_text())["kind"] == "weight_change"
+    assert main(["cka", "--a", a, "--texts", str(texts_file), "--out", str(out)]) == 2
+    assert main(["cka", "--a", a, "--b", b, "--texts", str(tmp_path / "nope.txt"), "--out", str(out)]) == 2
+    assert main(["cka", "--a", a, "--b", str(tmp_path / "nope"), "--texts", str(texts_file)]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "Traceback" not in err
