@@ -316,7 +316,7 @@ def run_worker(
     poll_s: float = 1.0,
     launch: Callable[[Path, bool], list[str]] = train_argv,
 ) -> int:
-    """Serve the queue of ``root`` until it is empty. Returns 0; returns 0 at once when another worker holds the lock."""
+    """Serve the queue of ``root`` until it is empty (returns 0 at once when another worker holds the lock)."""
     root = _root(root)
     root.mkdir(parents=True, exist_ok=True)
     n = max_concurrent or default_max_concurrent()

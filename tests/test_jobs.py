@@ -18,7 +18,7 @@ from backend import jobs, rundir
 from backend.atomic import write_yaml
 from backend.config import default_config, load_config
 
-FAKE_TRAINER = r'''
+FAKE_TRAINER = r"""
 import os, signal, sys, time
 sys.path.insert(0, os.environ["REPO"])
 from backend import rundir
@@ -41,7 +41,7 @@ time.sleep(seconds)
 with open(os.path.join(os.path.dirname(d), "events.log"), "a") as f:
     f.write(f"end {os.path.basename(d)} {time.time()}\n")
 rundir.write_status(d, state="done", finished_at=time.time())
-'''
+"""
 
 
 @pytest.fixture

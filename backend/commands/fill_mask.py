@@ -5,7 +5,9 @@ from __future__ import annotations
 
 def add_arguments(parser) -> None:
     parser.add_argument("text", help="one sentence with exactly one [MASK] (or <mask>)")
-    parser.add_argument("--model", action="append", default=None, help="model spec; repeat for several (default: bundled)")
+    parser.add_argument(
+        "--model", action="append", default=None, help="model spec; repeat for several (default: bundled)"
+    )
     parser.add_argument("--top-k", type=int, default=5)
     parser.add_argument(
         "--trust-remote-code", action="append", default=[], metavar="MODEL", help="allow remote code for this model"

@@ -1,0 +1,115 @@
+"""Detour Lab browser app (``python -m app``). The UI holds no training logic: every action calls a backend function
+that the CLI also uses.
+
+This module has no gradio import: it holds the app's path policy. Every path typed or uploaded in the UI is
+resolved inside the allowed roots -- the runs folder, the uploads folder, the bundled assets, the evaluations
+folder and whatever ``DETOUR_ALLOWED_ROOTS`` lists (``:``-separated, e.g. ``../shared/data``) -- or refused with a
+message that names the roots.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from backend.errors import DetourError
+from backend.paths import ASSETS_DIR, REPO_ROOT, runs_dir
+
+ALLOWED_ROOTS_ENV = "DETOUR_ALLOWED_ROOTS"
+UPLOADS_ENV = "DETOUR_UPLOADS_DIR"
+EVALS_ENV = "DETOUR_EVALS_DIR"
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+
+
+class PathNotAllowed(DetourError):
+    def __init__(self, what: str, value: str, message: str):
+        self.key, self.value = what, value
+        super().__init__(message)
+
+
+def uploads_dir() -> Path:
+    return Path(os.environ.get(UPLOADS_ENV, REPO_ROOT / "uploads")).resolve()
+
+
+def evals_dir() -> Path:
+    return Path(os.environ.get(EVALS_ENV, REPO_ROOT / "evals")).resolve()
+
+
+def allowed_roots() -> list[Path]:
+    roots = [runs_dir(), uploads_dir(), ASSETS_DIR.resolve(), evals_dir()]
+    for part in os.environ.get(ALLOWED_ROOTS_ENV, "").split(os.pathsep):
+        if part.strip():
+            roots.append(Path(part.strip()).expanduser().resolve())
+    return roots
+
+
+def _inside(p: Path, root: Path) -> bool:
+    return p == root or p.is_relative_to(root)
+
+
+def check_path(value: str | Path, what: str = "path", must_exist: bool = True) -> Path:
+    """Resolve ``value`` (symlinks included) and require it inside an allowed root."""
+    raw = str(value).strip()
+    if not raw:
+        raise PathNotAllowed(what, raw, f"{what}: empty path")
+    p = Path(raw).expanduser()
+    p = (p if p.is_absolute() else Path.cwd() / p).resolve()
+    roots = allowed_roots()
+    if not any(_inside(p, r) for r in roots):
+        listed = ", ".join(str(r) for r in roots)
+        raise PathNotAllowed(
+            what,
+            raw,
+            f"{what}: '{raw}' is outside the folders this app may read ({listed}); "
+            f"add its folder to {ALLOWED_ROOTS_ENV} (':'-separated) to allow it",
+        )
+    if must_exist and not p.exists():
+        raise PathNotAllowed(what, raw, f"{what}: '{raw}' does not exist")
+    return p
+
+
+def looks_like_path(value: str) -> bool:
+    v = value.strip()
+    return v.startswith(("/", ".", "~")) or Path(v).expanduser().exists() or v.count("/") > 1 or "\\" in v
+
+
+def check_model_spec(spec: str, what: str = "model") -> str:
+    """A model as typed in the UI -> the spec the backend gets: a bundled name, a run name (-> its folder), an
+    allowed path, or a hub id (loaded only when an action asks for it)."""
+    from backend.models import bundled_models
+
+    spec = (spec or "").strip()
+    if not spec:
+        raise PathNotAllowed(what, spec, f"{what}: choose a model")
+    if spec in bundled_models():
+        return spec
+    run = runs_dir() / spec
+    if "/" not in spec and (run / "config.yaml").exists():
+        return str(run)
+    if looks_like_path(spec):
+        return str(check_path(spec, what))
+    if HUB_ID.match(spec):
+        return spec
+    raise PathNotAllowed(what, spec, f"{what}: '{spec}' is not a bundled model, a run, an allowed folder or a hub id")
+
+
+def check_corpus_spec(spec: str, what: str = "data.corpus") -> str:
+    spec = (spec or "").strip()
+    if spec in ("", "demo"):
+        return "demo"
+    if looks_like_path(spec):
+        return str(check_path(spec, what))
+    if HUB_ID.match(spec):
+        return spec
+    raise PathNotAllowed(what, spec, f"{what}: '{spec}' is not 'demo', an allowed file or folder, or a hub dataset id")
+
+
+def md_escape(text: object) -> str:
+    """Text for a gr.Markdown: '<mask>' and friends must show, not vanish as HTML tags."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def warn(exc: object) -> str:
+    """An error as one Markdown line."""
+    return f"⚠ {md_escape(exc)}"

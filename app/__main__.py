@@ -1,0 +1,65 @@
+"""``python -m app``: the Detour Lab browser app.
+
+Safe defaults: binds 127.0.0.1 (``--host`` to change), no public link unless ``--share``, optional password from
+``DETOUR_PASSWORD`` (user ``detour`` or ``DETOUR_USER``), uploads capped (``--max-upload``), analytics off, no
+network calls at start.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Before gradio is imported anywhere: no analytics, no version check, no hub telemetry.
+os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+import argparse  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m app", description="Detour Lab browser app")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=None, help="port (default: 7860 or the next free one)")
+    p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
+    p.add_argument("--runs-dir", default=None, help="runs folder (default: DETOUR_RUNS_DIR or ./runs)")
+    p.add_argument(
+        "--max-concurrent",
+        type=int,
+        default=None,
+        help="training jobs at once (default: DETOUR_MAX_CONCURRENT or 1); others queue",
+    )
+    p.add_argument(
+        "--max-upload",
+        default=os.environ.get("DETOUR_MAX_UPLOAD", "50mb"),
+        help="largest accepted upload, e.g. 50mb (default: DETOUR_MAX_UPLOAD or 50mb)",
+    )
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.runs_dir:
+        os.environ["DETOUR_RUNS_DIR"] = str(Path(args.runs_dir).resolve())
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        print("error: --max-concurrent must be >= 1", file=sys.stderr)
+        return 2
+    from app.main import AppContext, parse_size, start
+
+    try:
+        max_upload = parse_size(args.max_upload)
+    except ValueError:
+        print(f"error: --max-upload {args.max_upload!r}: expected a size like 50mb", file=sys.stderr)
+        return 2
+    password = os.environ.get("DETOUR_PASSWORD")
+    auth = (os.environ.get("DETOUR_USER", "detour"), password) if password else None
+    if (args.share or args.host not in ("127.0.0.1", "localhost", "::1")) and not auth:
+        print("warning: reachable from other machines without a password; set DETOUR_PASSWORD", file=sys.stderr)
+    ctx = AppContext(max_concurrent=args.max_concurrent, max_upload_bytes=max_upload)
+    start(args.host, args.port, args.share, ctx, auth=auth, block=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

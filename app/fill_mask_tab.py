@@ -1,0 +1,95 @@
+"""Fill-mask tab: one sentence, 2 to 4 models side by side, top-k tokens as probability bars
+(``backend.fill_mask.fill_mask``, the same function as ``python -m backend fill-mask``)."""
+
+from __future__ import annotations
+
+from app import check_model_spec, md_escape, warn
+from backend import plots
+from backend.errors import DetourError
+from backend.fill_mask import check_text, fill_mask
+from backend.paths import DEFAULT_MODEL
+
+SLOTS = 4
+EXAMPLE = "Aspirin inhibits the [MASK] of prostaglandins."
+
+
+def model_choices() -> list[str]:
+    from app.launch_tab import model_choices as mc
+
+    return mc()
+
+
+def predict(text: str, specs: list[str | None], trust: list[bool], top_k: int = 5) -> tuple[list, str]:
+    """-> (one figure or None per slot, message). Empty slots are skipped; every refusal is a message."""
+    try:
+        check_text(text)
+    except DetourError as exc:
+        return [None] * len(specs), warn(exc)
+    chosen = [(i, s.strip()) for i, s in enumerate(specs) if s and s.strip()]
+    if not chosen:
+        return [None] * len(specs), "⚠ choose at least one model"
+    figs: list = [None] * len(specs)
+    notes = []
+    for i, spec in chosen:
+        try:
+            resolved = check_model_spec(spec, f"model {i + 1}")
+            res = fill_mask([resolved], text, top_k=int(top_k), trust_remote_code=bool(trust[i]))[0]
+        except DetourError as exc:
+            notes.append(warn(f"slot {i + 1}: {exc}"))
+            continue
+        res["model"] = spec if len(spec) <= 40 else "…" + spec[-39:]
+        figs[i] = plots.fill_mask_figure(res)
+        top = res["predictions"][0]
+        notes.append(f"**{md_escape(spec)}**: `{top['sequence']}` ({top['prob']:.1%})")
+    return figs, "\n\n".join(notes)
+
+
+def build(ctx) -> dict:
+    import gradio as gr
+
+    choices = model_choices()
+    defaults = [DEFAULT_MODEL if DEFAULT_MODEL in choices else (choices[0] if choices else None)]
+    runs = [c for c in choices if c != DEFAULT_MODEL]
+    defaults.append(runs[0] if runs else None)
+    defaults += [None] * (SLOTS - len(defaults))
+    text = gr.Textbox(
+        value=EXAMPLE,
+        label="Sentence with one [MASK] (or <mask>: either works for every model)",
+        elem_id="fm-text",
+        max_lines=3,
+    )
+    with gr.Row():
+        top_k = gr.Slider(1, 20, value=5, step=1, label="top-k")
+        go_btn = gr.Button("Fill the mask", variant="primary", elem_id="fm-btn")
+    specs, trusts, outs = [], [], []
+    with gr.Row(equal_height=False):
+        for i in range(SLOTS):
+            with gr.Column(min_width=220):
+                specs.append(
+                    gr.Dropdown(
+                        choices=choices,
+                        value=defaults[i],
+                        label=f"Model {i + 1}",
+                        allow_custom_value=True,
+                        elem_id=f"fm-model-{i}",
+                    )
+                )
+                trusts.append(gr.Checkbox(value=False, label="trust remote code (this model)"))
+                outs.append(gr.Plot(label=f"Top-k, model {i + 1}", elem_id=f"fm-plot-{i}"))
+    msg = gr.Markdown("", elem_id="fm-msg")
+
+    def run(text_, k, *vals):
+        figs, message = predict(text_, list(vals[:SLOTS]), list(vals[SLOTS:]), int(k))
+        return [*figs, message]
+
+    gr.on(
+        [go_btn.click, text.submit],
+        run,
+        inputs=[text, top_k, *specs, *trusts],
+        outputs=[*outs, msg],
+        concurrency_limit=2,
+        api_name="fill_mask",
+    )
+    for s in specs:
+        s.focus(lambda: gr.update(choices=model_choices()), outputs=[s], queue=False, api_visibility="private")
+    return {"text": text, "button": go_btn, "plots": outs, "message": msg}

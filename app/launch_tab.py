@@ -1,0 +1,503 @@
+"""Launch tab: a form over the experiment config; validation next to each field; live YAML and command preview;
+save / load configs; Launch queues the run(s) through ``backend.jobs.submit`` (the CLI's ``prepare_runs``)."""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from app import check_corpus_spec, check_model_spec, check_path, uploads_dir, warn
+from backend import jobs
+from backend.config import config_to_yaml, default_config, load_config
+from backend.errors import ConfigError, DetourError
+from backend.paths import runs_dir
+
+
+@dataclass
+class Field:
+    key: str  # config key (dotted), or a pseudo key ("seeds")
+    label: str
+    kind: str  # text | int | float | check | radio | model | corpus | optint | layers
+    choices: list[str] = field(default_factory=list)
+    info: str | None = None
+    advanced: bool = False
+
+
+FIELDS: list[Field] = [
+    Field("name", "Run name", "text", info="folder name under the runs directory"),
+    Field(
+        "recipe",
+        "Recipe",
+        "radio",
+        ["pair", "clm_detour", "mlm"],
+        info="pair = a CLM-detour run and its MLM baseline, same data and budget",
+    ),
+    Field("model.name", "Model", "model", info="bundled name, hub id, local folder, or a previous run / checkpoint"),
+    Field("model.trust_remote_code", "Trust remote code for this model", "check"),
+    Field(
+        "data.corpus",
+        "Corpus",
+        "corpus",
+        info="'demo', a file or folder in an allowed root, an upload, or a hub dataset id",
+    ),
+    Field("phases.main.tokens", "Main-phase tokens (CLM detour / MLM 30%)", "int"),
+    Field("phases.warmup.tokens", "MLM warm-up tokens before main (0 = none)", "int"),
+    Field("phases.decay.fraction", "Decay fraction (of main-phase tokens)", "float", info="paper: 0.10"),
+    Field("phases.main.mlm_probability", "Main-phase masking rate (mlm recipe)", "float"),
+    Field("phases.decay.mlm_probability", "Decay masking rate", "float"),
+    Field("train.lr", "Peak learning rate", "text"),
+    Field("train.warmup_tokens", "LR warm-up tokens (blank = 10% of main)", "optint"),
+    Field("train.batch_size", "Batch size (sequences)", "int"),
+    Field("train.seq_len", "Sequence length", "int"),
+    Field("phases.main.freeze.layers", "Freeze layers during main", "layers", info="e.g. 0-7 (blank = none)"),
+    Field("phases.main.freeze.embeddings", "Freeze embeddings during main", "check"),
+    Field("phases.decay.freeze.layers", "Freeze layers during decay", "layers", info="e.g. 0-7 (blank = none)"),
+    Field("phases.decay.freeze.embeddings", "Freeze embeddings during decay", "check"),
+    Field("seeds", "Seeds", "text", info="one run per seed: '0' or '0,1,2'"),
+    Field("train.precision", "Precision", "radio", ["fp32", "bf16", "fp16"]),
+    Field("data.text_column", "Text column (jsonl/csv/parquet/hub)", "text", advanced=True),
+    Field("data.max_documents", "Max documents (blank = all)", "optint", advanced=True),
+    Field("train.grad_accum", "Gradient accumulation", "int", advanced=True),
+    Field("train.weight_decay", "Weight decay (decoupled)", "text", advanced=True),
+    Field("phases.decay.shape", "Decay shape", "radio", ["1-sqrt", "linear"], advanced=True),
+    Field("logging.log_every", "Log every (steps)", "int", advanced=True),
+    Field("logging.eval_every", "Held-out eval every (steps)", "int", advanced=True),
+    Field("logging.checkpoint_every", "Checkpoint every (steps)", "int", advanced=True),
+]
+KEYS = [f.key for f in FIELDS]
+FIELD_BY_KEY = {f.key: f for f in FIELDS}
+
+
+# --- pure handlers (tested without a browser) ---------------------------------------------------
+
+
+def _get(cfg: dict, key: str):
+    node = cfg
+    for p in key.split("."):
+        node = node[p]
+    return node
+
+
+def _set(cfg: dict, key: str, value) -> None:
+    parts = key.split(".")
+    node = cfg
+    for p in parts[:-1]:
+        node = node[p]
+    node[parts[-1]] = value
+
+
+def config_to_values(cfg: dict, seeds: str | None = None) -> list:
+    """Config -> one value per FIELDS entry (what the form shows)."""
+    out = []
+    for f in FIELDS:
+        if f.key == "seeds":
+            out.append(seeds if seeds is not None else str(cfg["train"]["seed"]))
+            continue
+        v = _get(cfg, f.key)
+        if f.kind in ("text", "layers", "optint"):
+            v = "" if v is None else (",".join(map(str, v)) if isinstance(v, list) else str(v))
+        out.append(v)
+    return out
+
+
+def default_values() -> list:
+    cfg = default_config()
+    cfg["name"] = _free_name(cfg["name"])
+    return config_to_values(cfg)
+
+
+def _free_name(name: str) -> str:
+    from backend.rundir import suggest_name
+
+    root = runs_dir()
+    if (root / name).exists() or (root / f"{name}-detour").exists():
+        return suggest_name(name, root)
+    return name
+
+
+def _scalar(key: str, raw):
+    """Text typed in a box -> a YAML scalar (``2e-4`` -> 0.0002), as ``--set`` does."""
+    from backend.config import parse_override
+
+    return parse_override(f"{key}={raw}")[1]
+
+
+def parse_seeds(raw) -> list[int]:
+    text = str(raw if raw is not None else "").strip()
+    if not text:
+        return []
+    if not re.fullmatch(r"\d+(\s*[, ]\s*\d+)*", text):
+        raise ConfigError("seeds", raw, "expected whole numbers separated by commas, e.g. '0' or '0,1,2'")
+    seeds = [int(s) for s in re.split(r"[,\s]+", text)]
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError("seeds", raw, "each seed once")
+    if len(seeds) > 8:
+        raise ConfigError("seeds", raw, "at most 8 seeds per launch")
+    return seeds
+
+
+def values_to_config(values: list) -> tuple[dict, list[int]]:
+    """Form values -> (validated config, seeds). Raises ConfigError / PathNotAllowed naming the field."""
+    cfg = default_config()
+    seeds: list[int] = []
+    for f, v in zip(FIELDS, values, strict=True):
+        if f.key == "seeds":
+            seeds = parse_seeds(v)
+            continue
+        if f.kind == "text" and f.key in ("train.lr", "train.weight_decay"):
+            v = _scalar(f.key, v) if str(v or "").strip() else None
+        elif f.kind == "text":
+            v = (v or "").strip()
+        elif f.kind == "layers":
+            v = (v or "").strip() or None
+        elif f.kind in ("int", "optint"):
+            if v is None or (isinstance(v, str) and not v.strip()):
+                v = None
+            else:
+                v = _scalar(f.key, v) if isinstance(v, str) else v
+                if isinstance(v, float) and v.is_integer():
+                    v = int(v)
+        elif f.kind == "float" and isinstance(v, str):
+            v = _scalar(f.key, v) if v.strip() else None
+        elif f.kind == "model":
+            v = check_model_spec(v or "", "model.name")
+        elif f.kind == "corpus":
+            v = check_corpus_spec(v or "", "data.corpus")
+        _set(cfg, f.key, v)
+    if seeds:
+        cfg["train"]["seed"] = seeds[0]
+    cfg = load_config(cfg)
+    return cfg, seeds
+
+
+def error_key(exc: Exception) -> str | None:
+    """Which form field an error belongs to."""
+    key = getattr(exc, "key", None)
+    if key:
+        if key in FIELD_BY_KEY:
+            return key
+        for k in KEYS:  # phases.main.freeze -> its layers field, train.betas -> none
+            if key.startswith(k) or k.startswith(key + "."):
+                return k
+        return None
+    msg = str(exc)
+    if msg.startswith("data.corpus") or "corpus" in msg.split(":")[0]:
+        return "data.corpus"
+    if msg.startswith(("model '", "model:")):
+        return "model.name"
+    return None
+
+
+def preflight(cfg: dict) -> None:
+    """Model-level checks that need no data and no network (model resolves, freeze ranges fit the model)."""
+    from backend.models import resolve_model
+    from backend.preflight import check
+
+    if cfg["model"]["name"] != "from_scratch" and resolve_model(cfg["model"]["name"]).kind == "hub":
+        return  # checked at launch: no network while typing
+    check(cfg, check_data=False)
+
+
+def validate_form(values: list, deep: bool = True) -> dict:
+    """-> {"ok", "cfg", "seeds", "yaml", "python", "accelerate", "errors": {key: message}, "message"}."""
+    out = {
+        "ok": False,
+        "cfg": None,
+        "seeds": [],
+        "yaml": "",
+        "python": "",
+        "accelerate": "",
+        "errors": {},
+        "message": "",
+    }
+    try:
+        cfg, seeds = values_to_config(values)
+        if deep:
+            preflight(cfg)
+    except (DetourError, ValueError) as exc:
+        key = error_key(exc)
+        msg = str(exc)
+        out["errors"] = {key: msg} if key else {}
+        out["message"] = warn(msg)
+        return out
+    prev = jobs.command_preview(cfg)
+    seed_note = f"  # x seeds {','.join(map(str, seeds))}" if len(seeds) > 1 else ""
+    out.update(
+        ok=True,
+        cfg=cfg,
+        seeds=seeds,
+        yaml=config_to_yaml(cfg),
+        python=prev["python"] + seed_note,
+        accelerate=prev["accelerate"] + seed_note,
+        message="✓ config valid",
+    )
+    return out
+
+
+def launch(values: list, max_concurrent: int | None = None) -> dict:
+    """Validate, then queue through ``backend.jobs.submit`` (prepare_runs + detached worker)."""
+    res = validate_form(values)
+    if not res["ok"]:
+        return {**res, "runs": []}
+    try:
+        dirs = jobs.submit(res["cfg"], root=runs_dir(), seeds=res["seeds"] or None, max_concurrent=max_concurrent)
+    except DetourError as exc:
+        key = error_key(exc)
+        return {**res, "ok": False, "runs": [], "errors": {key: str(exc)} if key else {}, "message": warn(exc)}
+    names = ", ".join(d.name for d in dirs)
+    return {**res, "runs": dirs, "message": f"✓ queued {names}: follow it in the Runs tab"}
+
+
+def save_config(values: list) -> tuple[Path | None, str]:
+    res = validate_form(values, deep=False)
+    if not res["ok"]:
+        return None, res["message"]
+    d = uploads_dir() / "configs"
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{res['cfg']['name']}.yaml"
+    from backend.atomic import write_text
+
+    write_text(path, res["yaml"])
+    return path, f"saved {path}"
+
+
+def saved_configs() -> list[str]:
+    d = uploads_dir() / "configs"
+    return sorted(str(p) for p in d.glob("*.yaml")) if d.exists() else []
+
+
+def load_config_file(path: str | None) -> tuple[list | None, str]:
+    """A YAML file (upload or saved) -> form values; only the form's keys are shown, the rest is defaults."""
+    if not path:
+        return None, "choose a config file"
+    try:
+        p = Path(path)
+        if not _is_gradio_upload(p):
+            p = check_path(path, "config")
+        raw = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        if not isinstance(raw, dict):
+            raise ConfigError("config", path, "the top level must be a mapping")
+        raw = copy.deepcopy(raw)
+        raw.pop("_meta", None)
+        cfg = load_config(raw)
+    except (DetourError, OSError, yaml.YAMLError) as exc:
+        return None, warn(exc)
+    return config_to_values(cfg), f"loaded {Path(path).name}"
+
+
+def _is_gradio_upload(p: Path) -> bool:
+    """Files Gradio received from the browser live in its cache folder."""
+    import os
+    import tempfile
+
+    cache = Path(os.environ.get("GRADIO_TEMP_DIR") or Path(tempfile.gettempdir()) / "gradio").resolve()
+    return p.resolve().is_relative_to(cache)
+
+
+def store_upload(path: str | None, max_bytes: int) -> tuple[str | None, str]:
+    """Copy an uploaded corpus into the uploads folder (it must outlive Gradio's cache). -> (new path, message)."""
+    if not path:
+        return None, ""
+    src = Path(path)
+    size = src.stat().st_size
+    if size > max_bytes:
+        return None, f"⚠ upload refused: {size / 1e6:.1f} MB is over the {max_bytes / 1e6:.0f} MB limit"
+    if src.suffix.lower() not in (".txt", ".jsonl", ".json", ".csv", ".parquet"):
+        return None, f"⚠ upload refused: '{src.suffix}' files are not a corpus (.txt, .jsonl, .csv, .parquet)"
+    dst_dir = uploads_dir() / "corpora"
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", src.name)
+    dst = dst_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{safe}"
+    shutil.copyfile(src, dst)
+    return str(dst), f"stored {dst.name} ({size / 1e3:.0f} kB)"
+
+
+def model_choices() -> list[str]:
+    from backend.models import bundled_models
+    from backend.rundir import list_runs
+
+    runs = [r.name for r in list_runs(runs_dir()) if (r.path / "final").exists() or (r.path / "checkpoints").exists()]
+    return bundled_models() + runs
+
+
+# --- UI -----------------------------------------------------------------------------------------
+
+
+def build(ctx) -> dict:
+    import gradio as gr
+
+    values = default_values()
+    first = validate_form(values, deep=False)
+    comps: dict[str, gr.components.Component] = {}
+    errs: dict[str, gr.components.Component] = {}
+
+    def make(f: Field, v):
+        if f.kind == "check":
+            c = gr.Checkbox(value=bool(v), label=f.label, info=f.info)
+        elif f.kind == "radio":
+            c = gr.Radio(choices=f.choices, value=v, label=f.label, info=f.info)
+        elif f.kind == "model":
+            c = gr.Dropdown(choices=model_choices(), value=v, label=f.label, info=f.info, allow_custom_value=True)
+        elif f.kind == "corpus":
+            c = gr.Dropdown(choices=["demo"], value=v, label=f.label, info=f.info, allow_custom_value=True)
+        elif f.kind == "int":
+            c = gr.Number(value=v, label=f.label, info=f.info, precision=0)
+        elif f.kind == "float":
+            c = gr.Number(value=v, label=f.label, info=f.info, step=0.01)
+        else:
+            c = gr.Textbox(value=v, label=f.label, info=f.info, max_lines=1)
+        comps[f.key] = c
+        errs[f.key] = gr.Markdown("", visible=False, elem_classes=["field-error"])
+
+    vals = dict(zip(KEYS, values, strict=True))
+    with gr.Row():
+        with gr.Column(scale=3):
+            gr.Markdown("### Experiment")
+            groups = [
+                ("Run", ["name", "recipe", "seeds", "train.precision"]),
+                ("Model and data", ["model.name", "model.trust_remote_code", "data.corpus"]),
+                (
+                    "Phase budgets and masking",
+                    [
+                        "phases.main.tokens",
+                        "phases.warmup.tokens",
+                        "phases.decay.fraction",
+                        "phases.main.mlm_probability",
+                        "phases.decay.mlm_probability",
+                    ],
+                ),
+                ("Optimisation", ["train.lr", "train.warmup_tokens", "train.batch_size", "train.seq_len"]),
+                (
+                    "Freeze",
+                    [
+                        "phases.main.freeze.layers",
+                        "phases.main.freeze.embeddings",
+                        "phases.decay.freeze.layers",
+                        "phases.decay.freeze.embeddings",
+                    ],
+                ),
+            ]
+            for title, keys in groups:
+                with gr.Group():
+                    gr.Markdown(f"**{title}**")
+                    with gr.Row(equal_height=False):
+                        for k in keys:
+                            with gr.Column(min_width=200):
+                                make(FIELD_BY_KEY[k], vals[k])
+                    if "data.corpus" in keys:
+                        with gr.Row():
+                            upload = gr.File(
+                                label=f"…or upload a corpus (≤ {ctx.max_upload_bytes // 2**20} MB)",
+                                file_types=[".txt", ".jsonl", ".csv", ".parquet"],
+                                height=80,
+                                elem_id="corpus-upload",
+                            )
+                            upload_msg = gr.Markdown("")
+            with gr.Accordion("Advanced", open=False):
+                with gr.Row(equal_height=False):
+                    for f in FIELDS:
+                        if f.advanced:
+                            with gr.Column(min_width=200):
+                                make(f, vals[f.key])
+            with gr.Row():
+                launch_btn = gr.Button("Launch (queue)", variant="primary", elem_id="launch-btn")
+                save_btn = gr.Button("Save config")
+            status = gr.Markdown(first["message"], elem_id="launch-status")
+            saved_file = gr.File(label="Saved config", visible=False, interactive=False)
+            with gr.Accordion("Load a config", open=False):
+                with gr.Row():
+                    load_saved = gr.Dropdown(choices=saved_configs(), label="Saved configs", allow_custom_value=True)
+                    load_upload = gr.File(
+                        label="…or upload a YAML", file_types=[".yaml", ".yml"], height=90, elem_id="config-upload"
+                    )
+        with gr.Column(scale=2):
+            gr.Markdown("### Preview")
+            py_cmd = gr.Code(
+                first["python"], label="CLI command", language="shell", lines=2, interactive=False, elem_id="cmd-python"
+            )
+            acc_cmd = gr.Code(
+                first["accelerate"], label="accelerate launch form", language="shell", lines=2, interactive=False
+            )
+            yaml_box = gr.Code(
+                first["yaml"], label="config.yaml", language="yaml", lines=24, interactive=False, elem_id="yaml-preview"
+            )
+
+    inputs = [comps[k] for k in KEYS]
+    err_outputs = [errs[k] for k in KEYS]
+
+    def render(res: dict) -> list:
+        ups = []
+        for k in KEYS:
+            m = res["errors"].get(k)
+            ups.append(gr.update(value=warn(m) if m else "", visible=bool(m)))
+        return [res["yaml"], res["python"], res["accelerate"], res["message"], *ups]
+
+    def on_change(*vals):
+        return render(validate_form(list(vals)))
+
+    preview_outputs = [yaml_box, py_cmd, acc_cmd, status, *err_outputs]
+    # .input = a user's edit (programmatic updates, e.g. loading a config, chain one validation with .then)
+    validate_kw = dict(
+        inputs=inputs, outputs=preview_outputs, show_progress="hidden", concurrency_limit=1, concurrency_id="validate"
+    )
+    gr.on([c.input for c in inputs], on_change, trigger_mode="always_last", api_name="validate", **validate_kw)
+
+    def on_launch(*vals):
+        res = launch(list(vals), ctx.max_concurrent)
+        name_update = gr.update(value=_free_name(res["cfg"]["name"])) if res.get("runs") else gr.update()
+        return [*render(res), name_update]
+
+    launch_btn.click(
+        on_launch, inputs=inputs, outputs=[*preview_outputs, comps["name"]], concurrency_limit=1, api_name="launch"
+    )
+
+    def on_save(*vals):
+        path, msg = save_config(list(vals))
+        return (
+            gr.update(value=str(path) if path else None, visible=bool(path)),
+            msg,
+            gr.update(choices=saved_configs()),
+        )
+
+    save_btn.click(on_save, inputs=inputs, outputs=[saved_file, status, load_saved], api_name="save_config")
+
+    def on_load(path):
+        vals_, msg = load_config_file(path)
+        if vals_ is None:
+            return [*[gr.update() for _ in KEYS], msg]
+        return [*vals_, msg]
+
+    load_saved.input(on_load, inputs=[load_saved], outputs=[*inputs, status], api_name="load_saved_config").then(
+        on_change, api_visibility="private", **validate_kw
+    )
+    load_upload.upload(on_load, inputs=[load_upload], outputs=[*inputs, status], api_name="load_config").then(
+        on_change, api_visibility="private", **validate_kw
+    )
+
+    def on_upload(path):
+        new, msg = store_upload(path, ctx.max_upload_bytes)
+        return (gr.update(value=new, choices=["demo", new]) if new else gr.update()), msg
+
+    upload.upload(
+        on_upload, inputs=[upload], outputs=[comps["data.corpus"], upload_msg], api_name="upload_corpus"
+    ).then(on_change, api_visibility="private", **validate_kw)
+
+    def refresh_models():
+        return gr.update(choices=model_choices())
+
+    comps["model.name"].focus(refresh_models, outputs=[comps["model.name"]], queue=False, api_visibility="private")
+    return {
+        "inputs": comps,
+        "errors": errs,
+        "status": status,
+        "yaml": yaml_box,
+        "python": py_cmd,
+        "launch": launch_btn,
+        "load": on_change,
+    }

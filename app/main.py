@@ -1,0 +1,109 @@
+"""Builds the Detour Lab Blocks from the tab modules and launches it with safe defaults."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+import gradio as gr  # noqa: E402
+
+from app import analyze_tab, fill_mask_tab, launch_tab, ner_tab, runs_tab, uploads_dir  # noqa: E402
+
+DEFAULT_MAX_UPLOAD = 50 * 1024 * 1024
+CSS = """
+.field-error { color: #b91c1c; font-size: 0.85em; margin-top: -6px; }
+.field-error p { color: #b91c1c; }
+"""
+THEME = gr.themes.Soft(
+    font=["ui-sans-serif", "system-ui", "Segoe UI", "Roboto", "sans-serif"],  # no web fonts: no network at start
+    font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "monospace"],
+)
+
+
+@dataclass
+class AppContext:
+    max_concurrent: int | None = None
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD
+
+
+def parse_size(value: str | int | None) -> int:
+    """'50mb' / '2gb' / '500kb' / bytes -> bytes."""
+    if value is None or value == "":
+        return DEFAULT_MAX_UPLOAD
+    if isinstance(value, int):
+        return value
+    v = str(value).strip().lower()
+    for unit, mult in (("gb", 1024**3), ("mb", 1024**2), ("kb", 1024), ("b", 1)):
+        if v.endswith(unit):
+            return int(float(v[: -len(unit)]) * mult)
+    return int(v)
+
+
+def warm_imports() -> None:
+    """Import transformers' lazy classes once, up front: the first lazy import is not thread-safe and the app's
+    handlers run in several threads."""
+    import transformers
+
+    for name in ("AutoConfig", "AutoTokenizer", "AutoModel", "AutoModelForMaskedLM", "AutoModelForTokenClassification"):
+        getattr(transformers, name)
+
+
+def build_app(ctx: AppContext | None = None) -> gr.Blocks:
+    ctx = ctx or AppContext()
+    with gr.Blocks(title="Detour Lab", analytics_enabled=False) as demo:
+        gr.Markdown(
+            "## Detour Lab — encoder continued pretraining with a causal-LM detour\n"
+            "Launch CLM-detour and MLM runs, watch their curves, compare representations, probe the models."
+        )
+        with gr.Tabs():
+            with gr.Tab("Launch", id="launch"):
+                launch_tab.build(ctx)
+            with gr.Tab("Runs", id="runs"):
+                runs_tab.build(ctx)
+            with gr.Tab("Analyze", id="analyze"):
+                analyze_tab.build(ctx)
+            with gr.Tab("Fill-mask", id="fill-mask"):
+                fill_mask_tab.build(ctx)
+            with gr.Tab("NER", id="ner"):
+                ner_tab.build(ctx)
+    return demo
+
+
+def launch_kwargs(host: str, port: int | None, share: bool, ctx: AppContext, auth=None) -> dict:
+    uploads = uploads_dir()
+    uploads.mkdir(parents=True, exist_ok=True)
+    return dict(
+        server_name=host,
+        server_port=port,
+        share=share,
+        auth=auth,
+        max_file_size=ctx.max_upload_bytes,
+        allowed_paths=[str(uploads)],
+        show_error=True,
+        theme=THEME,
+        css=CSS,
+        footer_links=["api"],
+        mcp_server=False,
+        ssr_mode=False,
+    )
+
+
+def start(
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    share: bool = False,
+    ctx: AppContext | None = None,
+    auth=None,
+    block: bool = True,
+):
+    """Recover the queue (queued runs with no worker get one), build and launch. Returns (demo, url)."""
+    ctx = ctx or AppContext()
+    warm_imports()
+    runs_tab.ensure_worker_if_queued(ctx.max_concurrent)
+    demo = build_app(ctx)
+    demo.queue(default_concurrency_limit=4)
+    _, url, _ = demo.launch(prevent_thread_lock=not block, **launch_kwargs(host, port, share, ctx, auth))
+    return demo, url

@@ -1,0 +1,267 @@
+"""Reports tab: the mini-replication reports found under ``reports/`` (``python -m backend replicate``), each shown as
+its plain-language summary, tables and figures, with report.html / report.json to download; and a button that
+launches the quick preset as a detached process (its own session, output to ``<report>/replicate.log``, never a
+pipe), so closing the browser or restarting the app never stops it. A timer polls its status and log.
+
+The handlers are plain functions (tested without a browser); ``build_reports_tab()`` only wires them."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from backend.errors import DetourError
+from backend.paths import REPO_ROOT
+
+POLL_S = 3.0
+LOG_NAME = "replicate.log"
+LOG_LINES = 40
+FIGURES = [
+    ("f1", "NER F1 per model (mean ± std, each seed)"),
+    ("f1_table", "Paired comparisons on F1 (CIs, wins)"),
+    ("divergence", "Divergence per layer with the seed-noise control"),
+    ("cka_heatmaps", "CKA heatmaps"),
+    ("weight_change", "Weight change per layer"),
+    ("loss_curves", "Held-out MLM loss"),
+    ("train_loss", "Training loss"),
+]
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+_children: list[subprocess.Popen] = []  # replications this process started (reaped so none stays a zombie)
+
+
+def reports_root() -> Path:
+    from backend.replicate import reports_dir
+
+    return reports_dir()
+
+
+def list_reports() -> list[str]:
+    """Replication folders under the reports root (newest first): those with a settings, status or report file."""
+    root = reports_root()
+    if not root.is_dir():
+        return []
+    found = []
+    for d in root.iterdir():
+        if d.is_dir() and not d.name.startswith(".") and _NAME.match(d.name):
+            marks = [d / n for n in ("report.json", "status.json", "settings.json", LOG_NAME)]
+            times = [p.stat().st_mtime for p in marks if p.exists()]
+            if times:
+                found.append((max(times), d.name))
+    return [n for _, n in sorted(found, reverse=True)]
+
+
+def report_dir(name: str | None) -> Path:
+    """The folder of report ``name``: a plain name under the reports root, never a path."""
+    name = (name or "").strip()
+    if not _NAME.match(name) or ".." in name:
+        raise DetourError(f"report '{name}': give the name of a folder under {reports_root()}")
+    d = reports_root() / name
+    if not d.is_dir():
+        raise DetourError(f"report '{name}': no such folder under {reports_root()}")
+    return d
+
+
+def _tail(path: Path, n: int = LOG_LINES) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64_000))
+            raw = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [ln.rstrip("\r").rsplit("\r", 1)[-1] for ln in raw.split("\n")]  # progress bars: their last state
+    return "\n".join([ln for ln in lines if ln.strip()][-n:])
+
+
+def status_text(name: str | None) -> tuple[str, str]:
+    """(status Markdown, log tail) of a report folder."""
+    from backend.replicate import read_markers, read_state
+
+    if not (name or "").strip():
+        return "No report selected. Launch the quick preset, or run `python -m backend replicate`.", ""
+    try:
+        d = report_dir(name)
+    except DetourError as exc:
+        return f"**{exc}**", ""
+    st = read_state(d)
+    state = st.get("state", "none")
+    done = len([k for k in read_markers(d) if not k.endswith(".failed")])
+    total = st.get("steps_total") or "?"
+    parts = [f"**{name}**: {state}"]
+    if state == "running":
+        parts.append(f"step {st.get('current_step') or '…'} ({done}/{total} steps done, pid {st.get('pid')})")
+    elif state != "none":
+        parts.append(f"{done}/{total} steps done")
+    if st.get("error"):
+        parts.append(f"error: {st['error']}")
+    return " · ".join(parts), _tail(d / LOG_NAME)
+
+
+def _served_copy(path: Path, name: str) -> str:
+    """A copy in the system temp dir, which gradio always serves (the reports root may be outside its cwd)."""
+    dst = Path(tempfile.gettempdir()) / "detour-reports" / name / path.name
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if not dst.exists() or dst.stat().st_mtime < path.stat().st_mtime:
+        shutil.copy2(path, dst)
+    return str(dst)
+
+
+def load_view(name: str | None) -> dict:
+    """Everything the tab shows for one report: summary Markdown, figures by name, downloadable files, status."""
+    from backend.report import load_figure
+
+    status, log = status_text(name)
+    view = {"summary": "", "figures": {k: None for k, _ in FIGURES}, "files": [], "status": status, "log": log}
+    if not (name or "").strip():
+        return view
+    try:
+        d = report_dir(name)
+    except DetourError as exc:
+        view["summary"] = f"**{exc}**"
+        return view
+    md = d / "report.md"
+    if md.exists():
+        view["summary"] = md.read_text(encoding="utf-8")
+    else:
+        view["summary"] = "No report yet: it is written when the replication finishes (see the status and log)."
+    for key, _ in FIGURES:
+        view["figures"][key] = load_figure(d, key)
+    view["files"] = [_served_copy(d / f, name) for f in ("report.html", "report.json") if (d / f).exists()]
+    return view
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    pp = env.get("PYTHONPATH", "")
+    if str(REPO_ROOT) not in pp.split(os.pathsep):
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), pp]) if pp else str(REPO_ROOT)
+    return env
+
+
+def launch_quick(name: str = "quick", extra_args: list[str] | None = None) -> tuple[str, str]:
+    """Start ``python -m backend replicate --preset quick --out <reports>/<name>`` detached. Returns (message, name).
+
+    Refuses when that folder's replication is still running; a finished or interrupted one is resumed (finished
+    steps are kept). The model and data are checked first, so a missing base model is said here, not in a log."""
+    from backend.replicate import read_state, resolve_settings
+
+    name = (name or "quick").strip()
+    if not _NAME.match(name) or ".." in name:
+        raise DetourError(f"report name '{name}': use letters, digits, '_', '-' or '.'")
+    out = reports_root() / name
+    if read_state(out).get("state") == "running":
+        raise DetourError(f"'{name}' is already running (pid {read_state(out).get('pid')}); wait for it to finish")
+    resolve_settings("quick")  # raises a clear error (base model not built, data absent) before anything starts
+    out.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "backend", "replicate", "--preset", "quick", "--out", str(out), *(extra_args or [])]
+    for p in list(_children):
+        if p.poll() is not None:
+            _children.remove(p)
+    with open(out / LOG_NAME, "ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            cwd=str(REPO_ROOT),
+            env=_child_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    _children.append(proc)
+    return f"Started the quick preset in `{out}` (pid {proc.pid}); about 10 minutes. The status below updates.", name
+
+
+# --- UI -----------------------------------------------------------------------------------------
+
+
+def build_reports_tab() -> dict:
+    """Create the tab's components inside the current ``gr.Blocks`` / ``gr.Tab`` context and wire them."""
+    import gradio as gr
+
+    names = list_reports()
+    first = names[0] if names else None
+    v0 = load_view(first)
+    gr.Markdown(
+        "Mini replications of the paper's three findings (`python -m backend replicate --preset quick|mini`). "
+        "Each report states what was measured, what the paper found and whether it replicated, in plain words."
+    )
+    with gr.Row():
+        pick = gr.Dropdown(
+            choices=names,
+            value=first,
+            label="Report",
+            elem_id="rep-pick",
+            allow_custom_value=True,  # reports appear after the page was built; handlers accept names only
+            scale=3,
+        )
+        refresh_btn = gr.Button("Refresh", scale=1, min_width=120)
+        launch_btn = gr.Button("Run the quick preset (~10 min)", variant="primary", scale=2, elem_id="rep-launch")
+    launch_msg = gr.Markdown("", elem_id="rep-launch-msg")
+    status = gr.Markdown(v0["status"], elem_id="rep-status")
+    with gr.Accordion("Log (replicate.log, tail)", open=False):
+        log_box = gr.Code(value=v0["log"], lines=14, interactive=False, elem_id="rep-log")
+    files = gr.File(
+        value=v0["files"] or None,
+        label="report.html / report.json",
+        file_count="multiple",
+        interactive=False,
+        elem_id="rep-files",
+    )
+    summary = gr.Markdown(v0["summary"], elem_id="rep-summary")
+    plots = []
+    for key, label in FIGURES:
+        plots.append(gr.Plot(value=v0["figures"][key], label=label, elem_id=f"rep-fig-{key}"))
+    timer = gr.Timer(POLL_S, active=True)
+    seen = gr.State({"name": first, "report_mtime": _mtime(first)})
+
+    def show(name):
+        v = load_view(name)
+        state = {"name": name, "report_mtime": _mtime(name)}
+        return [v["status"], v["log"], v["files"] or None, v["summary"], *[v["figures"][k] for k, _ in FIGURES], state]
+
+    view_outs = [status, log_box, files, summary, *plots, seen]
+
+    def poll(name, state):
+        """Status and log every tick; the whole view again only when the report file changed."""
+        st, log = status_text(name)
+        if name and state.get("name") == name and _mtime(name) != state.get("report_mtime"):
+            return show(name)
+        return [st, log, *([gr.skip()] * (len(view_outs) - 3)), state]
+
+    def refresh(name):
+        names_now = list_reports()
+        value = name if name in names_now else (names_now[0] if names_now else None)
+        return [gr.update(choices=names_now, value=value), *show(value)]
+
+    def launch():
+        try:
+            msg, name = launch_quick("quick")
+        except DetourError as exc:
+            return [f"**Not started:** {exc}", gr.skip(), *([gr.skip()] * len(view_outs))]
+        names_now = list_reports()
+        return [msg, gr.update(choices=names_now, value=name), *show(name)]
+
+    pick.change(show, inputs=[pick], outputs=view_outs, show_progress="hidden", api_name="report_view")
+    refresh_btn.click(refresh, inputs=[pick], outputs=[pick, *view_outs], api_name="reports_refresh")
+    launch_btn.click(launch, outputs=[launch_msg, pick, *view_outs], api_name="replicate_quick")
+    timer.tick(
+        poll, inputs=[pick, seen], outputs=view_outs, show_progress="hidden", queue=False, api_visibility="private"
+    )
+    return {"pick": pick, "summary": summary, "plots": plots, "timer": timer, "launch": launch_btn}
+
+
+def _mtime(name: str | None) -> float | None:
+    if not name:
+        return None
+    try:
+        return (report_dir(name) / "report.json").stat().st_mtime
+    except (DetourError, OSError):
+        return None

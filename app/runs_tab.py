@@ -1,0 +1,239 @@
+"""Runs tab: every run on disk with status and progress; live curves polled from the run directories by a timer;
+log tail; Cancel / Resume through ``backend.jobs``. Nothing here trains: it only reads run directories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app import warn
+from backend import jobs, plots
+from backend.errors import DetourError
+from backend.paths import runs_dir
+from backend.rundir import check_run_name, list_runs, read_metrics
+
+POLL_S = 2.0
+TABLE_COLUMNS = ["run", "state", "phase", "step", "tokens", "progress", "ETA", "error"]
+
+
+def run_infos():
+    """Runs newest first (``state`` accounts for a dead process: running + gone = failed)."""
+    runs = list_runs(runs_dir())
+    return sorted(runs, key=lambda r: (r.status.get("created_at") or 0, r.name), reverse=True)
+
+
+def runs_table() -> list[list]:
+    rows = []
+    for r in run_infos():
+        row = plots.run_summary(r.name, {**r.status, "state": r.state})
+        rows.append([row[c] for c in TABLE_COLUMNS])
+    return rows
+
+
+def run_names() -> list[str]:
+    return [r.name for r in run_infos()]
+
+
+def default_selection(limit: int = 2) -> list[str]:
+    """What the curves show when nothing is ticked: running runs, else the newest ones."""
+    runs = run_infos()
+    running = [r.name for r in runs if r.state in ("running", "queued")]
+    picked = running[:limit] if running else []
+    for r in runs:
+        if len(picked) >= limit:
+            break
+        if r.name not in picked:
+            picked.append(r.name)
+    return picked
+
+
+def run_path(name: str) -> Path:
+    """A run name from the UI -> its folder (names only: no paths reach the file system from here)."""
+    check_run_name(name)
+    p = runs_dir() / name
+    if not (p / "config.yaml").exists():
+        raise DetourError(f"run '{name}': not found in {runs_dir()}")
+    return p
+
+
+def curves(names: list[str] | None, axis: str = "tokens_seen"):
+    names = list(names or []) or default_selection()
+    data = {}
+    for n in names:
+        try:
+            data[n] = read_metrics(run_path(n))
+        except DetourError:
+            continue
+    return plots.train_loss_figure(data, axis), plots.eval_loss_figure(data, axis)
+
+
+def log_tail(name: str | None, lines: int = 40) -> str:
+    if not name:
+        return ""
+    try:
+        p = run_path(name) / "train.log"
+    except DetourError as exc:
+        return str(exc)
+    if not p.exists():
+        return "(no train.log yet: the run is waiting in the queue)"
+    with open(p, "rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        f.seek(max(0, size - 64_000))
+        text = f.read().decode("utf-8", errors="replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def cancel_run(name: str | None) -> str:
+    if not name:
+        return "choose a run first"
+    try:
+        return "" + jobs.cancel(run_path(name))
+    except DetourError as exc:
+        return warn(exc)
+
+
+def resume_run(name: str | None, max_concurrent: int | None = None) -> str:
+    if not name:
+        return "choose a run first"
+    try:
+        return "" + jobs.resume(run_path(name), root=runs_dir(), max_concurrent=max_concurrent)
+    except DetourError as exc:
+        return warn(exc)
+
+
+def ensure_worker_if_queued(max_concurrent: int | None = None) -> int | None:
+    """At app start: queued runs with no worker (the machine rebooted, the worker was killed) get one."""
+    if any(r.state == "queued" for r in run_infos()):
+        return jobs.ensure_worker(runs_dir(), max_concurrent)
+    return None
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return -1
+
+
+def poll_update(selected, log_name, axis: str, state: dict | None, force: bool = False) -> dict:
+    """One timer tick: what changed since ``state``. ``None`` for a part = unchanged (the UI sends nothing), so an
+    idle page costs a few stat() calls, not a re-sent figure every two seconds."""
+    state = dict(state or {})
+    names = run_names()
+    out = {"names": names, "names_changed": names != state.get("names"), "selected": list(selected or [])}
+    if out["names_changed"]:
+        out["selected"] = [s for s in out["selected"] if s in names]
+        log_name = log_name if log_name in names else (names[0] if names else None)
+    out["log_run"] = log_name
+    rows = runs_table()
+    out["table"] = rows if force or rows != state.get("rows") else None
+    plotted = [n for n in (out["selected"] or default_selection()) if n in names]  # names only, never paths
+    plot_sig = [axis, *[(n, _size(runs_dir() / n / "metrics.jsonl")) for n in plotted]]
+    out["curves"] = curves(plotted, axis) if force or plot_sig != state.get("plot_sig") else None
+    log_sig = [log_name, _size(runs_dir() / log_name / "train.log") if log_name in names else -1]
+    out["log"] = log_tail(log_name) if force or log_sig != state.get("log_sig") else None
+    out["state"] = {"names": names, "rows": rows, "plot_sig": plot_sig, "log_sig": log_sig}
+    return out
+
+
+# --- UI -----------------------------------------------------------------------------------------
+
+
+def build(ctx) -> dict:
+    import gradio as gr
+
+    names = run_names()
+    sel0 = default_selection()
+    fig_train, fig_eval = curves(sel0)
+    with gr.Row():
+        axis = gr.Radio(["tokens_seen", "step"], value="tokens_seen", label="x axis", scale=2, min_width=300)
+        live = gr.Checkbox(value=True, label=f"Live (poll every {POLL_S:g} s)", scale=1, min_width=200)
+        refresh_btn = gr.Button("Refresh", scale=1, min_width=120)
+    table = gr.Dataframe(
+        value=runs_table() or None,
+        headers=TABLE_COLUMNS,
+        interactive=False,
+        wrap=True,
+        label="Runs",
+        elem_id="runs-table",
+        max_height=300,
+    )
+    compare = gr.Dropdown(
+        choices=names,
+        value=[],
+        multiselect=True,
+        label="Compare runs (overlay)",
+        info="empty = running runs, else the newest two",
+        elem_id="runs-compare",
+        allow_custom_value=True,  # runs appear after the page was built; handlers accept run names only
+    )
+    with gr.Row():
+        plot_train = gr.Plot(value=fig_train, label="Training loss", elem_id="plot-train")
+        plot_eval = gr.Plot(value=fig_eval, label="Held-out MLM loss", elem_id="plot-eval")
+    with gr.Row():
+        with gr.Column(scale=3):
+            log_run = gr.Dropdown(
+                choices=names,
+                value=sel0[0] if sel0 else None,
+                label="Run",
+                elem_id="runs-selected",
+                allow_custom_value=True,
+            )
+            log_box = gr.Code(
+                value=log_tail(sel0[0] if sel0 else None),
+                label="train.log (tail)",
+                lines=14,
+                interactive=False,
+                elem_id="runs-log",
+            )
+        with gr.Column(scale=1, min_width=200):
+            cancel_btn = gr.Button("Cancel", variant="stop")
+            resume_btn = gr.Button("Resume")
+            action_msg = gr.Markdown("")
+    known = gr.State({"names": names})
+    timer = gr.Timer(POLL_S, active=True)
+
+    def poll(selected, log_name, axis_, state, force=False):
+        up = poll_update(selected, log_name, axis_, state, force=force)
+        sk = gr.skip()
+        sel_up = gr.update(choices=up["names"], value=up["selected"]) if up["names_changed"] else sk
+        log_up = gr.update(choices=up["names"], value=up["log_run"]) if up["names_changed"] else sk
+        table_up = sk if up["table"] is None else (up["table"] or None)
+        f1, f2 = up["curves"] if up["curves"] is not None else (sk, sk)
+        log_val = sk if up["log"] is None else up["log"]
+        return table_up, f1, f2, log_val, sel_up, log_up, up["state"]
+
+    def refresh(selected, log_name, axis_, state):
+        return poll(selected, log_name, axis_, state, force=True)
+
+    outs = [table, plot_train, plot_eval, log_box, compare, log_run, known]
+    timer.tick(
+        poll,
+        inputs=[compare, log_run, axis, known],
+        outputs=outs,
+        show_progress="hidden",
+        queue=False,
+        api_name="runs_poll",
+    )
+    refresh_btn.click(refresh, inputs=[compare, log_run, axis, known], outputs=outs, api_name="runs_refresh")
+    live.change(lambda on: gr.Timer(active=on), inputs=[live], outputs=[timer], api_visibility="private")
+
+    def replot(selected, axis_):
+        return curves(selected, axis_)
+
+    compare.change(
+        replot, inputs=[compare, axis], outputs=[plot_train, plot_eval], show_progress="hidden", api_name="curves"
+    )
+    axis.change(
+        replot,
+        inputs=[compare, axis],
+        outputs=[plot_train, plot_eval],
+        show_progress="hidden",
+        api_visibility="private",
+    )
+    log_run.change(log_tail, inputs=[log_run], outputs=[log_box], show_progress="hidden", api_name="log_tail")
+    cancel_btn.click(cancel_run, inputs=[log_run], outputs=[action_msg], api_name="cancel")
+    resume_btn.click(
+        lambda n: resume_run(n, ctx.max_concurrent), inputs=[log_run], outputs=[action_msg], api_name="resume"
+    )
+    return {"table": table, "plot_train": plot_train, "plot_eval": plot_eval, "timer": timer}

@@ -1,0 +1,256 @@
+"""Plotly figure builders from run metrics and analysis results: pure functions (no gradio), shared by the app
+and any report."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+
+PALETTE = qualitative.Plotly
+OBJECTIVE_DASH = {"clm": "solid", "mlm": "dot"}
+
+
+def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 360) -> go.Figure:
+    fig.update_layout(
+        title={"text": title, "x": 0.01},
+        xaxis_title=x,
+        yaxis_title=y,
+        height=height,
+        margin={"l": 55, "r": 20, "t": 45, "b": 45},
+        legend={"orientation": "h", "y": -0.22},
+        template="plotly_white",
+    )
+    return fig
+
+
+def _empty(title: str, message: str) -> go.Figure:
+    fig = go.Figure()
+    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font={"size": 14})
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return _layout(fig, title, "", "")
+
+
+def _x(row: dict, axis: str) -> float:
+    return row.get(axis) if row.get(axis) is not None else row.get("step", 0)
+
+
+def phase_boundaries(rows: Sequence[dict], axis: str = "tokens_seen") -> list[dict]:
+    """Phase starts after the first: ``[{"x", "phase", "objective"}]`` (the CLM -> MLM switch is one of them)."""
+    starts = [r for r in rows if r.get("type") == "phase"]
+    out = []
+    for prev, cur in zip(starts, starts[1:], strict=False):
+        if cur.get("phase") != prev.get("phase"):
+            out.append({"x": _x(cur, axis), "phase": cur.get("phase"), "objective": cur.get("objective")})
+    return out
+
+
+def train_loss_figure(runs: dict[str, Sequence[dict]], axis: str = "tokens_seen") -> go.Figure:
+    """Training loss per run and phase (CLM solid, MLM dotted); each phase switch is a vertical line."""
+    title = "Training loss (per phase)"
+    if not any(any(r.get("type") == "train" for r in rows) for rows in runs.values()):
+        return _empty(title, "no training rows yet")
+    fig = go.Figure()
+    for i, (name, rows) in enumerate(runs.items()):
+        color = PALETTE[i % len(PALETTE)]
+        train = [r for r in rows if r.get("type") == "train" and r.get("loss") is not None]
+        segments: list[tuple[str, str, list[dict]]] = []
+        for r in train:
+            key = (r.get("phase", "?"), r.get("objective", "?"))
+            if not segments or segments[-1][:2] != key:
+                segments.append((*key, []))
+            segments[-1][2].append(r)
+        for phase, objective, seg in segments:
+            fig.add_trace(
+                go.Scatter(
+                    x=[_x(r, axis) for r in seg],
+                    y=[r["loss"] for r in seg],
+                    mode="lines",
+                    name=f"{name} · {phase} ({objective})",
+                    line={"color": color, "dash": OBJECTIVE_DASH.get(objective, "dash")},
+                    hovertemplate=f"{name}<br>{phase} ({objective})<br>%{{x}}: loss %{{y:.3f}}<extra></extra>",
+                )
+            )
+        for b in phase_boundaries(rows, axis):
+            fig.add_vline(x=b["x"], line={"color": color, "dash": "dash", "width": 1})
+            fig.add_annotation(
+                x=b["x"],
+                y=1,
+                yref="paper",
+                text=f"{b['phase']} ({b['objective']})",
+                showarrow=False,
+                font={"color": color, "size": 10},
+                xanchor="left",
+                yanchor="top",
+            )
+    return _layout(fig, title, "tokens seen" if axis == "tokens_seen" else axis, "loss")
+
+
+def eval_loss_figure(
+    runs: dict[str, Sequence[dict]], axis: str = "tokens_seen", key: str = "eval_mlm_loss"
+) -> go.Figure:
+    """Held-out MLM loss (15% masking, fixed masks): the curve comparable across recipes."""
+    title = "Held-out MLM loss (comparable across recipes)"
+    if not any(any(r.get("type") == "eval" and r.get(key) is not None for r in rows) for rows in runs.values()):
+        return _empty(title, "no evaluation rows yet")
+    fig = go.Figure()
+    for i, (name, rows) in enumerate(runs.items()):
+        color = PALETTE[i % len(PALETTE)]
+        ev = [r for r in rows if r.get("type") == "eval" and r.get(key) is not None]
+        fig.add_trace(
+            go.Scatter(
+                x=[_x(r, axis) for r in ev],
+                y=[r[key] for r in ev],
+                mode="lines+markers",
+                name=name,
+                line={"color": color},
+                marker={"size": 5},
+            )
+        )
+        for b in phase_boundaries(rows, axis):
+            fig.add_vline(x=b["x"], line={"color": color, "dash": "dash", "width": 1})
+    return _layout(fig, title, "tokens seen" if axis == "tokens_seen" else axis, key)
+
+
+def run_summary(name: str, status: dict) -> dict:
+    """One table row: progress, tokens and ETA from status.json."""
+    tokens, total = status.get("tokens_seen"), status.get("total_tokens")
+    step, steps = status.get("step"), status.get("total_steps")
+    pct = f"{100 * tokens / total:.0f}%" if tokens is not None and total else ""
+    eta = status.get("eta_s")
+    if status.get("state") != "running":
+        eta_txt = ""
+    elif eta is None:
+        eta_txt = "…"
+    else:
+        eta_txt = (
+            f"{int(eta) // 3600}h{int(eta) % 3600 // 60:02d}m"
+            if eta >= 3600
+            else f"{int(eta) // 60}m{int(eta) % 60:02d}s"
+        )
+    return {
+        "run": name,
+        "state": status.get("state", "unknown"),
+        "phase": status.get("phase") or "",
+        "step": f"{step or 0}/{steps}" if steps else (str(step) if step else ""),
+        "tokens": f"{_fmt_int(tokens)}/{_fmt_int(total)}" if total else _fmt_int(tokens),
+        "progress": pct,
+        "ETA": eta_txt,
+        "error": (status.get("error") or "")[:200],
+    }
+
+
+def _fmt_int(n) -> str:
+    if n is None:
+        return ""
+    n = float(n)
+    for unit, div in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{int(n)}"
+
+
+# --- analysis ---------------------------------------------------------------------------------
+
+
+def cka_heatmap(
+    matrix: Sequence[Sequence[float]], layers_a: Sequence, layers_b: Sequence, label_a: str = "A", label_b: str = "B"
+) -> go.Figure:
+    """Layer x layer linear CKA: rows = layers of A, columns = layers of B."""
+    fig = go.Figure(
+        go.Heatmap(
+            z=[list(r) for r in matrix],
+            x=[str(x) for x in layers_b],
+            y=[str(y) for y in layers_a],
+            colorscale="Viridis",
+            zmin=min(min(r) for r in matrix) if len(matrix) else 0,  # CKA sits near 1: show the structure
+            zmax=1,
+            colorbar={"title": "CKA"},
+            hovertemplate=f"{label_a} %{{y}} · {label_b} %{{x}}<br>CKA %{{z:.4f}}<extra></extra>",
+        )
+    )
+    fig.update_yaxes(autorange="reversed")
+    return _layout(
+        fig, f"Linear CKA: {label_a} (rows) vs {label_b} (columns)", f"{label_b} layer", f"{label_a} layer", 440
+    )
+
+
+def divergence_figure(
+    layers: Sequence,
+    divergence: Sequence[float],
+    control: Sequence[float] | None = None,
+    ratio: Sequence[float] | None = None,
+) -> go.Figure:
+    """Per-layer divergence 1 - CKA(A_l, B_l), the seed-noise control, and their ratio (right axis)."""
+    x = [str(v) for v in layers]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=x, y=list(divergence), name="divergence A vs B", marker_color=PALETTE[0]))
+    if control is not None:
+        fig.add_trace(go.Bar(x=x, y=list(control), name="control (seed noise)", marker_color=PALETTE[2]))
+    if ratio is not None:
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=list(ratio),
+                name="ratio = divergence / control",
+                yaxis="y2",
+                mode="lines+markers",
+                line={"color": PALETTE[1]},
+            )
+        )
+        fig.update_layout(yaxis2={"title": "ratio", "overlaying": "y", "side": "right", "type": "log"})
+    fig.update_layout(barmode="group")
+    return _layout(fig, "Divergence per layer (1 − CKA of matching layers)", "layer", "1 − CKA")
+
+
+def trajectory_figure(
+    x: Sequence,
+    divergence: Sequence[Sequence[float]],
+    layers: Sequence,
+    x_title: str = "tokens seen",
+    tags: Sequence[str] | None = None,
+) -> go.Figure:
+    """Divergence from the reference (1 - CKA of matching layers) per layer across a run's checkpoints:
+    ``divergence`` is points x layers."""
+    title = "Divergence from the reference across checkpoints"
+    if not divergence:
+        return _empty(title, "no complete checkpoints yet")
+    fig = go.Figure()
+    for j, name in enumerate(layers):
+        fig.add_trace(
+            go.Scatter(
+                x=list(x),
+                y=[row[j] for row in divergence],
+                mode="lines+markers",
+                name=str(name),
+                text=list(tags) if tags else None,
+                line={"color": PALETTE[j % len(PALETTE)]},
+                hovertemplate=f"{name}<br>%{{x}}: %{{y:.4f}}<br>%{{text}}<extra></extra>",
+            )
+        )
+    return _layout(fig, title, x_title, "1 − CKA (same layer)")
+
+
+def weight_change_figure(layers: Sequence, change: Sequence[float], label: str = "") -> go.Figure:
+    fig = go.Figure(go.Bar(x=[str(v) for v in layers], y=list(change), marker_color=PALETTE[3]))
+    return _layout(fig, f"Relative weight change per layer {label}".strip(), "layer", "‖ΔW‖ / ‖W‖")
+
+
+def fill_mask_figure(result: dict) -> go.Figure:
+    """Top-k tokens with probabilities as horizontal bars (best on top)."""
+    preds = result.get("predictions", [])
+    fig = go.Figure(
+        go.Bar(
+            x=[p["prob"] for p in preds][::-1],
+            y=[f"{i + 1}. {repr(p['token'])[1:-1] or '∅'}" for i, p in enumerate(preds)][::-1],
+            orientation="h",
+            text=[f"{p['prob']:.1%}" if p["prob"] >= 0.01 else f"{p['prob']:.3%}" for p in preds][::-1],
+            textposition="auto",
+            marker_color=PALETTE[0],
+        )
+    )
+    top = max([p["prob"] for p in preds] or [1.0])
+    fig.update_xaxes(range=[0, min(1.0, max(0.02, top * 1.25))], tickformat=".1%" if top < 0.05 else ".0%")
+    return _layout(fig, str(result.get("model", "")), "probability", "", height=80 + 32 * max(len(preds), 1))

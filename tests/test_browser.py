@@ -1,0 +1,113 @@
+"""One real browser session (Playwright driving Debian's /usr/bin/chromium, headless): load the page, launch a run
+from a loaded config, see the loss plot render, fill a mask. Set DETOUR_SCREENSHOT_DIR to keep screenshots."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from backend.config import default_config
+from tests.test_app_client import start_app, wait_for
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def _playwright():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("the python playwright package is missing (pip install playwright==1.64.1)")
+    return sync_playwright
+
+
+def test_page_launch_plot_fill_mask(tmp_path, isolated_runs_dir, tiny_modernbert_dir, monkeypatch):
+    sync_playwright = _playwright()
+    monkeypatch.setenv("DETOUR_ALLOWED_ROOTS", str(tiny_modernbert_dir))
+    monkeypatch.setenv("DETOUR_UPLOADS_DIR", str(tmp_path / "uploads"))
+    isolated_runs_dir.mkdir(parents=True, exist_ok=True)
+    shots = Path(os.environ.get("DETOUR_SCREENSHOT_DIR") or tmp_path / "shots")
+    shots.mkdir(parents=True, exist_ok=True)
+
+    cfg = default_config()
+    cfg.update(name="browser-run", recipe="clm_detour")
+    cfg["model"]["name"] = str(tiny_modernbert_dir)
+    cfg["train"].update(seq_len=64, batch_size=4)
+    cfg["phases"]["main"]["tokens"] = 2048
+    cfg["logging"].update(log_every=1, eval_every=4, eval_batches=2, checkpoint_every=100)
+    cfg_file = tmp_path / "browser-run.yaml"
+    cfg_file.write_text(yaml.safe_dump(cfg))
+
+    proc, url = start_app(isolated_runs_dir, tmp_path)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(
+                executable_path=CHROMIUM,
+                args=[
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-background-networking",
+                    "--disable-component-update",
+                    "--no-first-run",
+                ],
+            )
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(url)
+            page.wait_for_selector("#launch-btn", timeout=60_000)
+            page.wait_for_selector("#yaml-preview", timeout=30_000)
+            page.screenshot(path=str(shots / "launch.png"), full_page=True)
+
+            # load the config through the UI, then launch
+            page.get_by_text("Load a config").click()
+            page.set_input_files("#config-upload input[type=file]", str(cfg_file))
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('input, textarea')].some(e => e.value === 'browser-run')",
+                timeout=30_000,
+            )
+            page.click("#launch-btn")
+            page.wait_for_selector("#launch-status :text('queued browser-run')", timeout=60_000)
+
+            # the Runs tab polls the run directory; the loss plot renders with real points
+            page.get_by_role("tab", name="Runs").click()
+            page.wait_for_selector("#plot-train .js-plotly-plot .scatterlayer .trace", timeout=120_000)
+            page.screenshot(path=str(shots / "runs.png"), full_page=True)
+
+            # fill a mask with the tiny model
+            page.get_by_role("tab", name="Fill-mask").click()
+            box = page.locator("#fm-model-0 input")
+            box.fill(str(tiny_modernbert_dir))
+            box.press("Enter")
+            page.locator("#fm-model-1 input").fill("")
+            page.locator("#fm-text textarea").fill("The patient was given <mask> for the pain.")
+            page.click("#fm-btn")
+            page.wait_for_selector("#fm-plot-0 .js-plotly-plot .bars", timeout=60_000)
+            assert "given" in page.inner_text("#fm-msg")
+            page.screenshot(path=str(shots / "fill-mask.png"), full_page=True)
+
+            page.locator("#fm-text textarea").fill("There is no mask in this sentence.")
+            page.click("#fm-btn")
+            page.wait_for_selector("#fm-msg :text('no mask token')", timeout=30_000)
+            assert "<mask>" in page.inner_text("#fm-msg")
+
+            for tab in ("Analyze", "NER"):
+                page.get_by_role("tab", name=tab).click()
+                page.wait_for_timeout(1000)
+                page.screenshot(path=str(shots / f"{tab.lower()}.png"), full_page=True)
+            browser.close()
+        wait_for(lambda: (isolated_runs_dir / "browser-run" / "status.json").exists(), 5, "status")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        from backend import jobs, rundir
+
+        st = rundir.read_status(isolated_runs_dir / "browser-run")
+        if st.get("state") in ("running", "queued"):
+            jobs.cancel(isolated_runs_dir / "browser-run")
+    if not os.environ.get("DETOUR_SCREENSHOT_DIR"):
+        shutil.rmtree(shots, ignore_errors=True)
