@@ -100,8 +100,9 @@ def _load_model(cfg: dict):
 
 def train_run(run_dir: str | Path, resume: bool = False) -> dict:
     """Train one prepared run directory; status.json records running/done/failed/cancelled."""
-    from .trainer import run_training
+    from .trainer import quiet_libraries, run_training
 
+    quiet_libraries()
     run_dir = Path(run_dir)
     cfg = read_config(run_dir)
     meta = cfg.pop("_meta", {})

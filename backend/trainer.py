@@ -28,6 +28,17 @@ from .schedule import locate, lr_factor
 EVAL_MASK_SEED = 4321  # the held-out MLM curve uses the same masks in every run
 
 
+def quiet_libraries() -> None:
+    """Keep train.log readable: no per-save progress bars, no benign shared-tensor notices."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)
+    logging.getLogger("accelerate.checkpointing").setLevel(logging.WARNING)
+
+
 def make_accelerator(cfg: dict):
     from accelerate import Accelerator
 
@@ -82,6 +93,7 @@ def evaluate(lm, held: PackedData, cfg: dict, tok: dict, accelerator) -> dict:
 def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, should_stop, log=print) -> str:
     """Train ``hf_model`` through the recipe's phases. Returns 'done' or 'cancelled'."""
     run_dir = Path(run_dir)
+    quiet_libraries()
     accelerator = make_accelerator(cfg)
     main = accelerator.is_main_process
     world, rank = accelerator.num_processes, accelerator.process_index
