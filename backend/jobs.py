@@ -288,6 +288,8 @@ def _occupied(info: rundir.RunInfo) -> bool:
 def queued_runs(root: Path) -> list[rundir.RunInfo]:
     runs = [r for r in rundir.list_runs(root) if r.status.get("state") == "queued"]
     runs = [r for r in runs if not rundir.pid_alive(r.status.get("launched_pid"))]
+    # runs prepared by `python -m backend train CONFIG` are trained by that process itself
+    runs = [r for r in runs if not rundir.pid_alive(r.status.get("claimed_by"))]
     return sorted(runs, key=lambda r: (r.status.get("queued_at") or r.status.get("created_at") or 0, r.name))
 
 

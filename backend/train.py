@@ -24,8 +24,14 @@ from .recipes import split_pair
 from .rundir import check_run_name, read_config, read_status, suggest_name, write_status
 
 
-def prepare_runs(cfg: dict, root: Path | None = None, command: list[str] | None = None) -> list[Path]:
-    """Validate, preflight and create run directories (state ``queued``). Never overwrites."""
+def prepare_runs(
+    cfg: dict, root: Path | None = None, command: list[str] | None = None, claim: bool = False
+) -> list[Path]:
+    """Validate, preflight and create run directories (state ``queued``). Never overwrites.
+
+    ``claim=True`` (the CLI, which trains the runs itself) records this pid so the app's queue worker
+    leaves them alone while this process lives.
+    """
     from .preflight import check
 
     cfg = validate_config(copy.deepcopy(cfg))
@@ -54,9 +60,47 @@ def prepare_runs(cfg: dict, root: Path | None = None, command: list[str] | None 
             "host": socket.gethostname(),
         }
         atomic.write_yaml(d / "config.yaml", c)
-        write_status(d, state="queued", error=None, created_at=time.time(), pid=None)
+        write_status(
+            d, state="queued", error=None, created_at=time.time(), pid=None, claimed_by=os.getpid() if claim else None
+        )
         out.append(d)
     return out
+
+
+class _RunLock:
+    """An exclusive ``flock`` on ``run_dir/.train.lock``: released by the kernel if the process dies."""
+
+    def __init__(self, run_dir: Path):
+        self.path = run_dir / ".train.lock"
+        self.f = None
+
+    def acquire(self) -> None:
+        import fcntl
+
+        self.f = open(self.path, "a+")
+        try:
+            fcntl.flock(self.f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.f.seek(0)
+            holder = self.f.read().strip() or "another process"
+            self.f.close()
+            raise RunBusyError(f"run {self.path.parent.name}: already being trained by pid {holder}") from None
+        self.f.seek(0)
+        self.f.truncate()
+        self.f.write(str(os.getpid()))
+        self.f.flush()
+
+    def release(self) -> None:
+        import fcntl
+
+        if self.f:
+            fcntl.flock(self.f, fcntl.LOCK_UN)
+            self.f.close()
+            self.f = None
+
+
+class RunBusyError(DetourError):
+    pass
 
 
 class _StopFlag:
@@ -107,6 +151,9 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
     cfg = read_config(run_dir)
     meta = cfg.pop("_meta", {})
     rank0 = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
+    lock = _RunLock(run_dir) if rank0 else None
+    if lock is not None:
+        lock.acquire()  # one trainer per run directory, whoever launched it
     stop = _StopFlag()
     stop.install()
     # The queue worker already points stdout at train.log (DETOUR_STDOUT_IS_LOG=1); from a terminal we tee.
@@ -148,6 +195,8 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
         st = {"state": state, "error": error}
     if log_f:
         log_f.close()
+    if lock is not None:
+        lock.release()
     return st
 
 

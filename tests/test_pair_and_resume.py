@@ -97,3 +97,19 @@ def test_corrupt_checkpoint_falls_back_to_previous(tiny_modernbert_dir, isolated
     st = train_run(run, resume=True)
     assert st["state"] == "done"
     assert any(f"from {cks[-2].name}" in line for line in (run / "train.log").read_text().splitlines())
+
+
+def test_a_run_is_never_trained_twice_at_once(tiny_modernbert_dir, isolated_runs_dir):
+    """The CLI claims the runs it prepares (the queue worker skips them) and each trainer holds a lock."""
+    import fcntl
+
+    from backend.jobs import queued_runs
+    from backend.train import RunBusyError
+
+    runs = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "lk", recipe="pair"), claim=True)
+    assert queued_runs(isolated_runs_dir) == []  # claimed by this live process
+    with open(runs[0] / ".train.lock", "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # someone else is training it
+        with pytest.raises(RunBusyError, match="already being trained"):
+            train_run(runs[0])
+    assert read_status(runs[0])["state"] == "queued"  # untouched
