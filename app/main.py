@@ -10,7 +10,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 import gradio as gr  # noqa: E402
 
-from app import analyze_tab, fill_mask_tab, launch_tab, ner_tab, runs_tab, uploads_dir  # noqa: E402
+from app import analyze_tab, fill_mask_tab, launch_tab, ner_tab, reports_tab, runs_tab, uploads_dir  # noqa: E402
 
 DEFAULT_MAX_UPLOAD = 50 * 1024 * 1024
 CSS = """
@@ -69,6 +69,8 @@ def build_app(ctx: AppContext | None = None) -> gr.Blocks:
                 fill_mask_tab.build(ctx)
             with gr.Tab("NER", id="ner"):
                 ner_tab.build(ctx)
+            with gr.Tab("Reports", id="reports"):
+                reports_tab.build_reports_tab()
     return demo
 
 

@@ -1,0 +1,130 @@
+"""``python -m backend replicate``: the paper's three findings at small scale, with a report (docs/replicate.md).
+
+Examples::
+
+    python -m backend replicate --preset quick                 # ~10 min demo -> reports/quick/report.html
+    python -m backend replicate --preset mini --seeds 5        # ~1 hour -> reports/mini/
+    python -m backend replicate --preset mini --model runs/my-base --corpus ../my_corpus --out reports/mine
+    python -m backend replicate --preset quick --plan          # print the plan and sizes, run nothing
+    python -m backend replicate --out reports/quick --report-only
+
+Rerunning the same command resumes: finished steps are skipped, an interrupted training resumes from its last
+checkpoint, fine-tunes already done are reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import DetourError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..replicate import PRESETS
+
+    p.add_argument("--preset", choices=list(PRESETS), default="quick", help="quick (~10 min) or mini (~1 hour)")
+    p.add_argument("--seeds", type=int, help="fine-tuning seeds per model (preset default: 5)")
+    p.add_argument("--out", help="output folder (default reports/<preset>); rerun with the same folder to resume")
+    p.add_argument("--model", help="base encoder: bundled name, model folder or run directory (default: bundled)")
+    p.add_argument(
+        "--corpus", help="domain corpus: a .txt/.jsonl/... file or folder (default ../shared/data/craft_pmc_oa_text)"
+    )
+    p.add_argument("--ner-data", help="NER folder with train/dev/test .tsv (default ../shared/data/ncbi_disease)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a preset value, e.g. train.main_tokens=30000 or eval.epochs=2 (repeatable)",
+    )
+    p.add_argument(
+        "--plan", action="store_true", help="print the resolved plan, sizes and a time estimate; run nothing"
+    )
+    p.add_argument("--report-only", action="store_true", help="rebuild the report from what --out holds")
+
+
+def _fmt_s(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def print_plan(settings: dict, out: Path) -> None:
+    from ..replicate import LABELS, RUNS, build_plan, estimate, read_markers, run_names
+
+    t, e, c, L = settings["train"], settings["eval"], settings["cka"], settings["layers"]
+    per_step = t["batch_size"] * t["seq_len"]
+    print(f"preset {settings['preset']}: {settings.get('description', '')}")
+    print(
+        f"  base   {settings['model']} ({L['n']} layers; lower third {L['low_range']}, middle third {L['mid_range']})"
+    )
+    print(f"  corpus {settings['corpus']}")
+    print(f"  NER    {settings['ner_data']}")
+    print(
+        f"  train  {len(RUNS)} runs x {t['main_tokens']:,} main tokens (+{t['decay_fraction']:.0%} decay), "
+        f"{t['batch_size']}x{t['seq_len']} = {per_step:,} tokens/step, lr {t['lr']}, {t['precision']}"
+    )
+    for k, name in run_names().items():
+        print(f"         {name:<24} {LABELS[k]}")
+    n_models = len(e["models"])
+    print(
+        f"  NER    {n_models} models ({', '.join(e['models'])}) x {e['seeds']} seeds, {e['epochs']} epochs, "
+        f"lr {e['lr']}, {e['max_train_examples']} train / {e['max_eval_examples']} dev+test sentences"
+    )
+    print(f"  CKA    {c['n_texts']} held-out paragraphs, max_len {c['max_len']}, sampling seeds {c['seeds']}")
+    est = estimate(settings)
+    print(
+        f"  time   ~{_fmt_s(est['total_s'])} on 2 CPU cores (train {_fmt_s(est['train_s'])}, NER "
+        f"{_fmt_s(est['ner_s'])}, CKA {_fmt_s(est['cka_s'])})"
+    )
+    done = read_markers(out)
+    print(f"  out    {out}")
+    for step in build_plan(settings):
+        print(f"         {'[done] ' if step.name in done else '       '}{step.name:<18} {step.title}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..replicate import replicate, reports_dir, resolve_settings
+
+    out = Path(args.out).expanduser() if args.out else reports_dir() / args.preset
+    if args.report_only:
+        from ..report import build_report
+
+        if not (out / "settings.json").exists():
+            raise DetourError(f"{out}: no replication here (no settings.json); give --out of an earlier run")
+        rep = build_report(out)
+        for f in rep["findings"]:
+            print(f"{f['title']}: {f['verdict']}")
+        return 0
+    settings = resolve_settings(
+        args.preset,
+        model=args.model,
+        corpus=args.corpus,
+        ner_data=args.ner_data,
+        seeds=args.seeds,
+        overrides=args.overrides,
+    )
+    if args.plan:
+        print_plan(settings, out.resolve())
+        return 0
+    res = replicate(settings, out, command=[sys.executable, "-m", "backend", *sys.argv[1:]])
+    if res["report"]:
+        rep_json = Path(res["out"]) / "report.json"
+        if rep_json.exists():
+            import json
+
+            for f in json.loads(rep_json.read_text()).get("findings", []):
+                print(f"  {f['title']}: {f['verdict'].upper()}")
+    if res["state"] == "cancelled":
+        print(f"cancelled: {res['error']}", file=sys.stderr)
+        return 130
+    if res["state"] == "failed":
+        for step, err in res["failed"].items():
+            print(f"error: step {step} failed: {err}", file=sys.stderr)
+        if res["blocked"]:
+            print(f"error: not run because of it: {', '.join(res['blocked'])}", file=sys.stderr)
+        print("rerun the same command to retry: finished steps are kept", file=sys.stderr)
+        return 1
+    return 0
