@@ -117,15 +117,19 @@ def parse_override(item: str) -> tuple[str, Any]:
     return key, value
 
 
-def apply_override(cfg: dict, key: str, value: Any) -> None:
+def apply_override(cfg: dict, key: str, value: Any, scope: str | None = None) -> None:
+    """Set a dotted ``key`` in a nested dict; only existing keys (``scope`` names the dict in errors)."""
     node = cfg
     parts = key.split(".")
     for i, p in enumerate(parts[:-1]):
         if not isinstance(node.get(p), dict):
-            raise ConfigError(key, value, f"'{'.'.join(parts[: i + 1])}' is not a section")
+            where = f" of the {scope}" if scope else ""
+            raise ConfigError(key, value, f"'{'.'.join(parts[: i + 1])}' is not a section{where}")
         node = node[p]
     if parts[-1] not in node:
-        raise ConfigError(key, value, f"unknown key; allowed here: {', '.join(sorted(node))}")
+        raise ConfigError(
+            key, value, f"unknown {scope + ' ' if scope else ''}key; allowed here: {', '.join(sorted(node))}"
+        )
     node[parts[-1]] = value
 
 

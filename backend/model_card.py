@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import platform
 import shutil
 from pathlib import Path
 
 import torch
 
 from . import atomic
+from .machine import cpu_name
 from .rundir import read_config, read_metrics, read_status
 
 
 def _hardware() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {torch.get_num_threads()} torch threads, CPU only"
+    return f"{cpu_name()}, {torch.get_num_threads()} torch threads, CPU only"
 
 
 def export_base(run_dir: Path, out_dir: Path, args=None) -> Path:

@@ -199,18 +199,6 @@ def _resolve_model(spec: str) -> tuple[str, int]:
     return (spec if src.kind in ("bundled", "hub") else src.path), n
 
 
-def _set_dotted(d: dict, key: str, value) -> None:
-    node = d
-    parts = key.split(".")
-    for i, p in enumerate(parts[:-1]):
-        if not isinstance(node.get(p), dict):
-            raise ConfigError(key, value, f"'{'.'.join(parts[: i + 1])}' is not a section of the preset")
-        node = node[p]
-    if parts[-1] not in node:
-        raise ConfigError(key, value, f"unknown preset key; allowed here: {', '.join(sorted(node))}")
-    node[parts[-1]] = value
-
-
 def resolve_settings(
     preset: str | dict = "quick",
     *,
@@ -222,7 +210,7 @@ def resolve_settings(
 ) -> dict:
     """A preset (name or dict) with ``overrides`` (``train.main_tokens=30000``) applied, paths resolved, the
     model's depth read and its thirds computed. Raises a DetourError naming what is wrong."""
-    from .config import parse_override
+    from .config import apply_override, parse_override
 
     if isinstance(preset, str):
         if preset not in PRESETS:
@@ -233,7 +221,7 @@ def resolve_settings(
         s = copy.deepcopy(preset)
         s.setdefault("preset", "custom")
     for item in overrides:
-        _set_dotted(s, *parse_override(item))
+        apply_override(s, *parse_override(item), scope="preset")
     if seeds is not None:
         s["eval"]["seeds"] = seeds
     n_seeds = s["eval"]["seeds"]

@@ -3,26 +3,21 @@
 from __future__ import annotations
 
 import json
-import platform
+import sys
 import time
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from backend.machine import cpu_name  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def machine() -> dict:
-    cpu = platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return {
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d %H:%M"),
