@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from ..errors import DataError
-from .datafiles import carve_dev, find_split_files
+from .datafiles import carve_dev, find_split_files, split_key
 
 CLS_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".json", ".parquet")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
@@ -210,14 +210,9 @@ def classification_from_dataset_dict(
     dd, source: str, text_column: str = "text", label_column: str = "label", label_separator: str | None = None
 ) -> ClsData:
     """A ``datasets.DatasetDict``: ``ClassLabel`` ints (or sequences of them) are mapped to their names."""
-    names = {k.lower(): k for k in dd.keys()}
     splits, any_list = {}, False
-    for split, stems in {
-        "train": ("train",),
-        "dev": ("validation", "dev", "devel", "valid"),
-        "test": ("test",),
-    }.items():
-        key = next((names[s] for s in stems if s in names), None)
+    for split in ("train", "dev", "test"):
+        key = split_key(dd.keys(), split)
         if key is None:
             if split == "dev":
                 splits[split] = None

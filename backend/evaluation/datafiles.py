@@ -16,6 +16,12 @@ DEV_FRACTION = 0.1  # of train, when the folder has no dev file
 CARVE_SEED = 0  # fixed: every model and seed sees the same train/dev partition
 
 
+def split_key(keys, split: str) -> str | None:
+    """The name among ``keys`` (a hub DatasetDict's splits, any case) that stands for ``split``."""
+    names = {str(k).lower(): k for k in keys}
+    return next((names[s] for s in SPLIT_NAMES[split] if s in names), None)
+
+
 def find_split_files(folder: str | Path, extensions: tuple[str, ...], what: str) -> dict[str, Path | None]:
     """``{"train": Path, "dev": Path | None, "test": Path}`` from a folder of ``<split>.<ext>`` files.
 

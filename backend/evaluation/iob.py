@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import DataError
-from .datafiles import carve_dev, find_split_files
+from .datafiles import carve_dev, find_split_files, split_key
 
 NER_EXTENSIONS = (".tsv", ".txt", ".conll", ".iob", ".bio")
 _TAG = re.compile(r"^([BI])-(\S.*)$")
@@ -210,14 +210,9 @@ def load_ner_folder(folder: str | Path) -> NerData:
 def ner_from_dataset_dict(dd, source: str, tokens_column: str = "tokens", tags_column: str | None = None) -> NerData:
     """A ``datasets.DatasetDict`` (or a dict of split -> Dataset) with a tokens column and a tags column
     (strings, or ints with a ``ClassLabel`` sequence feature)."""
-    names = {k.lower(): k for k in dd.keys()}
     picked = {}
-    for split, stems in {
-        "train": ("train",),
-        "dev": ("validation", "dev", "devel", "valid"),
-        "test": ("test",),
-    }.items():
-        key = next((names[s] for s in stems if s in names), None)
+    for split in ("train", "dev", "test"):
+        key = split_key(dd.keys(), split)
         if key is None and split != "dev":
             raise DataError(f"{source}: no '{split}' split (splits found: {', '.join(dd.keys())})")
         picked[split] = key
