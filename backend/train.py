@@ -21,7 +21,7 @@ from .config import validate_config
 from .errors import ConfigError, DetourError
 from .paths import runs_dir
 from .recipes import split_pair
-from .rundir import check_run_name, read_config, read_status, suggest_name, write_status
+from .rundir import check_run_name, read_config, suggest_name, write_status
 
 
 def prepare_runs(
@@ -198,7 +198,3 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
     if lock is not None:
         lock.release()
     return st
-
-
-def run_status(run_dir: str | Path) -> dict:
-    return read_status(run_dir)

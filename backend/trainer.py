@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import shutil
 import time
 from pathlib import Path
 
@@ -273,8 +274,6 @@ def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, sh
 
     if main:
         tmp = run_dir / ".final.tmp"
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
         hf.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
