@@ -45,6 +45,9 @@ DEFAULTS: dict[str, Any] = {
         "grad_accum": 1,
         "precision": "fp32",
         "seed": 0,
+        # Data order; None = same as seed. A seed-noise control keeps it and changes ``seed`` only, so the two
+        # runs see the same sequences in the same order and differ only in masks and initialisation noise.
+        "data_seed": None,
         "lr": 2.0e-4,
         "betas": [0.9, 0.98],
         "eps": 1.0e-6,
@@ -257,6 +260,7 @@ def validate_config(cfg: dict) -> dict:
     _num(cfg, "train.grad_accum", lo=1, integer=True)
     _choice(t["precision"], "train.precision", PRECISIONS)
     _num(cfg, "train.seed", lo=0, integer=True)
+    _num(cfg, "train.data_seed", lo=0, integer=True, optional=True)
     _num(cfg, "train.lr", lo=0, lo_open=True, hi=1)
     if not (
         isinstance(t["betas"], list)

@@ -343,6 +343,9 @@ def train_configs(settings: dict, data_dir: Path) -> list[dict]:
             "lr": t["lr"],
             "precision": t["precision"],
             "seed": t["seed"],
+            # Fixed data order for every run: the seed-noise control then differs from the MLM run only in its
+            # masks (the paper's control: "identical data order ... differ only in dropout and masking").
+            "data_seed": t["seed"],
         },
         "phases": {"main": {"tokens": t["main_tokens"]}, "decay": {"fraction": t["decay_fraction"]}},
         "logging": {**lg, "keep_checkpoints": 1},

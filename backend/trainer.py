@@ -106,6 +106,7 @@ def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, sh
     tps = tokens_per_step(cfg, world)
     total_steps = sum(p.steps for p in phases)
     bs, accum, seed = t_cfg["batch_size"], t_cfg["grad_accum"], t_cfg["seed"]
+    data_seed = seed if t_cfg.get("data_seed") is None else t_cfg["data_seed"]
     if len(train) < bs * world:
         from .errors import DataError
 
@@ -201,7 +202,7 @@ def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, sh
         step_loss = 0.0
         for micro in range(accum):
             micro_index = step * accum + micro
-            idx = batch_indices(len(train), seed, micro_index, bs * world)[rank * bs : (rank + 1) * bs]
+            idx = batch_indices(len(train), data_seed, micro_index, bs * world)[rank * bs : (rank + 1) * bs]
             gen = _mask_generator(seed, micro_index, rank)
             data_hash.update(train.input_ids[idx].numpy().tobytes())  # raw tokens, before any masking
             inputs, labels = make_batch(train, idx, phase.objective, phase.mlm_probability, tok, gen)
