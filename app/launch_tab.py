@@ -395,7 +395,7 @@ def build(ctx) -> dict:
                             upload = gr.File(
                                 label=f"…or upload a corpus (≤ {ctx.max_upload_bytes // 2**20} MB)",
                                 file_types=[".txt", ".jsonl", ".csv", ".parquet"],
-                                height=80,
+                                height=140,
                                 elem_id="corpus-upload",
                             )
                             upload_msg = gr.Markdown("")
@@ -414,7 +414,7 @@ def build(ctx) -> dict:
                 with gr.Row():
                     load_saved = gr.Dropdown(choices=saved_configs(), label="Saved configs", allow_custom_value=True)
                     load_upload = gr.File(
-                        label="…or upload a YAML", file_types=[".yaml", ".yml"], height=90, elem_id="config-upload"
+                        label="…or upload a YAML", file_types=[".yaml", ".yml"], height=140, elem_id="config-upload"
                     )
         with gr.Column(scale=2):
             gr.Markdown("### Preview")
