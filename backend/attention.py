@@ -6,7 +6,8 @@ layers ``sliding_attention`` (keys within ``local_attention // 2`` of the query)
 ``and_mask_function=causal_mask_function`` keeps the window AND adds causality. Two traps this
 avoids: a single 4D mask is applied to every layer (the window is lost), and ``is_causal=True``
 alone is ignored when a mask is present under sdpa/eager. flash_attention_2 takes causality from
-each attention module's ``is_causal`` flag, so for it we flip that flag on every layer.
+each attention module's ``is_causal`` flag, so for it we flip that flag on every layer. Under sdpa with no
+padding, global layers take the same flag instead of a mask (sdpa's causal kernel); local layers keep their mask.
 
 BERT / RoBERTa / CamemBERT: a 4D additive causal mask (padding folded in).
 """
@@ -49,22 +50,38 @@ def _bert_causal_mask(input_ids: torch.Tensor, pad_mask: torch.Tensor | None, dt
     return mask.masked_fill(~allowed, torch.finfo(dtype).min)
 
 
-def attention_mask_for(model, input_ids: torch.Tensor, pad_mask: torch.Tensor | None, causal: bool, dtype=None):
-    """What to pass as ``attention_mask`` to the encoder of ``model`` (an HF MLM model or its base).
+def _modernbert_attention_modules(model, layer_type: str | None = None) -> list:
+    """The ModernBERT attention modules (of ``layer_type`` layers only, if given)."""
+    return [
+        m.attn
+        for m in model.modules()
+        if hasattr(m, "attention_type") and hasattr(m, "attn") and layer_type in (None, m.attention_type)
+    ]
+
+
+def causal_plan(model, input_ids: torch.Tensor, pad_mask: torch.Tensor | None, causal: bool, dtype=None):
+    """-> (``attention_mask`` for the encoder of ``model``, attention modules that need ``is_causal = True``).
 
     Bidirectional: the plain 2D padding mask (the model builds its own masks, window included).
+    ModernBERT under sdpa without padding: global layers get no mask and ``is_causal``, which selects sdpa's causal
+    kernel (it skips the upper triangle: same outputs, ~6% faster CLM steps); local layers keep their banded causal
+    mask. Under eager a missing mask would mean no causality at all, so eager always gets explicit masks.
     """
     if not causal:
-        return pad_mask
+        return pad_mask, []
     family = model_family(model.config)
     impl = getattr(model.config, "_attn_implementation", "sdpa")
     dtype = dtype or next(model.parameters()).dtype
     if family == "modernbert":
         if impl == "flash_attention_2":
-            return pad_mask  # causality comes from module.is_causal (see causal_modules)
-        return _modernbert_masks(model, input_ids, pad_mask, dtype)
+            return pad_mask, _modernbert_attention_modules(model)  # flash reads causality from the module
+        masks = _modernbert_masks(model, input_ids, pad_mask, dtype)
+        if impl == "sdpa" and pad_mask is None:
+            masks["full_attention"] = None
+            return masks, _modernbert_attention_modules(model, "full_attention")
+        return masks, []
     if family == "bert":
-        return _bert_causal_mask(input_ids, pad_mask, dtype)
+        return _bert_causal_mask(input_ids, pad_mask, dtype), []
     raise ConfigError(
         "model.name",
         getattr(model.config, "model_type", "?"),
@@ -73,20 +90,16 @@ def attention_mask_for(model, input_ids: torch.Tensor, pad_mask: torch.Tensor | 
 
 
 @contextlib.contextmanager
-def causal_modules(model, causal: bool):
-    """For flash_attention_2 only: set ``is_causal`` on every ModernBERT attention module while inside."""
-    impl = getattr(model.config, "_attn_implementation", "sdpa")
-    if not causal or impl != "flash_attention_2" or model_family(model.config) != "modernbert":
-        yield
-        return
-    mods = [m for m in model.modules() if hasattr(m, "is_causal") and hasattr(m, "Wqkv")]
-    old = [m.is_causal for m in mods]
+def causal_attention(model, input_ids: torch.Tensor, pad_mask: torch.Tensor | None, causal: bool, dtype=None):
+    """Yields the ``attention_mask`` for the encoder; sets ``is_causal`` where the plan needs it, while inside."""
+    mask, modules = causal_plan(model, input_ids, pad_mask, causal, dtype)
+    old = [m.is_causal for m in modules]
     try:
-        for m in mods:
+        for m in modules:
             m.is_causal = True
-        yield
+        yield mask
     finally:
-        for m, o in zip(mods, old):
+        for m, o in zip(modules, old):
             m.is_causal = o
 
 

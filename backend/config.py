@@ -56,6 +56,9 @@ DEFAULTS: dict[str, Any] = {
         "warmup_tokens": None,  # default: 10% of the main phase
         "max_grad_norm": 1.0,
         "fsdp": False,
+        # torch.compile the encoder (inductor): ~1.1-1.3x tokens/s on CPU after a one-off compile per attention
+        # mode (about a minute on 2 cores), so worth it for runs longer than a few minutes.
+        "compile": False,
     },
     "phases": {
         "warmup": {"tokens": 0, "steps": None, "mlm_probability": 0.30},
@@ -272,8 +275,11 @@ def validate_config(cfg: dict) -> dict:
     _num(cfg, "train.weight_decay", lo=0)
     _num(cfg, "train.warmup_tokens", lo=0, integer=True, optional=True)
     _num(cfg, "train.max_grad_norm", lo=0, optional=True)
-    if not isinstance(t["fsdp"], bool):
-        raise ConfigError("train.fsdp", t["fsdp"], "expected true or false")
+    for key in ("fsdp", "compile"):
+        if not isinstance(t[key], bool):
+            raise ConfigError(f"train.{key}", t[key], "expected true or false")
+    if t["fsdp"] and t["compile"]:
+        raise ConfigError("train.compile", True, "not supported together with train.fsdp here; set one of them false")
 
     ph = cfg["phases"]
     for name in ("warmup", "main", "decay"):

@@ -125,6 +125,10 @@ def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, sh
         log("phases: " + ", ".join(f"{p.name}={p.objective}x{p.steps} steps" for p in phases) + f"; {tps} tokens/step")
 
     lm = EncoderLM(hf_model)
+    if t_cfg["compile"]:  # in place (nn.Module.compile): parameter names, checkpoints and exports are unchanged
+        lm.encoder().compile()
+        if main:
+            log("train.compile: encoder compiled with torch.compile (first steps of each attention mode compile)")
     optimizer = build_optimizer(hf_model, t_cfg)
     lm, optimizer = accelerator.prepare(lm, optimizer)
     hf = accelerator.unwrap_model(lm).hf_model

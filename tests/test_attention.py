@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.attention import attention_mask_for
+from backend.attention import causal_attention
 from backend.errors import ConfigError
 from backend.models import load_masked_lm
 from conftest import TINY_BERT, TINY_MODERNBERT, save_tiny_model
@@ -35,16 +35,30 @@ def model(request, tmp_path_factory):
     return load_masked_lm(str(d), attn_implementation=impl).eval()
 
 
+def _encode(model, ids, pad, causal):
+    with causal_attention(model, ids, pad, causal) as mask:
+        return _encoder(model)(ids, attention_mask=mask).last_hidden_state
+
+
+@pytest.mark.parametrize("padding", ["no padding mask", "all-ones padding mask"])
 @torch.no_grad()
-def test_future_tokens_do_not_change_past_outputs_under_causal_mask(model):
+def test_future_tokens_do_not_change_past_outputs_under_causal_mask(model, padding):
+    """Both routes: training passes no padding mask (sdpa global layers then use is_causal), others pass one."""
     pos = 40
     a, b = _pair_differing_after(pos)
-    pad = torch.ones_like(a)
-    enc = _encoder(model)
-    ha = enc(a, attention_mask=attention_mask_for(model, a, pad, causal=True)).last_hidden_state
-    hb = enc(b, attention_mask=attention_mask_for(model, b, pad, causal=True)).last_hidden_state
+    pad = None if padding == "no padding mask" else torch.ones_like(a)
+    ha, hb = _encode(model, a, pad, True), _encode(model, b, pad, True)
     assert torch.equal(ha[:, :pos], hb[:, :pos])
     assert not torch.allclose(ha[:, pos:], hb[:, pos:])  # and the changed tokens do matter
+    # the flags set for the causal pass do not outlive it
+    assert not any(getattr(m, "is_causal", False) for m in model.modules() if hasattr(m, "Wqkv"))
+
+
+@torch.no_grad()
+def test_causal_routes_agree(model):
+    """No-mask + is_causal (sdpa's causal kernel) gives the same outputs as the explicit causal masks."""
+    a, _ = _pair_differing_after(40)
+    torch.testing.assert_close(_encode(model, a, None, True), _encode(model, a, torch.ones_like(a), True))
 
 
 @torch.no_grad()
@@ -53,9 +67,7 @@ def test_bidirectional_attention_restored(model):
     pos = 40
     a, b = _pair_differing_after(pos)
     pad = torch.ones_like(a)
-    enc = _encoder(model)
-    ha = enc(a, attention_mask=attention_mask_for(model, a, pad, causal=False)).last_hidden_state
-    hb = enc(b, attention_mask=attention_mask_for(model, b, pad, causal=False)).last_hidden_state
+    ha, hb = _encode(model, a, pad, False), _encode(model, b, pad, False)
     assert (ha[:, pos - 1] - hb[:, pos - 1]).abs().max() > 1e-4
 
 
@@ -76,7 +88,7 @@ def test_modernbert_sliding_layers_stay_windowed_and_causal(impl, tmp_path):
     banded = causal & (q - k <= half)
     explicit = {"full_attention": _additive(causal), "sliding_attention": _additive(banded)}
     ids, _ = _pair_differing_after(10)
-    ours = model.model(ids, attention_mask=attention_mask_for(model, ids, torch.ones_like(ids), True)).last_hidden_state
+    ours = _encode(model, ids, torch.ones_like(ids), True)
     ref = model.model(ids, attention_mask=explicit).last_hidden_state
     torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5)
     # The trap: one 4D causal mask for every layer drops the window, and it shows.
