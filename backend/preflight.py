@@ -5,6 +5,9 @@ Cheap: reads config.json (not the weights) and enough of the corpus to know it f
 
 from __future__ import annotations
 
+import os
+import shutil
+
 from .attention import check_causal_supported
 from .config import parse_layer_range
 from .data import pack, read_documents, split_documents, tokenize_documents
@@ -25,6 +28,11 @@ def num_layers(cfg: dict) -> int:
     return int(load_config(resolve_model(m["name"]), m["trust_remote_code"]).num_hidden_layers)
 
 
+def cpp_compiler() -> str | None:
+    """What torch.compile's CPU backend (inductor) would build its kernels with, if anything."""
+    return os.environ.get("CXX") or next((c for c in ("g++", "clang++", "c++") if shutil.which(c)), None)
+
+
 def check(cfg: dict, check_data: bool = True) -> dict:
     """Raise a DetourError for anything that would fail after the run started. Returns facts found."""
     m = cfg["model"]
@@ -42,6 +50,15 @@ def check(cfg: dict, check_data: bool = True) -> dict:
         except Exception as exc:
             raise ConfigError("model.from_scratch", m["from_scratch"], f"not a valid architecture ({exc})") from exc
         n_layers = int(m["from_scratch"].get("num_hidden_layers", 0))
+    if cfg["train"]["compile"] and cpp_compiler() is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                "train.compile",
+                True,
+                "torch.compile on CPU needs a C++ compiler (g++ or clang++): install one or set false",
+            )
     for ph in ("main", "decay"):
         parse_layer_range(cfg["phases"][ph]["freeze"]["layers"], f"phases.{ph}.freeze.layers", n_layers)
     tok = tokenizer_for(cfg)

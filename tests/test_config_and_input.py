@@ -28,6 +28,8 @@ from conftest import tiny_train_cfg
         ("phases.main.freeze.layers=7-3", "phases.main.freeze.layers", "low-high"),
         ("train.betas=[0.9]", "train.betas", "two numbers"),
         ("train.nope=1", "train.nope", "unknown key"),
+        ("train.compile=yes please", "train.compile", "true or false"),
+        ("train.data_seed=-1", "train.data_seed", "[0, inf]"),
     ],
 )
 def test_config_errors_name_key_value_and_allowed(override, key, words):
@@ -49,6 +51,21 @@ def test_yaml_file_and_overrides(tmp_path):
 def test_freeze_range_outside_model(tiny_modernbert_dir):
     with pytest.raises(ConfigError, match=r"4 layers \(0-3\)"):
         prepare_runs(tiny_train_cfg(tiny_modernbert_dir, **{"phases.main.freeze.layers": "2-7"}))
+
+
+def test_compile_without_a_compiler_is_refused_before_the_run_exists(
+    tiny_modernbert_dir, isolated_runs_dir, monkeypatch
+):
+    import shutil
+
+    import torch
+
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(shutil, "which", lambda _: None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="C\\+\\+ compiler"):
+        prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "nocc", **{"train.compile": "true"}))
+    assert not (isolated_runs_dir / "nocc").exists()
 
 
 def test_model_errors(tmp_path):
