@@ -222,13 +222,21 @@ def test_presets_are_sized_for_the_machine(tmp_path, tiny_modernbert_dir):
     with pytest.raises(rep.DetourError, match="seeds"):
         rep.resolve_settings("quick", model=str(tiny_modernbert_dir), corpus="demo", ner_data="demo", seeds=1)
     with pytest.raises(rep.DetourError, match="eval.models"):
-        rep.resolve_settings("quick", model=str(tiny_modernbert_dir), corpus="demo", overrides=["eval.models=[mlm]"])
+        rep.resolve_settings(
+            "quick", model=str(tiny_modernbert_dir), corpus="demo", ner_data="demo", overrides=["eval.models=[mlm]"]
+        )
     every = rep.resolve_settings(
-        "quick", model=str(tiny_modernbert_dir), corpus="demo", overrides=["eval.models=[detour, base, mlm_s2, mlm]"]
+        "quick",
+        model=str(tiny_modernbert_dir),
+        corpus="demo",
+        ner_data="demo",
+        overrides=["eval.models=[detour, base, mlm_s2, mlm]"],
     )
     assert every["eval"]["models"] == ["base", "mlm", "detour", "mlm_s2"]
     with pytest.raises(rep.DetourError, match="unknown preset key"):
-        rep.resolve_settings("quick", model=str(tiny_modernbert_dir), corpus="demo", overrides=["train.nope=1"])
+        rep.resolve_settings(
+            "quick", model=str(tiny_modernbert_dir), corpus="demo", ner_data="demo", overrides=["train.nope=1"]
+        )
 
 
 # --- Reports tab --------------------------------------------------------------------------------
