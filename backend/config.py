@@ -56,8 +56,8 @@ DEFAULTS: dict[str, Any] = {
         "warmup_tokens": None,  # default: 10% of the main phase
         "max_grad_norm": 1.0,
         "fsdp": False,
-        # torch.compile the encoder (inductor): ~1.1-1.3x tokens/s on CPU after a one-off compile per attention
-        # mode (about a minute on 2 cores), so worth it for runs longer than a few minutes.
+        # torch.compile the encoder (inductor), after a one-off compile per attention mode (about half a minute on
+        # 2 cores). Measured here (bench/bench_train.py): MLM 1.2x tokens/s, CLM no gain.
         "compile": False,
     },
     "phases": {
