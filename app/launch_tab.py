@@ -65,7 +65,7 @@ FIELDS: list[Field] = [
     Field("data.max_documents", "Max documents (blank = all)", "optint", advanced=True),
     Field("train.grad_accum", "Gradient accumulation", "int", advanced=True),
     Field("train.data_seed", "Data-order seed (blank = the run's seed)", "optint", advanced=True),
-    Field("train.compile", "torch.compile the encoder (MLM ~1.2x faster after a ~30 s compile)", "check", advanced=True),
+    Field("train.compile", "torch.compile the encoder (MLM ~1.2x after a ~30 s compile)", "check", advanced=True),
     Field("train.weight_decay", "Weight decay (decoupled)", "text", advanced=True),
     Field("phases.decay.shape", "Decay shape", "radio", ["1-sqrt", "linear"], advanced=True),
     Field("logging.log_every", "Log every (steps)", "int", advanced=True),

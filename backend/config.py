@@ -92,6 +92,12 @@ def default_config() -> dict:
     return copy.deepcopy(DEFAULTS)
 
 
+def with_defaults(saved: dict) -> dict:
+    """A run's saved config over today's defaults: keys added since the run was made take their default (which
+    keeps the old behaviour: ``train.data_seed`` None follows the seed, ``train.compile`` is off)."""
+    return _merge(default_config(), copy.deepcopy(saved))
+
+
 def _merge(base: dict, over: dict, prefix: str = "") -> dict:
     for k, v in over.items():
         key = f"{prefix}{k}"

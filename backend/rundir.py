@@ -62,9 +62,12 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
 
 
 def read_config(run_dir: str | Path) -> dict:
+    """The run's config.yaml, completed with defaults for keys newer than the run."""
     import yaml
 
-    return yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    from .config import with_defaults
+
+    return with_defaults(yaml.safe_load((Path(run_dir) / "config.yaml").read_text()))
 
 
 def pid_alive(pid: int | None) -> bool:

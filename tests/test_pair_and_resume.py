@@ -152,3 +152,15 @@ def test_compiled_detour_matches_eager_and_keeps_checkpoint_names(tiny_modernber
         assert b[s]["loss"] == pytest.approx(a[s]["loss"], rel=2e-3), s
     names = lambda run: sorted(load_file(run / "final" / "model.safetensors"))  # noqa: E731
     assert names(comp) == names(eager) and not any("_orig_mod" in n for n in names(comp))
+
+
+def test_run_made_before_newer_config_keys_still_trains_and_resumes(tiny_modernbert_dir, isolated_runs_dir):
+    """config.yaml written by an older version (no train.data_seed / train.compile) reads with their defaults."""
+    import yaml
+
+    (run,) = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "old", recipe="mlm"))
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    del saved["train"]["data_seed"], saved["train"]["compile"]
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert train_run(run)["state"] == "done"
+    assert train_run(run, resume=True)["state"] == "done"
