@@ -106,7 +106,7 @@ def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, sh
     tps = tokens_per_step(cfg, world)
     total_steps = sum(p.steps for p in phases)
     bs, accum, seed = t_cfg["batch_size"], t_cfg["grad_accum"], t_cfg["seed"]
-    data_seed = seed if t_cfg.get("data_seed") is None else t_cfg["data_seed"]
+    data_seed = seed if t_cfg["data_seed"] is None else t_cfg["data_seed"]
     if len(train) < bs * world:
         from .errors import DataError
 
