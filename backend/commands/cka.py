@@ -99,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
     from .. import analysis
 
     out = Path(args.out)
+    # how texts are sampled, pooled and encoded: the same for a pair and for a trajectory
+    sampling = {k: getattr(args, k) for k in ("pooling", "max_len", "n_texts", "batch_size", "seed", "seeds", "dtype")}
     if args.weights_only:
         if not (args.a and args.b):
             raise DataError("--weights-only needs --a and --b")
@@ -110,37 +112,14 @@ def run(args: argparse.Namespace) -> int:
             raise DataError("--trajectory RUN_DIR needs --a (the reference model) and --texts")
         if args.b or args.control:
             raise DataError("--trajectory compares each checkpoint with --a: --b and --control are not used")
-        res = analysis.cka_trajectory(
-            args.trajectory,
-            args.a,
-            args.texts,
-            pooling=args.pooling,
-            max_len=args.max_len,
-            n_texts=args.n_texts,
-            batch_size=args.batch_size,
-            seed=args.seed,
-            seeds=args.seeds,
-            dtype=args.dtype,
-            weights=not args.no_weights,
-        )
+        res = analysis.cka_trajectory(args.trajectory, args.a, args.texts, **sampling, weights=not args.no_weights)
         atomic.write_json(out, res)
         _print_trajectory(res)
     else:
         if not (args.a and args.b and args.texts):
             raise DataError("cka needs --a, --b and --texts (or --weights-only, or --trajectory RUN_DIR --a REF)")
-        res = analysis.cka_between(
-            args.a,
-            args.b,
-            args.texts,
-            pooling=args.pooling,
-            max_len=args.max_len,
-            n_texts=args.n_texts,
-            batch_size=args.batch_size,
-            seed=args.seed,
-            control=tuple(args.control) if args.control else None,
-            seeds=args.seeds,
-            dtype=args.dtype,
-        )
+        control = tuple(args.control) if args.control else None
+        res = analysis.cka_between(args.a, args.b, args.texts, **sampling, control=control)
         if not args.no_weights:
             try:
                 res["weight_change"] = analysis.weight_change_between(args.a, args.b)
