@@ -13,12 +13,10 @@ import os
 import re
 from pathlib import Path
 
-from backend.errors import DetourError
-from backend.paths import ASSETS_DIR, REPO_ROOT, runs_dir
+from backend.core.errors import DetourError
+from backend.core.paths import ASSETS_DIR, evals_dir, runs_dir, uploads_dir
 
 ALLOWED_ROOTS_ENV = "DETOUR_ALLOWED_ROOTS"
-UPLOADS_ENV = "DETOUR_UPLOADS_DIR"
-EVALS_ENV = "DETOUR_EVALS_DIR"
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 
 
@@ -26,14 +24,6 @@ class PathNotAllowed(DetourError):
     def __init__(self, what: str, value: str, message: str):
         self.key, self.value = what, value
         super().__init__(message)
-
-
-def uploads_dir() -> Path:
-    return Path(os.environ.get(UPLOADS_ENV, REPO_ROOT / "uploads")).resolve()
-
-
-def evals_dir() -> Path:
-    return Path(os.environ.get(EVALS_ENV, REPO_ROOT / "evals")).resolve()
 
 
 def allowed_roots() -> list[Path]:
@@ -77,7 +67,7 @@ def looks_like_path(value: str) -> bool:
 def check_model_spec(spec: str, what: str = "model") -> str:
     """A model as typed in the UI -> the spec the backend gets: a bundled name, a run name (-> its folder), an
     allowed path, or a hub id (loaded only when an action asks for it)."""
-    from backend.models import bundled_models
+    from backend.engine.models import bundled_models
 
     spec = (spec or "").strip()
     if not spec:

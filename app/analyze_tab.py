@@ -1,13 +1,13 @@
 """Analyze tab: layer x layer CKA between two models or runs (optional seed-noise control pair), the divergence
 profile with the control ratio, the divergence trajectory over a run's checkpoints, and per-layer weight change.
-Thin wrappers over ``backend.analysis`` (the functions behind ``python -m backend cka``)."""
+Thin wrappers over ``backend.analysis.api`` (the functions behind ``python -m backend cka``)."""
 
 from __future__ import annotations
 
 from app import check_model_spec, check_path, warn
-from backend import plots
-from backend.errors import DetourError
-from backend.paths import DEFAULT_MODEL, DEMO_CORPUS
+from backend.analysis import plots
+from backend.core.errors import DetourError
+from backend.core.paths import DEFAULT_MODEL, DEMO_CORPUS
 
 MAX_TEXTS = 500
 
@@ -39,7 +39,7 @@ def compute_cka(
     a: str, b: str, ctrl_a: str | None, ctrl_b: str | None, texts: str | None, n_texts=100, max_len=128, progress=None
 ) -> tuple:
     """-> (heatmap, divergence figure, table rows [layer, CKA, divergence, control, ratio], message)."""
-    from backend.analysis import cka_between
+    from backend.analysis.api import cka_between
 
     try:
         ma, mb = check_model_spec(a, "model A"), check_model_spec(b, "model B")
@@ -86,7 +86,7 @@ def compute_trajectory(
     run: str, reference: str | None, texts: str | None, n_texts=50, max_len=128, progress=None
 ) -> tuple:
     """-> (divergence-over-checkpoints figure, weight-change-over-checkpoints figure or None, message)."""
-    from backend.analysis import cka_trajectory
+    from backend.analysis.api import cka_trajectory
 
     try:
         run_spec = check_model_spec(run, "run")
@@ -96,7 +96,7 @@ def compute_trajectory(
             raise DetourError(f"run: '{run}' is not a run directory")
         ref = (reference or "").strip()
         if not ref:
-            from backend.rundir import read_config
+            from backend.engine.rundir import read_config
 
             ref = read_config(run_spec)["model"]["name"]
         res = cka_trajectory(
@@ -123,7 +123,7 @@ def compute_trajectory(
 
 
 def compute_weight_change(a: str, b: str) -> tuple:
-    from backend.analysis import weight_change_between
+    from backend.analysis.api import weight_change_between
 
     try:
         res = weight_change_between(check_model_spec(a, "model A"), check_model_spec(b, "model B"))

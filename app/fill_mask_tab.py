@@ -1,13 +1,13 @@
 """Fill-mask tab: one sentence, 2 to 4 models side by side, top-k tokens as probability bars
-(``backend.fill_mask.fill_mask``, the same function as ``python -m backend fill-mask``)."""
+(``backend.analysis.fill_mask.fill_mask``, the same function as ``python -m backend fill-mask``)."""
 
 from __future__ import annotations
 
 from app import check_model_spec, md_escape, warn
-from backend import plots
-from backend.errors import DetourError
-from backend.fill_mask import check_text, fill_mask
-from backend.paths import DEFAULT_MODEL
+from backend.analysis import plots
+from backend.analysis.fill_mask import check_text, fill_mask
+from backend.core.errors import DetourError
+from backend.core.paths import DEFAULT_MODEL
 
 SLOTS = 4
 EXAMPLE = "Aspirin inhibits the [MASK] of prostaglandins."

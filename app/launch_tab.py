@@ -1,5 +1,5 @@
 """Launch tab: a form over the experiment config; validation next to each field; live YAML and command preview;
-save / load configs; Launch queues the run(s) through ``backend.jobs.submit`` (the CLI's ``prepare_runs``)."""
+save / load configs; Launch queues the run(s) through ``backend.runs.jobs.submit`` (the CLI's ``prepare_runs``)."""
 
 from __future__ import annotations
 
@@ -13,65 +13,37 @@ from pathlib import Path
 import yaml
 
 from app import check_corpus_spec, check_model_spec, check_path, uploads_dir, warn
-from backend import jobs
-from backend.config import config_to_yaml, default_config, load_config
-from backend.errors import ConfigError, DetourError
-from backend.paths import runs_dir
+from backend.core.errors import ConfigError, DetourError
+from backend.core.paths import runs_dir
+from backend.engine import schema
+from backend.engine.config import config_to_yaml, default_config, load_config
+from backend.runs import jobs
 
 
 @dataclass
 class Field:
-    key: str  # config key (dotted), or a pseudo key ("seeds")
+    key: str  # config key (dotted), or the pseudo key "seeds"
     label: str
-    kind: str  # text | int | float | check | radio | model | corpus | optint | layers
+    kind: str  # text | sci | int | optint | float | check | radio | model | corpus | layers
     choices: list[str] = field(default_factory=list)
     info: str | None = None
     advanced: bool = False
 
 
-FIELDS: list[Field] = [
-    Field("name", "Run name", "text", info="folder name under the runs directory"),
-    Field(
-        "recipe",
-        "Recipe",
-        "radio",
-        ["pair", "clm_detour", "mlm"],
-        info="pair = a CLM-detour run and its MLM baseline, same data and budget",
-    ),
-    Field("model.name", "Model", "model", info="bundled name, hub id, local folder, or a previous run / checkpoint"),
-    Field("model.trust_remote_code", "Trust remote code for this model", "check"),
-    Field(
-        "data.corpus",
-        "Corpus",
-        "corpus",
-        info="'demo', a file or folder in an allowed root, an upload, or a hub dataset id",
-    ),
-    Field("phases.main.tokens", "Main-phase tokens (CLM detour / MLM 30%)", "int"),
-    Field("phases.warmup.tokens", "MLM warm-up tokens before main (0 = none)", "int"),
-    Field("phases.decay.fraction", "Decay fraction (of main-phase tokens)", "float", info="paper: 0.10"),
-    Field("phases.main.mlm_probability", "Main-phase masking rate (mlm recipe)", "float"),
-    Field("phases.decay.mlm_probability", "Decay masking rate", "float"),
-    Field("train.lr", "Peak learning rate", "text"),
-    Field("train.warmup_tokens", "LR warm-up tokens (blank = 10% of main)", "optint"),
-    Field("train.batch_size", "Batch size (sequences)", "int"),
-    Field("train.seq_len", "Sequence length", "int"),
-    Field("phases.main.freeze.layers", "Freeze layers during main", "layers", info="e.g. 0-7 (blank = none)"),
-    Field("phases.main.freeze.embeddings", "Freeze embeddings during main", "check"),
-    Field("phases.decay.freeze.layers", "Freeze layers during decay", "layers", info="e.g. 0-7 (blank = none)"),
-    Field("phases.decay.freeze.embeddings", "Freeze embeddings during decay", "check"),
-    Field("seeds", "Seeds", "text", info="one run per seed: '0' or '0,1,2'"),
-    Field("train.precision", "Precision", "radio", ["fp32", "bf16", "fp16"]),
-    Field("data.text_column", "Text column (jsonl/csv/parquet/hub)", "text", advanced=True),
-    Field("data.max_documents", "Max documents (blank = all)", "optint", advanced=True),
-    Field("train.grad_accum", "Gradient accumulation", "int", advanced=True),
-    Field("train.data_seed", "Data-order seed (blank = the run's seed)", "optint", advanced=True),
-    Field("train.compile", "torch.compile the encoder (MLM ~1.2x after a ~30 s compile)", "check", advanced=True),
-    Field("train.weight_decay", "Weight decay (decoupled)", "text", advanced=True),
-    Field("phases.decay.shape", "Decay shape", "radio", ["1-sqrt", "linear"], advanced=True),
-    Field("logging.log_every", "Log every (steps)", "int", advanced=True),
-    Field("logging.eval_every", "Held-out eval every (steps)", "int", advanced=True),
-    Field("logging.checkpoint_every", "Checkpoint every (steps)", "int", advanced=True),
-]
+def _field(k: schema.Key) -> Field:
+    """A form field from the config schema: label, widget, choices and help all come from there."""
+    if k.widget:
+        kind = k.widget
+    elif k.kind == "int":
+        kind = "optint" if k.optional else "int"
+    else:
+        kind = {"str": "text", "float": "float", "bool": "check", "choice": "radio", "layers": "layers"}[k.kind]
+    return Field(k.key, k.label, kind, list(k.form_choices or k.choices), k.help, k.advanced)
+
+
+SEEDS_FIELD = Field("seeds", "Seeds", "text", info="one run per seed: '0' or '0,1,2'")
+FIELDS: list[Field] = [_field(k) for k in schema.form_keys() if k.form < 20]
+FIELDS += [SEEDS_FIELD] + [_field(k) for k in schema.form_keys() if k.form >= 20]
 KEYS = [f.key for f in FIELDS]
 FIELD_BY_KEY = {f.key: f for f in FIELDS}
 
@@ -102,7 +74,7 @@ def config_to_values(cfg: dict, seeds: str | None = None) -> list:
             out.append(seeds if seeds is not None else str(cfg["train"]["seed"]))
             continue
         v = _get(cfg, f.key)
-        if f.kind in ("text", "layers", "optint"):
+        if f.kind in ("text", "sci", "layers", "optint"):
             v = "" if v is None else (",".join(map(str, v)) if isinstance(v, list) else str(v))
         out.append(v)
     return out
@@ -115,7 +87,7 @@ def default_values() -> list:
 
 
 def _free_name(name: str) -> str:
-    from backend.rundir import suggest_name
+    from backend.engine.rundir import suggest_name
 
     root = runs_dir()
     if (root / name).exists() or (root / f"{name}-detour").exists():
@@ -125,7 +97,7 @@ def _free_name(name: str) -> str:
 
 def _scalar(key: str, raw):
     """Text typed in a box -> a YAML scalar (``2e-4`` -> 0.0002), as ``--set`` does."""
-    from backend.config import parse_override
+    from backend.engine.config import parse_override
 
     return parse_override(f"{key}={raw}")[1]
 
@@ -152,7 +124,7 @@ def values_to_config(values: list) -> tuple[dict, list[int]]:
         if f.key == "seeds":
             seeds = parse_seeds(v)
             continue
-        if f.kind == "text" and f.key in ("train.lr", "train.weight_decay"):
+        if f.kind == "sci":  # a number typed as text: 2e-4
             v = _scalar(f.key, v) if str(v or "").strip() else None
         elif f.kind == "text":
             v = (v or "").strip()
@@ -198,8 +170,8 @@ def error_key(exc: Exception) -> str | None:
 
 def preflight(cfg: dict) -> None:
     """Model-level checks that need no data and no network (model resolves, freeze ranges fit the model)."""
-    from backend.models import resolve_model
-    from backend.preflight import check
+    from backend.engine.models import resolve_model
+    from backend.runs.preflight import check
 
     if cfg["model"]["name"] != "from_scratch" and resolve_model(cfg["model"]["name"]).kind == "hub":
         return  # checked at launch: no network while typing
@@ -243,7 +215,7 @@ def validate_form(values: list, deep: bool = True) -> dict:
 
 
 def launch(values: list, max_concurrent: int | None = None) -> dict:
-    """Validate, then queue through ``backend.jobs.submit`` (prepare_runs + detached worker)."""
+    """Validate, then queue through ``backend.runs.jobs.submit`` (prepare_runs + detached worker)."""
     res = validate_form(values)
     if not res["ok"]:
         return {**res, "runs": []}
@@ -263,7 +235,7 @@ def save_config(values: list) -> tuple[Path | None, str]:
     d = uploads_dir() / "configs"
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"{res['cfg']['name']}.yaml"
-    from backend.atomic import write_text
+    from backend.core.atomic import write_text
 
     write_text(path, res["yaml"])
     return path, f"saved {path}"
@@ -321,8 +293,8 @@ def store_upload(path: str | None, max_bytes: int) -> tuple[str | None, str]:
 
 
 def model_choices() -> list[str]:
-    from backend.models import bundled_models
-    from backend.rundir import list_runs
+    from backend.engine.models import bundled_models
+    from backend.engine.rundir import list_runs
 
     runs = [r.name for r in list_runs(runs_dir()) if (r.path / "final").exists() or (r.path / "checkpoints").exists()]
     return bundled_models() + runs
@@ -385,6 +357,9 @@ def build(ctx) -> dict:
                     ],
                 ),
             ]
+            placed = {k for _, ks in groups for k in ks}
+            rest = [f.key for f in FIELDS if not f.advanced and f.key not in placed]
+            groups += [("More", rest)] if rest else []  # a key added to the schema's form shows up even here
             for title, keys in groups:
                 with gr.Group():
                     gr.Markdown(f"**{title}**")

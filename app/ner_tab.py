@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from app import check_model_spec, check_path, evals_dir, warn
-from backend.errors import DetourError
+from backend.core.errors import DetourError
 
 SLOTS = 4
 EXAMPLE = "Patients with type 2 diabetes received metformin at Massachusetts General Hospital."

@@ -8,18 +8,16 @@ The handlers are plain functions (tested without a browser); ``build_reports_tab
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from backend.errors import DetourError
-from backend.paths import REPO_ROOT
+from backend.core.errors import DetourError
+from backend.core.paths import is_plain_name, reports_dir
+from backend.replication.replicate import LOG_NAME
 
 POLL_S = 3.0
-LOG_NAME = "replicate.log"
 LOG_LINES = 40
 FIGURES = [
     ("f1", "NER F1 per model (mean ± std, each seed)"),
@@ -30,24 +28,17 @@ FIGURES = [
     ("loss_curves", "Held-out MLM loss"),
     ("train_loss", "Training loss"),
 ]
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _children: list[subprocess.Popen] = []  # replications this process started (reaped so none stays a zombie)
-
-
-def reports_root() -> Path:
-    from backend.replicate import reports_dir
-
-    return reports_dir()
 
 
 def list_reports() -> list[str]:
     """Replication folders under the reports root (newest first): those with a settings, status or report file."""
-    root = reports_root()
+    root = reports_dir()
     if not root.is_dir():
         return []
     found = []
     for d in root.iterdir():
-        if d.is_dir() and not d.name.startswith(".") and _NAME.match(d.name):
+        if d.is_dir() and not d.name.startswith(".") and is_plain_name(d.name):
             marks = [d / n for n in ("report.json", "status.json", "settings.json", LOG_NAME)]
             times = [p.stat().st_mtime for p in marks if p.exists()]
             if times:
@@ -58,11 +49,11 @@ def list_reports() -> list[str]:
 def report_dir(name: str | None) -> Path:
     """The folder of report ``name``: a plain name under the reports root, never a path."""
     name = (name or "").strip()
-    if not _NAME.match(name) or ".." in name:
-        raise DetourError(f"report '{name}': give the name of a folder under {reports_root()}")
-    d = reports_root() / name
+    if not is_plain_name(name):
+        raise DetourError(f"report '{name}': give the name of a folder under {reports_dir()}")
+    d = reports_dir() / name
     if not d.is_dir():
-        raise DetourError(f"report '{name}': no such folder under {reports_root()}")
+        raise DetourError(f"report '{name}': no such folder under {reports_dir()}")
     return d
 
 
@@ -81,7 +72,7 @@ def _tail(path: Path, n: int = LOG_LINES) -> str:
 
 def status_text(name: str | None) -> tuple[str, str]:
     """(status Markdown, log tail) of a report folder."""
-    from backend.replicate import read_markers, read_state
+    from backend.replication.replicate import read_markers, read_state
 
     if not (name or "").strip():
         return "No report selected. Launch the quick preset, or run `python -m backend replicate`.", ""
@@ -114,7 +105,7 @@ def _served_copy(path: Path, name: str) -> str:
 
 def load_view(name: str | None) -> dict:
     """Everything the tab shows for one report: summary Markdown, figures by name, downloadable files, status."""
-    from backend.report import load_figure
+    from backend.replication.report import load_figure
 
     status, log = status_text(name)
     view = {"summary": "", "figures": {k: None for k, _ in FIGURES}, "files": [], "status": status, "log": log}
@@ -136,45 +127,24 @@ def load_view(name: str | None) -> dict:
     return view
 
 
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    pp = env.get("PYTHONPATH", "")
-    if str(REPO_ROOT) not in pp.split(os.pathsep):
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), pp]) if pp else str(REPO_ROOT)
-    return env
-
-
 def launch_quick(name: str = "quick", extra_args: list[str] | None = None) -> tuple[str, str]:
     """Start ``python -m backend replicate --preset quick --out <reports>/<name>`` detached. Returns (message, name).
 
     Refuses when that folder's replication is still running; a finished or interrupted one is resumed (finished
     steps are kept). The model and data are checked first, so a missing base model is said here, not in a log."""
-    from backend.replicate import read_state, resolve_settings
+    from backend.replication.replicate import read_state, resolve_settings, start_detached
 
     name = (name or "quick").strip()
-    if not _NAME.match(name) or ".." in name:
+    if not is_plain_name(name):
         raise DetourError(f"report name '{name}': use letters, digits, '_', '-' or '.'")
-    out = reports_root() / name
+    out = reports_dir() / name
     if read_state(out).get("state") == "running":
         raise DetourError(f"'{name}' is already running (pid {read_state(out).get('pid')}); wait for it to finish")
     resolve_settings("quick")  # raises a clear error (base model not built, data absent) before anything starts
-    out.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "backend", "replicate", "--preset", "quick", "--out", str(out), *(extra_args or [])]
     for p in list(_children):
         if p.poll() is not None:
             _children.remove(p)
-    with open(out / LOG_NAME, "ab") as log:
-        proc = subprocess.Popen(
-            argv,
-            cwd=str(REPO_ROOT),
-            env=_child_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
+    proc = start_detached(out, "quick", extra_args)
     _children.append(proc)
     return f"Started the quick preset in `{out}` (pid {proc.pid}); about 10 minutes. The status below updates.", name
 

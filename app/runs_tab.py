@@ -1,15 +1,17 @@
 """Runs tab: every run on disk with status and progress; live curves polled from the run directories by a timer;
-log tail; Cancel / Resume through ``backend.jobs``. Nothing here trains: it only reads run directories."""
+log tail; Cancel / Resume through ``backend.runs.jobs``. Nothing here trains: it only reads run directories."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from app import warn
-from backend import jobs, plots
-from backend.errors import DetourError
-from backend.paths import runs_dir
-from backend.rundir import check_run_name, list_runs, read_metrics
+from backend.analysis import plots
+from backend.core.errors import DetourError
+from backend.core.paths import runs_dir
+from backend.engine.config import check_run_name
+from backend.engine.rundir import list_runs, read_metrics
+from backend.runs import jobs
 
 POLL_S = 2.0
 TABLE_COLUMNS = ["run", "state", "phase", "step", "tokens", "progress", "ETA", "error"]

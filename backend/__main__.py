@@ -7,7 +7,7 @@ import argparse
 import importlib
 import sys
 
-from .errors import DetourError
+from backend.core.errors import DetourError
 
 COMMANDS = {
     "train": "Run one experiment (or a pair) from a YAML config.",

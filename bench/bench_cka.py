@@ -1,5 +1,5 @@
-"""Benchmark: streaming feature-space linear CKA (backend.cka.StreamingCKA) vs the naive n x n Gram formula
-(backend.cka.gram_cka), time and peak memory, at n = 2k, 8k, 16k, 32k, 64k rows (tokens) and d = 256, 768
+"""Benchmark: streaming feature-space linear CKA (backend.analysis.cka.StreamingCKA) vs the naive n x n Gram formula
+(backend.analysis.cka.gram_cka), time and peak memory, at n = 2k, 8k, 16k, 32k, 64k rows (tokens) and d = 256, 768
 (about 3-4 minutes on 2 cores; the naive method peaks at ~4.5 GB at 16k).
 
     python bench/bench_cka.py                       # writes bench/results/cka.json, prints a Markdown table
@@ -45,7 +45,7 @@ def _status(field: str) -> int:
 def worker(method: str, n: int, d: int, batch: int, repeats: int) -> dict:
     import torch
 
-    from backend.cka import StreamingCKA, gram_cka
+    from backend.analysis.cka import StreamingCKA, gram_cka
 
     g = torch.Generator().manual_seed(n * 7 + d)
     x = torch.randn(n, d, generator=g)

@@ -58,7 +58,7 @@ def start_app(runs: Path, env: dict, log: Path) -> tuple[subprocess.Popen, str]:
 
 
 def model_spec(requested: str | None, tmp: Path) -> str:
-    from backend.models import bundled_models
+    from backend.engine.models import bundled_models
 
     if requested:
         return requested
@@ -94,7 +94,7 @@ def main() -> int:
     from gradio_client import Client
 
     from app import launch_tab
-    from backend.config import default_config
+    from backend.engine.config import default_config
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-fm-"))
     runs = tmp / "runs"
@@ -124,7 +124,7 @@ def main() -> int:
         os.environ.update(DETOUR_ALLOWED_ROOTS=str(tmp), DETOUR_RUNS_DIR=str(runs))
         msg = c0.predict(*launch_tab.config_to_values(cfg), api_name="/launch")[3]
         assert "queued" in msg, msg
-        from backend.rundir import read_status
+        from backend.engine.rundir import read_status
 
         deadline = time.time() + 120
         while read_status(runs / "bench-run").get("step") in (None, 0) and time.time() < deadline:
@@ -162,7 +162,7 @@ def main() -> int:
         result["run_state_during_load"] = st1.get("state")
         c0.predict("bench-run", api_name="/cancel")
     finally:
-        from backend import jobs
+        from backend.runs import jobs
 
         try:
             jobs.cancel(runs / "bench-run")

@@ -27,11 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import matmul_peak, save  # noqa: E402
 
-from backend.config import load_config  # noqa: E402
-from backend.data import load_corpus  # noqa: E402
-from backend.models import load_masked_lm, load_tokenizer  # noqa: E402
-from backend.rundir import read_metrics  # noqa: E402
-from backend.train import prepare_runs, train_run  # noqa: E402
+from backend.engine.config import load_config  # noqa: E402
+from backend.engine.data import load_corpus  # noqa: E402
+from backend.engine.models import load_masked_lm, load_tokenizer  # noqa: E402
+from backend.engine.rundir import read_metrics  # noqa: E402
+from backend.runs.train import prepare_runs, train_run  # noqa: E402
 
 
 def train_flops_per_token(config, seq_len: int, labelled_fraction: float) -> float:

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from backend.machine import cpu_name  # noqa: E402
+from backend.core.machine import cpu_name  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from backend.models import build_from_scratch
-from backend.paths import BUNDLED_TOKENIZER_DIR, shared_data
+from backend.core.paths import BUNDLED_TOKENIZER_DIR, shared_data
+from backend.engine.models import build_from_scratch
 
 TINY_MODERNBERT = dict(
     model_type="modernbert",
@@ -73,7 +73,7 @@ def require_shared(name: str) -> Path:
 
 def tiny_train_cfg(model_dir: Path, name: str = "t", **sets) -> dict:
     """A config that trains a tiny model for a handful of steps on the bundled demo corpus."""
-    from backend.config import load_config
+    from backend.engine.config import load_config
 
     base = {
         "name": name,

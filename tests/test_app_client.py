@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from app import launch_tab
-from backend import rundir
-from backend.config import default_config
+from backend.engine import rundir
+from backend.engine.config import default_config
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

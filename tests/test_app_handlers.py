@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from app import PathNotAllowed, analyze_tab, check_model_spec, check_path, fill_mask_tab, launch_tab, ner_tab, runs_tab
-from backend import atomic, jobs, rundir
-from backend.config import default_config
+from backend.core import atomic
+from backend.engine import rundir
+from backend.engine.config import default_config
+from backend.runs import jobs
 
 
 @pytest.fixture(autouse=True)

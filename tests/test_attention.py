@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.attention import causal_attention
-from backend.errors import ConfigError
-from backend.models import load_masked_lm
+from backend.core.errors import ConfigError
+from backend.detour.attention import causal_attention
+from backend.engine.models import load_masked_lm
 from conftest import TINY_BERT, TINY_MODERNBERT, save_tiny_model
 
 SEQ = 64  # 4x the tiny ModernBERT's local window (16)
@@ -99,7 +99,7 @@ def test_modernbert_sliding_layers_stay_windowed_and_causal(impl, tmp_path):
 def test_unsupported_architecture_is_refused():
     from transformers import GPT2Config
 
-    from backend.attention import check_causal_supported
+    from backend.detour.attention import check_causal_supported
 
     with pytest.raises(ConfigError, match="causal"):
         check_causal_supported(GPT2Config())

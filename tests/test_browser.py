@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from backend.config import default_config
+from backend.engine.config import default_config
 from tests.test_app_client import start_app, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
@@ -104,7 +104,8 @@ def test_page_launch_plot_fill_mask(tmp_path, isolated_runs_dir, tiny_modernbert
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-        from backend import jobs, rundir
+        from backend.engine import rundir
+        from backend.runs import jobs
 
         st = rundir.read_status(isolated_runs_dir / "browser-run")
         if st.get("state") in ("running", "queued"):

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from backend.cka import StreamingCKA, gram_cka, linear_cka
+from backend.analysis.cka import StreamingCKA, gram_cka, linear_cka
 
 TOL = 1e-10
 
@@ -185,8 +185,8 @@ def test_memory_does_not_grow_with_rows():
 
 # ------------------------------------------------------------------------------------------ texts
 def test_read_texts_txt_jsonl_and_deterministic_sampling(tmp_path):
-    from backend.analysis import read_texts, texts_sha256
-    from backend.errors import DataError
+    from backend.analysis.api import read_texts, texts_sha256
+    from backend.core.errors import DataError
 
     txt = tmp_path / "t.txt"
     txt.write_text("a one\n\n  b two  \nc three\n\nd four\ne five\n")
@@ -229,7 +229,7 @@ def tiny_modernbert_seed1(tmp_path_factory):
 
 
 def test_cka_between_with_control_and_seeds(tiny_modernbert_dir, tiny_modernbert_seed1, tiny_bert_dir, texts_file):
-    from backend.analysis import cka_between
+    from backend.analysis.api import cka_between
 
     a, b = str(tiny_modernbert_dir), str(tiny_modernbert_seed1)
     calls = []

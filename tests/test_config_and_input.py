@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from backend.config import load_config
-from backend.errors import ConfigError, DataError, DetourError, ModelSpecError
-from backend.paths import REPO_ROOT
-from backend.train import prepare_runs
+from backend.core.errors import ConfigError, DataError, DetourError, ModelSpecError
+from backend.core.paths import REPO_ROOT
+from backend.engine.config import load_config
+from backend.runs.train import prepare_runs
 from conftest import tiny_train_cfg
 
 

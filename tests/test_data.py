@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from backend.data import batch_indices, pack, read_documents, split_documents
-from backend.errors import DataError
+from backend.core.errors import DataError
+from backend.engine.data import batch_indices, pack, read_documents, split_documents
 
 
 def test_txt_paragraphs_and_lines(tmp_path):

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from backend.paths import REPO_ROOT
-from backend.rundir import read_metrics, read_status
-from backend.train import prepare_runs
+from backend.core.paths import REPO_ROOT
+from backend.engine.rundir import read_metrics, read_status
+from backend.runs.train import prepare_runs
 from conftest import tiny_train_cfg
 
 

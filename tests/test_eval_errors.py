@@ -7,7 +7,7 @@ import json
 import pytest
 
 from backend.__main__ import main as cli
-from backend.errors import ConfigError, DataError
+from backend.core.errors import ConfigError, DataError
 from backend.evaluation.classification import load_classification_folder
 from backend.evaluation.finetune import resolve_hparams
 from backend.evaluation.iob import load_ner_folder, ner_from_dataset_dict

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from backend.__main__ import main as cli
-from backend.errors import ConfigError
+from backend.core.errors import ConfigError
 from backend.evaluation.predict import list_finetuned, predict_entities
 from backend.evaluation.runner import evaluate_models
 from conftest import require_shared
@@ -39,9 +39,9 @@ def broken_model(tmp_path):
 
 
 def untrained_test_f1(model_dir, data_dir) -> float:
-    from backend.evaluation.finetune import quiet_transformers, resolve_hparams
+    from backend.engine.models import quiet_transformers, resolve_model
+    from backend.evaluation.finetune import resolve_hparams
     from backend.evaluation.runner import _build_task, _subsample_data, load_task_data
-    from backend.models import resolve_model
 
     hp = resolve_hparams("ner", **NER_HP)
     data = _subsample_data(load_task_data("ner", str(data_dir)), hp["max_train_examples"], hp["max_eval_examples"])

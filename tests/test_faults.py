@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
-from backend.checkpoint import latest_good
-from backend.rundir import read_status
-from backend.train import prepare_runs, train_run
+from backend.engine.checkpoint import latest_good
+from backend.engine.rundir import read_status
+from backend.runs.train import prepare_runs, train_run
 from conftest import tiny_train_cfg
 
 
@@ -33,7 +33,7 @@ def test_crash_while_writing_a_checkpoint_leaves_the_previous_one_loadable(tiny_
 def test_exception_during_training_marks_the_run_failed_with_the_error(
     exc, tiny_modernbert_dir, isolated_runs_dir, monkeypatch
 ):
-    import backend.trainer as trainer
+    import backend.detour.trainer as trainer
 
     calls = {"n": 0}
     real = trainer.evaluate

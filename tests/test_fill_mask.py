@@ -1,4 +1,4 @@
-"""backend.fill_mask on real (tiny, random) models: mask normalisation, several models, clear refusals."""
+"""backend.analysis.fill_mask on real (tiny, random) models: mask normalisation, several models, clear refusals."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import pytest
 import torch
 
 from backend.__main__ import main as cli
-from backend.errors import DetourError
-from backend.fill_mask import check_text, fill_mask, normalise_mask
+from backend.analysis.fill_mask import check_text, fill_mask, normalise_mask
+from backend.core.errors import DetourError
 from tests.conftest import TINY_BERT, bundled_tokenizer
 
 
 @pytest.fixture(scope="module")
 def angle_mask_model(tmp_path_factory):
     """A tiny model whose tokenizer's mask token is ``<mask>`` (RoBERTa style)."""
-    from backend.models import build_from_scratch
+    from backend.engine.models import build_from_scratch
 
     tok = bundled_tokenizer()
     tok.add_special_tokens({"mask_token": "<mask>"})

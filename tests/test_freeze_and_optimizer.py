@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from safetensors.torch import load_file
 
-from backend.rundir import checkpoint_state, list_checkpoints, read_metrics
-from backend.train import prepare_runs, train_run
+from backend.engine.rundir import checkpoint_state, list_checkpoints, read_metrics
+from backend.runs.train import prepare_runs, train_run
 from conftest import tiny_train_cfg
 
 

@@ -7,9 +7,8 @@ import shutil
 import pytest
 import torch
 
-from backend.cka import StreamingCKA, linear_cka
-from backend.errors import DataError
-from backend.hidden_states import (
+from backend.analysis.cka import StreamingCKA, linear_cka
+from backend.analysis.hidden_states import (
     LayerCapture,
     check_same_tokenization,
     encode_texts,
@@ -21,7 +20,8 @@ from backend.hidden_states import (
     max_positions,
     pool,
 )
-from backend.models import load_encoder, load_masked_lm, load_tokenizer
+from backend.core.errors import DataError
+from backend.engine.models import load_encoder, load_masked_lm, load_tokenizer
 
 TEXTS = [
     "The patient was admitted with fever.",
@@ -157,7 +157,7 @@ def _word_level_tokenizer():
 
 
 def test_token_pooling_requires_identical_tokenizers(models, tiny_modernbert_dir, tmp_path):
-    from backend.analysis import cka_between
+    from backend.analysis.api import cka_between
 
     _, _, tok = models["modernbert"]
     check_same_tokenization(tok, load_tokenizer(str(tiny_modernbert_dir)), TEXTS, 64)  # same: fine

@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from backend import jobs, rundir
-from backend.atomic import write_yaml
-from backend.config import default_config, load_config
+from backend.core.atomic import write_yaml
+from backend.engine import rundir
+from backend.engine.config import default_config, load_config
+from backend.runs import jobs
 
 FAKE_TRAINER = r"""
 import os, signal, sys, time
 sys.path.insert(0, os.environ["REPO"])
-from backend import rundir
+from backend.engine import rundir
 d = sys.argv[1]
 resume = "--resume" in sys.argv
 seconds = float(os.environ.get("FAKE_SECONDS", "0.3"))

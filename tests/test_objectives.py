@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from backend.data import pack
-from backend.objectives import IGNORE, clm_labels, mlm_mask, replacement_vocab, special_ids
+from backend.detour.objectives import IGNORE, clm_labels, mlm_mask, replacement_vocab, special_ids
+from backend.engine.data import pack
 from conftest import bundled_tokenizer
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from backend.paths import REPO_ROOT
-from backend.rundir import read_metrics, read_status
-from backend.train import prepare_runs, train_run
+from backend.core.paths import REPO_ROOT
+from backend.engine.rundir import read_metrics, read_status
+from backend.runs.train import prepare_runs, train_run
 from conftest import tiny_train_cfg
 
 
@@ -82,7 +82,7 @@ def test_kill_9_then_resume_matches_uninterrupted(tiny_modernbert_dir, isolated_
     assert read_status(run)["state"] == "done"
     # nothing partial where a complete file is expected: temp dirs cleaned, every checkpoint verifies,
     # every metrics line parses
-    from backend.checkpoint import verify
+    from backend.engine.checkpoint import verify
 
     assert not list((run / "checkpoints").glob(".tmp-*"))
     for ck in sorted((run / "checkpoints").glob("step-*")):
@@ -97,7 +97,7 @@ def test_kill_9_then_resume_matches_uninterrupted(tiny_modernbert_dir, isolated_
 
 
 def test_corrupt_checkpoint_falls_back_to_previous(tiny_modernbert_dir, isolated_runs_dir):
-    from backend.checkpoint import latest_good
+    from backend.engine.checkpoint import latest_good
 
     (run,) = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "c", recipe="mlm"))
     train_run(run)
@@ -119,8 +119,8 @@ def test_a_run_is_never_trained_twice_at_once(tiny_modernbert_dir, isolated_runs
     """The CLI claims the runs it prepares (the queue worker skips them) and each trainer holds a lock."""
     import fcntl
 
-    from backend.jobs import queued_runs
-    from backend.train import RunBusyError
+    from backend.core.process import Busy as RunBusyError
+    from backend.runs.jobs import queued_runs
 
     runs = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "lk", recipe="pair"), claim=True)
     assert queued_runs(isolated_runs_dir) == []  # claimed by this live process
@@ -135,7 +135,7 @@ def test_compiled_detour_matches_eager_and_keeps_checkpoint_names(tiny_modernber
     """train.compile=true: same losses as eager through the causal switch, and checkpoints load without it."""
     from safetensors.torch import load_file
 
-    from backend.preflight import cpp_compiler
+    from backend.runs.preflight import cpp_compiler
 
     if cpp_compiler() is None:
         pytest.skip("torch.compile on CPU needs a C++ compiler (g++/clang++); none on this machine")

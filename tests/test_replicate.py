@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from backend import replicate as rep
 from backend.__main__ import main as cli
-from backend.paths import DEMO_CORPUS, DEMO_NER_DIR
+from backend.core import paths, process
+from backend.core.paths import DEMO_CORPUS, DEMO_NER_DIR
+from backend.replication import replicate as rep
 
 TINY_SETS = [
     "train.main_tokens=2048",
@@ -169,7 +170,7 @@ def test_stop_signal_at_the_end_of_a_training_run_stops_the_plan(tmp_path, tiny_
     """SIGTERM caught by a run's own handler after its last step check still stops the replication."""
     import signal
 
-    from backend import train
+    from backend.runs import train
 
     def fake_train_run(run_dir, resume=False):
         flag = train._StopFlag()
@@ -245,7 +246,7 @@ def test_presets_are_sized_for_the_machine(tmp_path, tiny_modernbert_dir):
 def test_reports_tab_lists_and_shows_a_report(replication, monkeypatch):
     from app import reports_tab
 
-    monkeypatch.setenv(rep.REPORTS_ENV, str(replication["out"].parent))
+    monkeypatch.setenv(paths.REPORTS_ENV, str(replication["out"].parent))
     assert reports_tab.list_reports() == ["quick-test"]
     view = reports_tab.load_view("quick-test")
     assert "## Findings" in view["summary"]
@@ -260,7 +261,7 @@ def test_reports_tab_lists_and_shows_a_report(replication, monkeypatch):
 def test_reports_tab_launches_the_quick_preset_detached(tmp_path, monkeypatch):
     from app import reports_tab
 
-    monkeypatch.setenv(rep.REPORTS_ENV, str(tmp_path / "reports"))
+    monkeypatch.setenv(paths.REPORTS_ENV, str(tmp_path / "reports"))
     monkeypatch.setattr(rep, "resolve_settings", lambda *a, **k: {})  # nothing is checked or trained here
     calls = []
 
@@ -273,12 +274,12 @@ def test_reports_tab_launches_the_quick_preset_detached(tmp_path, monkeypatch):
         def poll(self):
             return None
 
-    monkeypatch.setattr(reports_tab.subprocess, "Popen", FakePopen)
+    monkeypatch.setattr(process.subprocess, "Popen", FakePopen)
     msg, name = reports_tab.launch_quick("quick")
     assert name == "quick" and "4242" in msg
     argv, kw = calls[0]
     assert argv[1:] == ["-m", "backend", "replicate", "--preset", "quick", "--out", str(tmp_path / "reports" / "quick")]
-    assert kw["start_new_session"] is True and kw["stdin"] is reports_tab.subprocess.DEVNULL
+    assert kw["start_new_session"] is True and kw["stdin"] is process.subprocess.DEVNULL
     assert Path(kw["stdout"].name) == tmp_path / "reports" / "quick" / "replicate.log"  # a file, never a pipe
     # while it runs, a second launch is refused
     (tmp_path / "reports" / "quick" / "status.json").write_text(json.dumps({"state": "running", "pid": os.getpid()}))
@@ -291,7 +292,7 @@ def test_reports_tab_builds_inside_blocks(tmp_path, monkeypatch):
 
     from app import reports_tab
 
-    monkeypatch.setenv(rep.REPORTS_ENV, str(tmp_path / "none"))
+    monkeypatch.setenv(paths.REPORTS_ENV, str(tmp_path / "none"))
     with gr.Blocks() as demo:
         with gr.Tab("Reports"):
             parts = reports_tab.build_reports_tab()

@@ -6,9 +6,8 @@ import math
 
 import pytest
 
-from backend.config import load_config
-from backend.recipes import build_phases, split_pair
-from backend.schedule import locate, lr_factor
+from backend.detour.recipe import build_phases, locate, split_pair
+from backend.engine.config import load_config
 
 
 def _cfg(**over):
@@ -23,12 +22,12 @@ def test_detour_phase_plan_and_lr_at_boundaries():
     main, decay = phases
     assert (main.objective, main.causal, decay.objective, decay.causal) == ("clm", True, "mlm", False)
     assert decay.steps == 10 and decay.mlm_probability == 0.15
-    assert lr_factor(main, 0) == pytest.approx(0.1)  # linear warmup over 10 steps
-    assert lr_factor(main, 9) == pytest.approx(1.0)
-    assert lr_factor(main, 99) == 1.0  # constant after warmup
-    assert lr_factor(decay, 0) == 1.0  # schedule resets to the peak, no warmup
-    assert lr_factor(decay, 5) == pytest.approx(0.1 + 0.9 * (1 - math.sqrt(0.5)))
-    assert lr_factor(decay, 10) == pytest.approx(0.1)  # ends at 10% of peak
+    assert main.lr_factor(0) == pytest.approx(0.1)  # linear warmup over 10 steps
+    assert main.lr_factor(9) == pytest.approx(1.0)
+    assert main.lr_factor(99) == 1.0  # constant after warmup
+    assert decay.lr_factor(0) == 1.0  # schedule resets to the peak, no warmup
+    assert decay.lr_factor(5) == pytest.approx(0.1 + 0.9 * (1 - math.sqrt(0.5)))
+    assert decay.lr_factor(10) == pytest.approx(0.1)  # ends at 10% of peak
     assert locate(phases, 99) == (0, 99) and locate(phases, 100) == (1, 0)
     del warm
 
@@ -47,4 +46,4 @@ def test_linear_decay_option_and_warmup_phase():
     cfg = _cfg(recipe="mlm", phases__main__steps=40, phases__warmup__steps=8, phases__decay__shape="linear")
     warm, main, decay = build_phases(cfg)
     assert warm.objective == "mlm" and main.warmup_steps == 0  # LR warmup happens in the warm-up phase
-    assert lr_factor(decay, 2) == pytest.approx(0.1 + 0.9 * (1 - 2 / 4))
+    assert decay.lr_factor(2) == pytest.approx(0.1 + 0.9 * (1 - 2 / 4))

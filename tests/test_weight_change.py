@@ -9,11 +9,11 @@ import shutil
 import pytest
 import torch
 
-from backend import atomic
-from backend.analysis import cka_trajectory, weight_change_between
-from backend.errors import ModelSpecError
-from backend.models import load_encoder, load_masked_lm
-from backend.weight_change import normalize_name, param_group
+from backend.analysis.api import cka_trajectory, weight_change_between
+from backend.analysis.weight_change import normalize_name, param_group
+from backend.core import atomic
+from backend.core.errors import ModelSpecError
+from backend.engine.models import load_encoder, load_masked_lm
 
 
 def test_param_groups_modernbert_and_bert_names():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..paths import BUNDLED_MODELS_DIR, BUNDLED_TOKENIZER_DIR, REPO_ROOT, runs_dir
+from backend.core.paths import BUNDLED_MODELS_DIR, BUNDLED_TOKENIZER_DIR, REPO_ROOT, runs_dir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -23,10 +23,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from .. import atomic
-    from ..config import load_config
-    from ..tokenizer_build import build_tokenizer, gutenberg_paragraphs
-    from ..train import prepare_runs, train_run
+    from backend.bundle.tokenizer_build import build_tokenizer, gutenberg_paragraphs
+    from backend.core import atomic
+    from backend.engine.config import load_config
+    from backend.runs.train import prepare_runs, train_run
 
     steps = [args.only] if args.only else ["tokenizer", "corpus", "pretrain", "export"]
     texts = None
@@ -55,7 +55,7 @@ def run(args) -> int:
             print(f"pretrain: {st['state']} ({st.get('error')}); rerun build-assets to resume")
             return 1
     if "export" in steps:
-        from ..model_card import export_base
+        from backend.bundle.model_card import export_base
 
         out = export_base(run_dir, BUNDLED_MODELS_DIR / "detour-tiny-en", args)
         print(f"export: {out}")

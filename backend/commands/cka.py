@@ -16,8 +16,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import atomic
-from ..errors import DataError, DetourError
+from backend.core import atomic
+from backend.core.errors import DataError, DetourError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -96,7 +96,7 @@ def _print_weights(res: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import analysis
+    from backend.analysis import api as analysis
 
     out = Path(args.out)
     # how texts are sampled, pooled and encoded: the same for a pair and for a trajectory

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import ConfigError
+from backend.core.errors import ConfigError
 
 
 def _seeds(value: str):
@@ -67,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from ..evaluation.runner import evaluate_models
+    from backend.evaluation.runner import evaluate_models
 
     if args.labels and len(args.labels) != len(args.models):
         raise ConfigError("labels", args.labels, f"give one label per model ({len(args.models)})")

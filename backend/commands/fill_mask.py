@@ -18,8 +18,8 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import json
 
-    from backend.fill_mask import fill_mask
-    from backend.paths import DEFAULT_MODEL
+    from backend.analysis.fill_mask import fill_mask
+    from backend.core.paths import DEFAULT_MODEL
 
     models = args.model or [DEFAULT_MODEL]
     results = fill_mask(models, args.text, top_k=args.top_k, trust_remote_code=set(args.trust_remote_code))

@@ -12,6 +12,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from backend.jobs import run_worker
+    from backend.runs.jobs import run_worker
 
     return run_worker(args.root, max_concurrent=args.max_concurrent, poll_s=args.poll)

@@ -18,11 +18,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import DetourError
+from backend.core.errors import DetourError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..replicate import PRESETS
+    from backend.replication.replicate import PRESETS
 
     p.add_argument("--preset", choices=list(PRESETS), default="quick", help="quick (~10 min) or mini (~1 hour)")
     p.add_argument("--seeds", type=int, help="fine-tuning seeds per model (preset default: 5)")
@@ -52,7 +52,7 @@ def _fmt_s(s: float) -> str:
 
 
 def print_plan(settings: dict, out: Path) -> None:
-    from ..replicate import LABELS, RUNS, build_plan, estimate, read_markers, run_names
+    from backend.replication.replicate import LABELS, RUNS, build_plan, estimate, read_markers, run_names
 
     t, e, c, L = settings["train"], settings["eval"], settings["cka"], settings["layers"]
     per_step = t["batch_size"] * t["seq_len"]
@@ -86,11 +86,11 @@ def print_plan(settings: dict, out: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..replicate import replicate, reports_dir, resolve_settings
+    from backend.replication.replicate import replicate, reports_dir, resolve_settings
 
     out = Path(args.out).expanduser() if args.out else reports_dir() / args.preset
     if args.report_only:
-        from ..report import build_report
+        from backend.replication.report import build_report
 
         if not (out / "settings.json").exists():
             raise DetourError(f"{out}: no replication here (no settings.json); give --out of an earlier run")

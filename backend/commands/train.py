@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..config import load_config
-from ..errors import ConfigError
+from backend.core.errors import ConfigError
+from backend.engine.config import load_config
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from ..train import prepare_runs, train_run
+    from backend.runs.train import prepare_runs, train_run
 
     if args.run_dir:
         if args.config:

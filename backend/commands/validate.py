@@ -8,16 +8,16 @@ import argparse
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", nargs="?")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--print", action="store_true", help="print the resolved config")
+    p.add_argument("--print", action="store_true", help="print the resolved config, each key with what it means")
 
 
 def run(args) -> int:
-    from ..config import config_to_yaml, load_config
-    from ..preflight import check
+    from backend.engine.config import config_to_yaml, load_config
+    from backend.runs.preflight import check
 
     cfg = load_config(args.config, args.overrides)
     facts = check(cfg)
     if args.print:
-        print(config_to_yaml(cfg))
+        print(config_to_yaml(cfg, annotated=True))
     print(f"ok: {cfg['recipe']} on {cfg['data']['corpus']} ({facts})")
     return 0

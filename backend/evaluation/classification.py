@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from ..errors import DataError
-from .datafiles import carve_dev, find_split_files, split_key
+from backend.core.errors import DataError
+from backend.evaluation.datafiles import carve_dev, find_split_files, split_key
 
 CLS_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".json", ".parquet")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
@@ -291,7 +291,7 @@ class ClsTask:
     default_metric = "macro_f1"
 
     def __init__(self, data: ClsData, tokenizer, max_len: int, model_label: str):
-        from .ner import pad_token_id
+        from backend.evaluation.ner import pad_token_id
 
         self.data = data
         self.tokenizer = tokenizer
@@ -325,7 +325,7 @@ class ClsTask:
     def load_model(self, source, trust_remote_code: bool = False):
         from transformers import AutoModelForSequenceClassification
 
-        from ..models import _load
+        from backend.engine.models import _load
 
         return _load(
             AutoModelForSequenceClassification,
@@ -339,7 +339,7 @@ class ClsTask:
 
     @torch.no_grad()
     def evaluate(self, model, split: str, batch_size: int, device, autocast=None) -> dict:
-        from .ner import pad_batch
+        from backend.evaluation.ner import pad_batch
 
         model.eval()
         feats = self._enc[split]

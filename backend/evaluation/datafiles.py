@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from ..errors import DataError
+from backend.core.errors import DataError
 
 SPLIT_NAMES = {
     "train": ("train", "training"),

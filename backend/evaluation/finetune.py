@@ -8,7 +8,6 @@ Plain PyTorch loop through Accelerate: CPU for small models, the GPU (bf16 when 
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import math
 import os
@@ -19,8 +18,10 @@ from pathlib import Path
 
 import torch
 
-from .. import atomic
-from ..errors import ConfigError
+from backend.core import atomic
+from backend.core.errors import ConfigError
+from backend.engine.models import quiet_transformers
+from backend.engine.precision import make_accelerator
 
 # The paper's English protocol: AdamW lr 5e-5, wd 0.01, batch 16, 10 epochs (20 for NER), best by dev F1.
 DEFAULT_HPARAMS = {
@@ -99,39 +100,6 @@ def effective_max_len(requested: int, tokenizer, config) -> int:
     return max(8, min(limits))
 
 
-@contextlib.contextmanager
-def quiet_transformers():
-    """No load reports / progress bars from transformers inside (restored after)."""
-    from transformers.utils import logging as hf_logging
-
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
-
-
-def make_accelerator(mixed_precision: str | None = None):
-    """One Accelerator for the whole evaluation (its state is process-global): bf16 on a GPU that has it."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
-
-    if AcceleratorState._shared_state:  # an Accelerator already exists in this process (the app, a test)
-        current = str(AcceleratorState().mixed_precision)
-        if mixed_precision is None:
-            mixed_precision = current  # auto: keep what the process uses
-        elif mixed_precision != current:
-            # Accelerate refuses a second precision per process; only the precision part of its state is reset
-            AcceleratorState._reset_state()
-    if mixed_precision is None:
-        mixed_precision = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
-    return Accelerator(mixed_precision=mixed_precision)
-
-
 def _param_groups(model, weight_decay: float):
     decay, no_decay = [], []
     for name, p in model.named_parameters():
@@ -174,7 +142,7 @@ def finetune(
     from torch.utils.data import DataLoader
     from transformers import get_linear_schedule_with_warmup
 
-    from .ner import pad_batch
+    from backend.evaluation.ner import pad_batch
 
     out_dir = Path(out_dir)
     accelerator = accelerator or make_accelerator()

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import DataError
-from .datafiles import carve_dev, find_split_files, split_key
+from backend.core.errors import DataError
+from backend.evaluation.datafiles import carve_dev, find_split_files, split_key
 
 NER_EXTENSIONS = (".tsv", ".txt", ".conll", ".iob", ".bio")
 _TAG = re.compile(r"^([BI])-(\S.*)$")

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import DataError, ModelSpecError
-from .iob import NerData, NerSplit
+from backend.core.errors import DataError, ModelSpecError
+from backend.evaluation.iob import NerData, NerSplit
 
 IGNORE = -100
 
@@ -213,7 +213,7 @@ class NerTask:
     def load_model(self, source, trust_remote_code: bool = False):
         from transformers import AutoModelForTokenClassification
 
-        from ..models import _load
+        from backend.engine.models import _load
 
         return _load(
             AutoModelForTokenClassification,

@@ -8,7 +8,7 @@ import re
 import threading
 from pathlib import Path
 
-from ..errors import ModelSpecError
+from backend.core.errors import ModelSpecError
 
 _WORD = re.compile(r"\w+|[^\w\s]")  # words, and each punctuation mark on its own (as in CoNLL-style data)
 _CACHE: dict[str, tuple[float, object, object, dict]] = {}
@@ -37,9 +37,9 @@ def list_finetuned(root: str | Path | None = None, task: str = "ner") -> list[di
     class labels otherwise), ``eval_dir``, ``finished_at``.
     ``root`` may be the evaluations folder or a single evaluation's output folder.
     """
-    from .runner import default_evals_dir
+    from backend.core.paths import evals_dir
 
-    root = Path(root) if root else default_evals_dir()
+    root = Path(root) if root else evals_dir()
     if not root.exists():
         return []
     seen, out = set(), []
@@ -83,7 +83,7 @@ def list_finetuned(root: str | Path | None = None, task: str = "ner") -> list[di
 def _load(model_dir: Path):
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-    from .finetune import quiet_transformers
+    from backend.engine.models import quiet_transformers
 
     lm = _read_json(model_dir / "label_map.json")
     if lm is None:
@@ -114,7 +114,7 @@ def _load(model_dir: Path):
 
 def tag_words(model_dir: str | Path, words: list[str]) -> list[str]:
     """IOB2 tags for pretokenized ``words`` with a fine-tuned NER model folder."""
-    from .ner import decode_chunks, encode_sentences, pad_token_id, run_token_model
+    from backend.evaluation.ner import decode_chunks, encode_sentences, pad_token_id, run_token_model
 
     tok, model, lm = _load(Path(model_dir))
     if not words:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from itertools import combinations
 from pathlib import Path
 
-from .. import atomic
-from .stats import mean_std, paired_comparison
+from backend.core import atomic
+from backend.evaluation.stats import mean_std, paired_comparison
 
 SUMMARY_METRICS = {
     "ner": ["f1", "precision", "recall", "macro_f1", "token_accuracy"],

@@ -6,30 +6,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import ConfigError, DetourError
-from ..paths import DEMO_NER_DIR, REPO_ROOT
-from . import TASKS
-from .datafiles import subsample
-from .finetune import effective_max_len, finetune, make_accelerator, resolve_hparams
-from .report import refresh, write_results
+from backend.core.errors import ConfigError, DetourError
+from backend.core.paths import DEMO_NER_DIR, evals_dir
+from backend.engine.precision import make_accelerator
+from backend.evaluation import TASKS
+from backend.evaluation.datafiles import subsample
+from backend.evaluation.finetune import effective_max_len, finetune, resolve_hparams
+from backend.evaluation.report import refresh, write_results
 
 RESULTS_VERSION = 1
 
 
 class EvaluationStopped(DetourError):
     """Raise this from a progress callback to stop the loop; results so far are written with status 'stopped'."""
-
-
-def default_evals_dir() -> Path:
-    """Root for evaluation outputs (``DETOUR_EVALS_DIR`` overrides; default ``<repo>/evals``)."""
-    return Path(os.environ.get("DETOUR_EVALS_DIR", REPO_ROOT / "evals")).resolve()
 
 
 def safe_label(label: str) -> str:
@@ -56,10 +51,10 @@ def normalize_seeds(seeds) -> list[int]:
 def load_task_data(task: str, data, **columns):
     """NerData or ClsData for ``data`` (NER defaults to the bundled demo set)."""
     if task == "ner":
-        from .iob import load_ner_data
+        from backend.evaluation.iob import load_ner_data
 
         return load_ner_data(data or DEMO_NER_DIR, columns.get("tokens_column", "tokens"), columns.get("tags_column"))
-    from .classification import load_classification_data
+    from backend.evaluation.classification import load_classification_data
 
     if not data:
         raise ConfigError("data", data, "classification needs --data: a folder with train/dev/test CSV/JSONL/parquet")
@@ -96,16 +91,16 @@ def _fmt_s(s: float | None) -> str:
 
 
 def _build_task(task: str, data, source, label: str, hp: dict, trust_remote_code: bool):
-    from ..models import load_config, load_tokenizer
+    from backend.engine.models import load_config, load_tokenizer
 
     tokenizer = load_tokenizer(source, trust_remote_code=trust_remote_code)
     config = load_config(source, trust_remote_code=trust_remote_code)
     max_len = effective_max_len(hp["max_len"], tokenizer, config)
     if task == "ner":
-        from .ner import NerTask
+        from backend.evaluation.ner import NerTask
 
         return NerTask(data, tokenizer, max_len, label)
-    from .classification import ClsTask
+    from backend.evaluation.classification import ClsTask
 
     return ClsTask(data, tokenizer, max_len, label)
 
@@ -137,7 +132,7 @@ def evaluate_models(
     done), ``model``, ``seed``, ``run`` (1-based) / ``runs``, ``fraction`` (0-1 overall), ``elapsed_s``,
     ``eta_s`` and a one-line ``message``; without a callback the messages are printed.
     """
-    from ..models import resolve_model
+    from backend.engine.models import resolve_model
 
     if task not in TASKS:
         raise ConfigError("task", task, f"use one of: {', '.join(TASKS)}")
@@ -174,7 +169,7 @@ def evaluate_models(
     if out_dir:
         out_dir = Path(out_dir).expanduser().resolve()
     else:
-        stamp = default_evals_dir() / time.strftime("%Y%m%d-%H%M%S")
+        stamp = evals_dir() / time.strftime("%Y%m%d-%H%M%S")
         out_dir, i = stamp, 2
         while out_dir.exists():  # two evaluations started in the same second
             out_dir, i = stamp.with_name(f"{stamp.name}-{i}"), i + 1

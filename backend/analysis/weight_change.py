@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from .errors import ModelSpecError
-from .models import ModelSource, resolve_model
+from backend.core.errors import ModelSpecError
+from backend.engine.models import ModelSource, resolve_model
 
 _PREFIXES = ("model.", "bert.", "roberta.")
 _BLOCK = re.compile(r"(?:^|\.)(?:layers|layer)\.(\d+)\.")

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import causal_attention
+from backend.detour.attention import causal_attention
 
 IGNORE = -100
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from .errors import DataError
-from .paths import DEMO_CORPUS
+from backend.core.errors import DataError
+from backend.core.paths import DEMO_CORPUS
 
 TEXT_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet", ".csv")
 SPLIT_SEED = 1234  # the held-out split never depends on the training seed
@@ -133,6 +133,10 @@ class PackedData:
     @property
     def num_tokens(self) -> int:
         return self.input_ids.numel()
+
+    def rows(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(input_ids int64, doc_start bool) of the sequences ``idx``."""
+        return self.input_ids[idx], self.doc_start[idx]
 
 
 def tokenize_documents(docs: list[str], tokenizer, batch: int = 1000) -> list[list[int]]:

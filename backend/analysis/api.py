@@ -4,12 +4,11 @@ CKA trajectory over a run's checkpoints, per-layer weight change. Every function
 Protocol (paper, §3.4): linear CKA in float64, 500 held-out texts, max length 512, attention-masked mean
 pooling per text, 3 sampling seeds; divergence = 1 - CKA; seed-noise ratio
 ``r_l = (1 - CKA(detour_l, mlm_seedA_l)) / (1 - CKA(mlm_seedB_l, mlm_seedA_l))``.
-Layer indices: see :mod:`backend.hidden_states` (index 0 = embedding output, i = output of block i-1).
+Layer indices: see :mod:`backend.analysis.hidden_states` (index 0 = embedding output, i = output of block i-1).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
@@ -22,9 +21,8 @@ from pathlib import Path
 
 import torch
 
-from .cka import StreamingCKA
-from .errors import DataError, DetourError, ModelSpecError
-from .hidden_states import (
+from backend.analysis.cka import StreamingCKA
+from backend.analysis.hidden_states import (
     LAYER_CONVENTION,
     POOLINGS,
     check_same_tokenization,
@@ -32,9 +30,10 @@ from .hidden_states import (
     layer_names,
     max_positions,
 )
-from .models import ModelSource, load_encoder, load_tokenizer, resolve_model
-from .rundir import checkpoint_state, list_checkpoints, read_status
-from .weight_change import relative_weight_change
+from backend.analysis.weight_change import relative_weight_change
+from backend.core.errors import DataError, DetourError, ModelSpecError
+from backend.engine.models import ModelSource, load_encoder, load_tokenizer, quiet_transformers, resolve_model
+from backend.engine.rundir import checkpoint_state, list_checkpoints, read_status
 
 VERSION = 1
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -131,28 +130,12 @@ def _spec_str(spec) -> str:
     return spec.spec if isinstance(spec, ModelSource) else str(spec)
 
 
-@contextlib.contextmanager
-def _quiet_transformers():
-    from transformers.utils import logging as hf_logging
-
-    level = hf_logging.get_verbosity()
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
-        if bars:
-            hf_logging.enable_progress_bar()
-
-
 def load_for_cka(spec: str | Path | ModelSource, dtype: str = "fp32") -> LoadedModel:
     """The bare encoder (eval mode, ``dtype`` fp32 or bf16) and its own tokenizer."""
     if dtype not in DTYPES:
         raise DataError(f"dtype: got {dtype!r}; use one of {', '.join(DTYPES)}")
     source = spec if isinstance(spec, ModelSource) else resolve_model(str(spec))
-    with _quiet_transformers():
+    with quiet_transformers():
         # A bare encoder loaded from an MLM checkpoint: the head weights are "unexpected" (and unused) and
         # BERT's pooler "missing" (and unused): transformers' load report would only be noise here.
         model = load_encoder(source, dtype=DTYPES[dtype]).eval()

@@ -2,7 +2,7 @@
 shows), ``report.html`` (self-contained: plotly.js inlined once, no network), ``figures/*.json`` (plotly
 figures for the app) and ``figures/*.png`` (through kaleido and a local Chromium).
 
-Everything is read from a replication folder (``backend.replicate``), so a report can be rebuilt at any time
+Everything is read from a replication folder (``backend.replication.replicate``), so a report can be rebuilt at any time
 (``python -m backend replicate --report-only --out DIR``) and a partial run gives a partial report that says
 what is missing. Verdicts follow fixed rules, written in the report itself:
 
@@ -31,8 +31,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from . import atomic
-from .plots import PALETTE, eval_loss_figure, train_loss_figure
+from backend.analysis.plots import PALETTE, eval_loss_figure, train_loss_figure
+from backend.core import atomic
 
 REPORT_VERSION = 1
 RUN_ORDER = ["mlm", "detour", "mlm_s2", "freeze_low", "freeze_mid"]
@@ -104,8 +104,8 @@ def _gmean(vals) -> float | None:
 
 
 def _runs_info(out: Path, settings: dict) -> dict:
-    from .replicate import LABELS, run_names
-    from .rundir import read_config, read_metrics, read_status
+    from backend.engine.rundir import read_config, read_metrics, read_status
+    from backend.replication.replicate import LABELS, run_names
 
     names = run_names()
     info = {}
@@ -144,8 +144,8 @@ def _runs_info(out: Path, settings: dict) -> dict:
 
 
 def _ner(out: Path) -> dict | None:
-    from .evaluation.stats import paired_comparison
-    from .replicate import LABELS
+    from backend.evaluation.stats import paired_comparison
+    from backend.replication.replicate import LABELS
 
     res = _json(out / "ner" / "results.json")
     if not res:
@@ -261,7 +261,7 @@ def _weights(out: Path) -> dict | None:
 
 
 def _steps(out: Path) -> list[dict]:
-    from .replicate import build_plan
+    from backend.replication.replicate import build_plan
 
     settings = _json(out / "settings.json")
     names = [s.name for s in build_plan(settings)] if settings else []
@@ -597,7 +597,7 @@ def heatmaps_figure(cka: dict) -> go.Figure:
 
 
 def weight_change_figure(w: dict) -> go.Figure:
-    from .replicate import LABELS
+    from backend.replication.replicate import LABELS
 
     fig = go.Figure()
     for key in RUN_ORDER:
@@ -676,7 +676,7 @@ def f1_table_figure(ner: dict) -> go.Figure:
 
 
 def build_figures(rep: dict) -> dict[str, go.Figure]:
-    from .replicate import LABELS
+    from backend.replication.replicate import LABELS
 
     figs: dict[str, go.Figure] = {}
     runs = {LABELS[k]: v.get("metrics", []) for k, v in rep["runs"].items() if v.get("metrics")}
@@ -977,7 +977,7 @@ def build_report(out: str | Path, *, png: bool = True, log=print) -> dict:
     out = Path(out)
     settings = _json(out / "settings.json")
     if not settings:
-        from .errors import DetourError
+        from backend.core.errors import DetourError
 
         raise DetourError(f"{out}: no settings.json: not a replication folder")
     t0 = time.time()

@@ -7,14 +7,15 @@ specific error instead of a stack trace.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .errors import ModelSpecError
-from .paths import BUNDLED_MODELS_DIR, DEFAULT_MODEL
+from backend.core.errors import ModelSpecError
+from backend.core.paths import BUNDLED_MODELS_DIR, DEFAULT_MODEL
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 
@@ -211,3 +212,27 @@ def build_from_scratch(arch: dict, tokenizer, attn_implementation: str = "sdpa")
     model_type = arch.pop("model_type", "modernbert")
     config = AutoConfig.for_model(model_type, **arch, vocab_size=len(tokenizer), **special_token_ids(tokenizer))
     return AutoModelForMaskedLM.from_config(config, attn_implementation=attn_implementation)
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """Silence transformers' warnings and progress bars while loading or saving (restored afterwards): logs and
+    the app's output stay readable (no per-save bars, no benign shared-tensor or unused-weight notices)."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    acc_levels = {n: logging.getLogger(n).level for n in ("accelerate.utils.other", "accelerate.checkpointing")}
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    logging.getLogger("accelerate.utils.other").setLevel(logging.ERROR)
+    logging.getLogger("accelerate.checkpointing").setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+        for n, lv in acc_levels.items():
+            logging.getLogger(n).setLevel(lv)

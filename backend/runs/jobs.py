@@ -1,6 +1,6 @@
 """Job queue and detached launcher: the app and the CLI submit runs here; training never runs in the app.
 
-* ``submit(cfg)`` prepares the run directories (``backend.train.prepare_runs``: state ``queued``) and makes sure a
+* ``submit(cfg)`` prepares the run directories (``backend.runs.train.prepare_runs``: state ``queued``) and makes sure a
   queue worker runs.
 * The worker is ``python -m backend queue --root ROOT`` started detached (new session, output to
   ``ROOT/.queue.log``, stdin from /dev/null): closing the browser or restarting the app never stops it.
@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shlex
 import signal
@@ -29,10 +28,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import rundir
-from .config import default_config
-from .errors import DetourError
-from .paths import REPO_ROOT, runs_dir
+from backend.core.errors import DetourError
+from backend.core.paths import runs_dir
+from backend.core.process import Busy, FileLock, holder_pid, pid_alive, spawn_detached
+from backend.engine import rundir
+from backend.engine.config import default_config
 
 LOCK_NAME = ".queue.lock"
 WORKER_LOG = ".queue.log"
@@ -64,34 +64,8 @@ def default_max_concurrent() -> int:
     return n
 
 
-def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(extra or {})
-    env["PYTHONUNBUFFERED"] = "1"
-    pp = env.get("PYTHONPATH", "")
-    if str(REPO_ROOT) not in pp.split(os.pathsep):
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), pp]) if pp else str(REPO_ROOT)
-    return env
-
-
-def _spawn_detached(argv: list[str], log_path: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start ``argv`` in its own session, output appended to ``log_path``; never a shell, never a pipe."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(
-            argv,
-            cwd=str(REPO_ROOT),
-            env=_child_env(extra_env),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
-
-
 def _is_worker_pid(pid: int) -> bool:
-    if not rundir.pid_alive(pid):
+    if not pid_alive(pid):
         return False
     cmdline = Path(f"/proc/{pid}/cmdline")
     if cmdline.exists():  # guard against a recycled pid
@@ -105,15 +79,8 @@ def _is_worker_pid(pid: int) -> bool:
 
 def worker_pid(root: str | Path | None = None) -> int | None:
     """The pid of the live queue worker for ``root``, or None."""
-    lock = _root(root) / LOCK_NAME
-    try:
-        raw = lock.read_text().strip()
-    except OSError:
-        return None
-    if not raw.isdigit():
-        return None
-    pid = int(raw)
-    return pid if _is_worker_pid(pid) else None
+    pid = holder_pid(_root(root) / LOCK_NAME)
+    return pid if pid is not None and _is_worker_pid(pid) else None
 
 
 def _reap_children() -> None:
@@ -131,7 +98,7 @@ def ensure_worker(root: str | Path | None = None, max_concurrent: int | None = N
             return None
         n = max_concurrent or default_max_concurrent()
         argv = [sys.executable, "-m", "backend", "queue", "--root", str(root), "--max-concurrent", str(n)]
-        proc = _spawn_detached(argv, root / WORKER_LOG)
+        proc = spawn_detached(argv, root / WORKER_LOG)
         _children.append(proc)
         return proc.pid
 
@@ -169,7 +136,7 @@ def submit(
 
     Every config is prepared before any worker starts, so an invalid seed variant queues nothing of its own.
     """
-    from .train import prepare_runs
+    from backend.runs.train import prepare_runs
 
     root = _root(root)
     cfgs = expand_seeds(cfg, seeds)
@@ -188,7 +155,7 @@ def cancel(run_dir: str | Path) -> str:
     st = rundir.read_status(run_dir)
     state = st.get("state")
     pid = st.get("pid") if state == "running" else st.get("launched_pid")
-    if pid and rundir.pid_alive(pid):
+    if pid and pid_alive(pid):
         try:
             os.kill(int(pid), signal.SIGTERM)
         except ProcessLookupError:
@@ -280,16 +247,16 @@ def train_argv(run_dir: Path, resume: bool) -> list[str]:
 def _occupied(info: rundir.RunInfo) -> bool:
     """A run that holds a training slot: running with a live pid, or launched and not yet reporting."""
     st = info.status
-    if st.get("state") == "running" and rundir.pid_alive(st.get("pid")):
+    if st.get("state") == "running" and pid_alive(st.get("pid")):
         return True
-    return st.get("state") == "queued" and rundir.pid_alive(st.get("launched_pid"))
+    return st.get("state") == "queued" and pid_alive(st.get("launched_pid"))
 
 
 def queued_runs(root: Path) -> list[rundir.RunInfo]:
     runs = [r for r in rundir.list_runs(root) if r.status.get("state") == "queued"]
-    runs = [r for r in runs if not rundir.pid_alive(r.status.get("launched_pid"))]
+    runs = [r for r in runs if not pid_alive(r.status.get("launched_pid"))]
     # runs prepared by `python -m backend train CONFIG` are trained by that process itself
-    runs = [r for r in runs if not rundir.pid_alive(r.status.get("claimed_by"))]
+    runs = [r for r in runs if not pid_alive(r.status.get("claimed_by"))]
     return sorted(runs, key=lambda r: (r.status.get("queued_at") or r.status.get("created_at") or 0, r.name))
 
 
@@ -322,27 +289,21 @@ def run_worker(
     root = _root(root)
     root.mkdir(parents=True, exist_ok=True)
     n = max_concurrent or default_max_concurrent()
-    lock_path = root / LOCK_NAME
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                _log(f"another worker holds {lock_path}; exiting")
-                return 0
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, str(os.getpid()).encode(), 0)
+    lock = FileLock(root / LOCK_NAME, f"queue {root}")
+    while True:
+        try:
+            lock.acquire()
+        except Busy:
+            _log(f"another worker holds {lock.path}; exiting")
+            return 0
+        try:
             _log(f"worker {os.getpid()} serving {root} (max {n} at once)")
             _serve(root, n, poll_s, launch)
-            # Nothing queued and no child of ours runs: say we're gone, release, then look once more.
-            os.ftruncate(fd, 0)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            if not queued_runs(root):
-                _log("queue empty; exiting")
-                return 0
-    finally:
-        os.close(fd)
+        finally:
+            lock.release()  # clears the pid first: an ensure_worker from now on starts a new worker
+        if not queued_runs(root):  # nothing queued and no child of ours runs; look once more after releasing
+            _log("queue empty; exiting")
+            return 0
 
 
 def _serve(root: Path, n: int, poll_s: float, launch: Callable[[Path, bool], list[str]]) -> None:
@@ -365,7 +326,7 @@ def _serve(root: Path, n: int, poll_s: float, launch: Callable[[Path, bool], lis
             argv = launch(info.path, resume_flag)
             try:
                 # stdout already is train.log: the trainer must not tee into it as well
-                proc = _spawn_detached(argv, info.path / "train.log", {"DETOUR_STDOUT_IS_LOG": "1"})
+                proc = spawn_detached(argv, info.path / "train.log", {"DETOUR_STDOUT_IS_LOG": "1"})
             except OSError as exc:
                 rundir.write_status(info.path, state="failed", error=f"could not start training: {exc}")
                 continue

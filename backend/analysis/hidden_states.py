@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
-from .errors import DataError, ModelSpecError
-from .models import transformer_blocks
+from backend.core.errors import DataError, ModelSpecError
+from backend.engine.models import transformer_blocks
 
 POOLINGS = ("mean", "token")
 LAYER_CONVENTION = (

@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import atomic
-from .errors import ConfigError
-from .paths import runs_dir
+from backend.core import atomic
+from backend.core.paths import runs_dir
+from backend.core.process import pid_alive
+from backend.engine.config import with_defaults
 
 STATES = ("queued", "running", "done", "failed", "cancelled")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-
-
-def check_run_name(name: str) -> str:
-    """Run names become folder names: no '/', no '..', no hidden names."""
-    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
-        raise ConfigError(
-            "name", name, "use 1-100 letters, digits, '_', '-' or '.', starting with a letter or digit (no '/' or '..')"
-        )
-    return name
 
 
 def suggest_name(name: str, root: Path | None = None) -> str:
@@ -65,28 +54,7 @@ def read_config(run_dir: str | Path) -> dict:
     """The run's config.yaml, completed with defaults for keys newer than the run."""
     import yaml
 
-    from .config import with_defaults
-
     return with_defaults(yaml.safe_load((Path(run_dir) / "config.yaml").read_text()))
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still answers kill(0): look at /proc where it exists.
-    stat = Path(f"/proc/{pid}/stat")
-    if stat.exists():
-        try:
-            return stat.read_text().split(") ", 1)[1][0] != "Z"
-        except (OSError, IndexError):
-            return True
-    return True
 
 
 @dataclass

@@ -8,11 +8,13 @@ from __future__ import annotations
 import os
 import shutil
 
-from .attention import check_causal_supported
-from .config import parse_layer_range
-from .data import pack, read_documents, split_documents, tokenize_documents
-from .errors import ConfigError, DataError
-from .models import load_config, load_tokenizer, resolve_model, resolve_tokenizer
+import torch
+
+from backend.core.errors import ConfigError, DataError
+from backend.detour.attention import check_causal_supported
+from backend.engine.config import parse_layer_range
+from backend.engine.data import pack, read_documents, split_documents, tokenize_documents
+from backend.engine.models import load_config, load_tokenizer, resolve_model, resolve_tokenizer
 
 
 def tokenizer_for(cfg: dict):
@@ -51,14 +53,19 @@ def check(cfg: dict, check_data: bool = True) -> dict:
             raise ConfigError("model.from_scratch", m["from_scratch"], f"not a valid architecture ({exc})") from exc
         n_layers = int(m["from_scratch"].get("num_hidden_layers", 0))
     if cfg["train"]["compile"] and cpp_compiler() is None:
-        import torch
-
         if not torch.cuda.is_available():
             raise ConfigError(
                 "train.compile",
                 True,
                 "torch.compile on CPU needs a C++ compiler (g++ or clang++): install one or set false",
             )
+    if cfg["train"]["fsdp"] and not torch.cuda.is_available():
+        import accelerate
+
+        from backend.engine.precision import FSDP_NEEDS_GPU
+
+        msg = FSDP_NEEDS_GPU.format(found="no CUDA device", version=accelerate.__version__)
+        raise ConfigError("train.fsdp", True, msg)
     for ph in ("main", "decay"):
         parse_layer_range(cfg["phases"][ph]["freeze"]["layers"], f"phases.{ph}.freeze.layers", n_layers)
     tok = tokenizer_for(cfg)

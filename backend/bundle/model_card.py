@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from . import atomic
-from .machine import cpu_name
-from .rundir import read_config, read_metrics, read_status
+from backend.core import atomic
+from backend.core.machine import cpu_name
+from backend.engine.rundir import read_config, read_metrics, read_status
 
 
 def _hardware() -> str:

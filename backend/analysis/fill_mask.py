@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from .errors import DetourError
-from .models import load_masked_lm, load_tokenizer, resolve_model
+from backend.core.errors import DetourError
+from backend.engine.models import load_masked_lm, load_tokenizer, resolve_model
 
 MASK_FORMS = re.compile(r"\[mask\]|<mask>", re.IGNORECASE)
 MAX_TEXT_CHARS = 2000

@@ -12,9 +12,10 @@ import json
 import shutil
 from pathlib import Path
 
-from . import atomic
-from .errors import CheckpointError
-from .rundir import list_checkpoints
+from backend.core import atomic
+from backend.core.errors import CheckpointError
+from backend.engine.precision import full_state_dict
+from backend.engine.rundir import list_checkpoints
 
 MANIFEST = "manifest.json"
 
@@ -68,9 +69,10 @@ def save(accelerator, lm, tokenizer, run_dir: Path, step: int, state: dict, keep
         tmp.mkdir(parents=True)
     accelerator.wait_for_everyone()
     accelerator.save_state(str(tmp / "state"), safe_serialization=True)
+    full = full_state_dict(accelerator, lm)  # FSDP: gathered on every rank first
     if accelerator.is_main_process:
         hf = accelerator.unwrap_model(lm).hf_model
-        hf.save_pretrained(tmp / "model", safe_serialization=True)
+        hf.save_pretrained(tmp / "model", safe_serialization=True, state_dict=full)
         tokenizer.save_pretrained(tmp / "model")
         atomic.write_json(tmp / "trainer_state.json", state)
         write_manifest(tmp)

@@ -16,12 +16,14 @@ import time
 import traceback
 from pathlib import Path
 
-from . import __version__, atomic
-from .config import validate_config
-from .errors import ConfigError, DetourError
-from .paths import runs_dir
-from .recipes import split_pair
-from .rundir import check_run_name, read_config, suggest_name, write_status
+from backend import __version__
+from backend.core import atomic
+from backend.core.errors import ConfigError, DetourError
+from backend.core.paths import runs_dir
+from backend.core.process import FileLock
+from backend.detour.recipe import split_pair
+from backend.engine.config import check_run_name, validate_config
+from backend.engine.rundir import read_config, suggest_name, write_status
 
 
 def prepare_runs(
@@ -32,7 +34,7 @@ def prepare_runs(
     ``claim=True`` (the CLI, which trains the runs itself) records this pid so the app's queue worker
     leaves them alone while this process lives.
     """
-    from .preflight import check
+    from backend.runs.preflight import check
 
     cfg = validate_config(copy.deepcopy(cfg))
     root = Path(root) if root else runs_dir()
@@ -67,42 +69,6 @@ def prepare_runs(
     return out
 
 
-class _RunLock:
-    """An exclusive ``flock`` on ``run_dir/.train.lock``: released by the kernel if the process dies."""
-
-    def __init__(self, run_dir: Path):
-        self.path = run_dir / ".train.lock"
-        self.f = None
-
-    def acquire(self) -> None:
-        import fcntl
-
-        self.f = open(self.path, "a+")
-        try:
-            fcntl.flock(self.f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.f.seek(0)
-            holder = self.f.read().strip() or "another process"
-            self.f.close()
-            raise RunBusyError(f"run {self.path.parent.name}: already being trained by pid {holder}") from None
-        self.f.seek(0)
-        self.f.truncate()
-        self.f.write(str(os.getpid()))
-        self.f.flush()
-
-    def release(self) -> None:
-        import fcntl
-
-        if self.f:
-            fcntl.flock(self.f, fcntl.LOCK_UN)
-            self.f.close()
-            self.f = None
-
-
-class RunBusyError(DetourError):
-    pass
-
-
 class _StopFlag:
     """SIGTERM/SIGINT ask the loop to stop at the next step boundary (with a checkpoint)."""
 
@@ -123,8 +89,8 @@ class _StopFlag:
 
 
 def _load_model(cfg: dict):
-    from .models import build_from_scratch, load_masked_lm, resolve_model
-    from .preflight import tokenizer_for
+    from backend.engine.models import build_from_scratch, load_masked_lm, resolve_model
+    from backend.runs.preflight import tokenizer_for
 
     m = cfg["model"]
     tok = tokenizer_for(cfg)
@@ -144,14 +110,19 @@ def _load_model(cfg: dict):
 
 def train_run(run_dir: str | Path, resume: bool = False) -> dict:
     """Train one prepared run directory; status.json records running/done/failed/cancelled."""
-    from .trainer import quiet_libraries, run_training
+    from backend.detour.trainer import run_training
+    from backend.engine.models import quiet_transformers
+    from backend.engine.precision import bf16_warning, resolve_precision
 
-    quiet_libraries()
     run_dir = Path(run_dir)
     cfg = read_config(run_dir)
     meta = cfg.pop("_meta", {})
     rank0 = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
-    lock = _RunLock(run_dir) if rank0 else None
+    lock = (
+        FileLock(run_dir / ".train.lock", f"run {run_dir.name}", "{what}: already being trained by pid {pid}")
+        if rank0
+        else None
+    )
     if lock is not None:
         lock.acquire()  # one trainer per run directory, whoever launched it
     stop = _StopFlag()
@@ -179,8 +150,17 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
         log(f"run {run_dir.name}: {shlex.join(map(str, meta.get('command', [])))}")
     try:
         cfg = validate_config(cfg)
-        model, tok = _load_model(cfg)
-        state = run_training(cfg, run_dir, model, tok, resume=resume, should_stop=stop, log=log)
+        requested = cfg["train"]["precision"]
+        cfg["train"]["precision"], why = resolve_precision(requested)
+        log(f"precision: {cfg['train']['precision']} ({why})")
+        if warning := bf16_warning(cfg["train"]["precision"]):
+            log(f"warning: {warning}")
+        if rank0:  # config.yaml keeps what was asked (a queued run may train elsewhere) and what this machine chose
+            meta["precision"] = {"requested": requested, "resolved": cfg["train"]["precision"], "why": why}
+            atomic.write_yaml(run_dir / "config.yaml", {**read_config(run_dir), "_meta": meta})
+        with quiet_transformers():
+            model, tok = _load_model(cfg)
+            state = run_training(cfg, run_dir, model, tok, resume=resume, should_stop=stop, log=log)
         error = None if state == "done" else f"stopped by {stop.signal}; resume to continue"
     except (Exception, KeyboardInterrupt) as exc:
         state = "failed" if not isinstance(exc, KeyboardInterrupt) else "cancelled"

@@ -1,7 +1,8 @@
 """Mini replication of the paper's three findings (``python -m backend replicate``), at a scale a CPU can do.
 
 From one base encoder and one domain corpus, the plan below trains five encoders, fine-tunes them on NER over
-several seeds, measures CKA divergence and weight change per layer, and writes a report (``backend.report``):
+several seeds, measures CKA divergence and weight change per layer, and writes a report
+(``backend.replication.report``):
 
 1. detour > MLM downstream: a CLM detour and an MLM baseline trained as a *pair* (same seed, same data order,
    same token budget), compared on NER test F1, paired by fine-tuning seed;
@@ -34,7 +35,6 @@ Layout of ``OUT`` (default ``reports/<preset>``, gitignored)::
 from __future__ import annotations
 
 import copy
-import fcntl
 import hashlib
 import json
 import math
@@ -49,13 +49,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import atomic
-from .errors import ConfigError, DetourError
-from .paths import BUNDLED_MODELS_DIR, DEFAULT_MODEL, DEMO_CORPUS, DEMO_NER_DIR, REPO_ROOT, shared_data
+from backend.core import atomic
+from backend.core.errors import ConfigError, DetourError
+from backend.core.paths import (
+    BUNDLED_MODELS_DIR,
+    DEFAULT_MODEL,
+    DEMO_CORPUS,
+    DEMO_NER_DIR,
+    shared_data,
+)
+from backend.core.process import FileLock, pid_alive, spawn_detached
 
 VERSION = 1
-REPORTS_ENV = "DETOUR_REPORTS_DIR"
 RUN_PREFIX = "rep"
+LOG_NAME = "replicate.log"
 
 # ---------------------------------------------------------------------------------------------- presets
 # Fine-tuning lr 1e-3 (the paper: 5e-5 for 150M+ models): calibrated on the 6-layer d=256 base, where 3e-4 barely
@@ -152,11 +159,6 @@ class ReplicationCancelled(DetourError):
     pass
 
 
-def reports_dir() -> Path:
-    """Root of replication reports (``DETOUR_REPORTS_DIR`` overrides; default ``<repo>/reports``, gitignored)."""
-    return Path(os.environ.get(REPORTS_ENV, REPO_ROOT / "reports")).resolve()
-
-
 # ---------------------------------------------------------------------------------------------- settings
 def layer_thirds(n_layers: int) -> tuple[list[int], list[int]]:
     """Lower and middle thirds of ``n_layers`` blocks: 0-1 / 2-3 for 6, 0-7 / 8-14 for 22 (the paper's split)."""
@@ -187,7 +189,7 @@ def _resolve_data(spec: str, what: str, flag: str) -> Path:
 
 def _resolve_model(spec: str) -> tuple[str, int]:
     """(model spec the run configs use, number of transformer blocks); a clear error when it is not there."""
-    from .models import load_config, resolve_model
+    from backend.engine.models import load_config, resolve_model
 
     if spec == DEFAULT_MODEL and not (BUNDLED_MODELS_DIR / spec / "config.json").exists():
         raise ReplicationError(
@@ -210,7 +212,7 @@ def resolve_settings(
 ) -> dict:
     """A preset (name or dict) with ``overrides`` (``train.main_tokens=30000``) applied, paths resolved, the
     model's depth read and its thirds computed. Raises a DetourError naming what is wrong."""
-    from .config import apply_override, parse_override
+    from backend.engine.config import apply_override, parse_override
 
     if isinstance(preset, str):
         if preset not in PRESETS:
@@ -270,7 +272,7 @@ def split_corpus(corpus: str | Path, out_dir: str | Path, heldout_fraction: floa
     paragraph per document) and write ``train.txt`` / ``heldout.txt`` (one paragraph per line) and
     ``cka_texts.txt`` (held-out paragraphs of at least ``min_words`` words). Deterministic; the held-out text is
     never trained on."""
-    from .data import TEXT_SUFFIXES, read_documents
+    from backend.engine.data import TEXT_SUFFIXES, read_documents
 
     corpus, out_dir = Path(corpus), Path(out_dir)
     if corpus.is_dir():
@@ -331,7 +333,7 @@ def run_names(prefix: str = RUN_PREFIX) -> dict[str, str]:
 
 def train_configs(settings: dict, data_dir: Path) -> list[dict]:
     """Validated configs for ``prepare_runs``: the pair (detour + MLM), the MLM control seed and the two freezes."""
-    from .config import load_config
+    from backend.engine.config import load_config
 
     t, lg = settings["train"], settings["logging"]
     common = {
@@ -430,7 +432,7 @@ def step_data(ctx: Context) -> dict:
 
 
 def step_prepare(ctx: Context) -> dict:
-    from .train import prepare_runs
+    from backend.runs.train import prepare_runs
 
     names = run_names()
     existing = [n for n in names.values() if (ctx.runs_root / n).exists()]
@@ -447,8 +449,8 @@ def step_prepare(ctx: Context) -> dict:
 
 
 def _train_one(ctx: Context, key: str) -> dict:
-    from .rundir import list_checkpoints, read_status
-    from .train import train_run
+    from backend.engine.rundir import list_checkpoints, read_status
+    from backend.runs.train import train_run
 
     run_dir = ctx.run_dir(key)
     if not (run_dir / "config.yaml").exists():
@@ -490,7 +492,7 @@ def _models_for_eval(ctx: Context) -> tuple[list[str], list[str]]:
 
 
 def step_ner(ctx: Context) -> dict:
-    from .evaluation.runner import evaluate_models
+    from backend.evaluation.runner import evaluate_models
 
     e = ctx.settings["eval"]
     keys, specs = _models_for_eval(ctx)
@@ -525,7 +527,7 @@ def step_ner(ctx: Context) -> dict:
 
 
 def _end_main_model(run_dir: Path) -> str | None:
-    from .rundir import checkpoint_state, list_checkpoints
+    from backend.engine.rundir import checkpoint_state, list_checkpoints
 
     for ck in list_checkpoints(run_dir):
         try:
@@ -537,7 +539,7 @@ def _end_main_model(run_dir: Path) -> str | None:
 
 
 def step_cka(ctx: Context) -> dict:
-    from .analysis import cka_between
+    from backend.analysis.api import cka_between
 
     c = ctx.settings["cka"]
     texts = str(ctx.data_dir / "cka_texts.txt")
@@ -561,7 +563,7 @@ def step_cka(ctx: Context) -> dict:
 
 
 def step_weights(ctx: Context) -> dict:
-    from .analysis import weight_change_between
+    from backend.analysis.api import weight_change_between
 
     final = {k: str(ctx.run_dir(k) / "final") for k in RUNS}
     out = {"from_base": {k: weight_change_between(ctx.settings["model"], final[k]) for k in RUNS}}
@@ -572,7 +574,7 @@ def step_weights(ctx: Context) -> dict:
 
 
 def step_report(ctx: Context) -> dict:
-    from .report import build_report
+    from backend.replication.report import build_report
 
     rep = build_report(ctx.out, log=ctx.log)
     return {"files": rep.get("files", {}), "verdicts": {f["id"]: f["verdict"] for f in rep.get("findings", [])}}
@@ -647,7 +649,6 @@ def read_markers(out: str | Path) -> dict[str, dict]:
 
 def read_state(out: str | Path) -> dict:
     """status.json of a replication folder, with a crashed 'running' one shown as failed."""
-    from .rundir import pid_alive
 
     try:
         st = json.loads((Path(out) / "status.json").read_text())
@@ -659,31 +660,12 @@ def read_state(out: str | Path) -> dict:
     return st
 
 
-class _Lock:
-    def __init__(self, out: Path):
-        self.path = out / ".lock"
-        self.f = None
-
-    def __enter__(self):
-        self.f = open(self.path, "a+")
-        try:
-            fcntl.flock(self.f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self.f.seek(0)
-            pid = self.f.read().strip() or "?"
-            self.f.close()
-            raise ReplicationError(
-                f"another replication is already running in {self.path.parent} (pid {pid})"
-            ) from None
-        self.f.seek(0)
-        self.f.truncate()
-        self.f.write(str(os.getpid()))
-        self.f.flush()
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.f, fcntl.LOCK_UN)
-        self.f.close()
+def start_detached(out: Path, preset: str, extra_args: list[str] | None = None):
+    """Start ``python -m backend replicate --preset P --out OUT`` in its own session (what the app's Reports tab
+    launches): it outlives the app, with its output in ``OUT/replicate.log``. Returns the ``Popen``."""
+    out.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "backend", "replicate", "--preset", preset, "--out", str(out), *(extra_args or [])]
+    return spawn_detached(argv, out / LOG_NAME)
 
 
 def _stamp_log(echo: Callable[[str], None] | None) -> Callable[[str], None]:
@@ -712,7 +694,7 @@ def replicate(
     out.mkdir(parents=True, exist_ok=True)
     logf = _stamp_log(log)
     plan = build_plan(settings)
-    with _Lock(out):
+    with FileLock(out / ".lock", str(out), "another replication is already running in {what} (pid {pid})"):
         markers = read_markers(out)
         for step in plan:  # before anything is written: runs trained with other settings are never mixed in
             marker = markers.get(step.name)

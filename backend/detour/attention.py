@@ -18,8 +18,8 @@ import contextlib
 
 import torch
 
-from .errors import ConfigError
-from .models import model_family
+from backend.core.errors import ConfigError
+from backend.engine.models import model_family
 
 
 def _modernbert_masks(model, input_ids: torch.Tensor, pad_mask: torch.Tensor | None, dtype: torch.dtype) -> dict:

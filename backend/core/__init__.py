@@ -1,0 +1,1 @@
+"""Leaves every other package may use: errors, where things live, atomic writes, process control, machine facts."""

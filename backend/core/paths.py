@@ -1,0 +1,63 @@
+"""Where things live, and what a folder under them may be called. One place, so the CLI, the app and the tests
+agree. Each root has an environment variable that moves it (tests point them at temporary folders)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ASSETS_DIR = REPO_ROOT / "assets"
+BUNDLED_MODELS_DIR = ASSETS_DIR / "models"
+BUNDLED_TOKENIZER_DIR = ASSETS_DIR / "tokenizer"
+DEMO_DIR = ASSETS_DIR / "demo"
+DEMO_CORPUS = DEMO_DIR / "bio_corpus.txt"
+DEMO_NER_DIR = DEMO_DIR / "ner"
+DEFAULT_MODEL = "detour-tiny-en"
+# ../shared/data beside the checkout: real public data for tests/benchmarks; never copied in.
+SHARED_DATA_DIR = Path(os.environ.get("DETOUR_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+RUNS_ENV, REPORTS_ENV, EVALS_ENV, UPLOADS_ENV = (
+    "DETOUR_RUNS_DIR",
+    "DETOUR_REPORTS_DIR",
+    "DETOUR_EVALS_DIR",
+    "DETOUR_UPLOADS_DIR",
+)
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")  # a run or report name: one plain folder name
+
+
+def _root(env: str, default: str) -> Path:
+    return Path(os.environ.get(env, REPO_ROOT / default)).expanduser().resolve()
+
+
+def runs_dir() -> Path:
+    """Root of run directories (``DETOUR_RUNS_DIR``; default ``<repo>/runs``)."""
+    return _root(RUNS_ENV, "runs")
+
+
+def reports_dir() -> Path:
+    """Root of replication reports (``DETOUR_REPORTS_DIR``; default ``<repo>/reports``)."""
+    return _root(REPORTS_ENV, "reports")
+
+
+def evals_dir() -> Path:
+    """Root of downstream evaluations (``DETOUR_EVALS_DIR``; default ``<repo>/evals``)."""
+    return _root(EVALS_ENV, "evals")
+
+
+def uploads_dir() -> Path:
+    """Where the app stores uploaded corpora and configs (``DETOUR_UPLOADS_DIR``; default ``<repo>/uploads``)."""
+    return _root(UPLOADS_ENV, "uploads")
+
+
+def is_plain_name(name: object) -> bool:
+    """A name that is one folder: letters, digits, '_', '-', '.'; no '/', no '..', not hidden."""
+    return isinstance(name, str) and bool(NAME.match(name)) and ".." not in name
+
+
+def shared_data(name: str) -> Path | None:
+    """Path to a ``../shared/data`` set, or None when absent (tests skip with a reason)."""
+    p = SHARED_DATA_DIR / name
+    return p if p.exists() else None

@@ -1,0 +1,115 @@
+"""Process control in one place: detached children, per-folder exclusive locks, liveness of a pid.
+
+Training runs, the queue worker and replications outlive whoever started them (the app, a terminal): each
+is spawned in its own session with its output appended to a log file (never a pipe that could fill up).
+Who owns a run directory, a queue or a report folder is an ``flock``, which the kernel releases if the
+holder dies, so a crash never leaves a stale lock behind.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+from pathlib import Path
+
+from backend.core.errors import DetourError
+from backend.core.paths import REPO_ROOT
+
+
+class Busy(DetourError):
+    """The lock is held by another live process (its pid is in the message)."""
+
+
+class FileLock:
+    """An exclusive, non-blocking ``flock`` on ``path`` holding the owner's pid.
+
+    ``with FileLock(path, "run x"):`` raises ``Busy("run x: already held by pid N")`` when another process holds
+    it. ``busy_message`` may use ``{pid}`` and ``{what}``.
+    """
+
+    def __init__(self, path: str | Path, what: str, busy_message: str = "{what}: busy (held by pid {pid})"):
+        self.path, self.what, self.busy_message = Path(path), what, busy_message
+        self.fd: int | None = None
+
+    def acquire(self) -> FileLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise Busy(self.busy_message.format(what=self.what, pid=holder)) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.ftruncate(self.fd, 0)
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> FileLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def holder_pid(path: str | Path) -> int | None:
+    """The pid written in a lock file (whether or not it is still alive), or None."""
+    try:
+        raw = Path(path).read_text().strip()
+    except OSError:
+        return None
+    return int(raw) if raw.isdigit() else None
+
+
+def pid_alive(pid: int | None) -> bool:
+    """True if ``pid`` runs (a zombie counts as dead)."""
+    if not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")  # a zombie child still answers kill(0): look at /proc where it exists
+    if stat.exists():
+        try:
+            return stat.read_text().split(") ", 1)[1][0] != "Z"
+        except (OSError, IndexError):
+            return True
+    return True
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment for a ``python -m backend ...`` child: unbuffered, with the repository importable."""
+    env = dict(os.environ)
+    env.update(extra or {})
+    env["PYTHONUNBUFFERED"] = "1"
+    pp = env.get("PYTHONPATH", "")
+    if str(REPO_ROOT) not in pp.split(os.pathsep):
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), pp]) if pp else str(REPO_ROOT)
+    return env
+
+
+def spawn_detached(argv: list[str], log_path: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start ``argv`` in its own session, output appended to ``log_path``; never a shell, never a pipe."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            argv,
+            cwd=str(REPO_ROOT),
+            env=child_env(extra_env),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )

@@ -1,0 +1,266 @@
+"""The training loop: one screen, every phase of every recipe (``recipe.py`` says what the phases are).
+
+``run_training`` runs unchanged on one CPU, under ``accelerate launch`` (DDP over gloo/nccl) and with FSDP
+when the config asks. Data order, masks and LR are pure functions of the global step, so a resumed run
+reproduces the uninterrupted one step for step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from backend.core import atomic
+from backend.core.errors import DataError
+from backend.detour.objectives import EncoderLM, clm_labels, mlm_mask, replacement_vocab, special_ids
+from backend.detour.recipe import (
+    Phase,
+    build_optimizer,
+    build_phases,
+    drop_frozen_grads,
+    locate,
+    set_lr,
+    tokens_per_step,
+)
+from backend.engine import checkpoint
+from backend.engine.data import batch_indices, load_corpus
+from backend.engine.models import transformer_blocks
+from backend.engine.precision import full_state_dict, make_accelerator
+from backend.engine.rundir import read_metrics, write_status
+
+EVAL_MASK_SEED = 4321  # the held-out MLM curve uses the same masks in every run
+
+
+def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, should_stop, log=print) -> str:
+    """Train ``hf_model`` through the recipe's phases. Returns 'done' or 'cancelled'."""
+    s = _setup(cfg, Path(run_dir), hf_model, tokenizer, log)
+    step0 = _start_step(s, resume, log)
+    if step0 == 0:  # where every recipe starts from: the same number for both runs of a pair
+        s.emit({"type": "eval", "step": 0, "phase": s.phases[0].name, "tokens_seen": 0, **evaluate(s)})
+    s.lm.train()
+    current, frozen = -1, []
+    for step in range(step0, s.total_steps):
+        pi, ps = locate(s.phases, step)
+        phase = s.phases[pi]
+        if pi != current:  # a phase starts (or a resume lands inside it): attention, objective, frozen set
+            current, frozen = pi, _enter_phase(s, phase, step, first_step=ps == 0, log=log)
+        lr = s.peak_lr * phase.lr_factor(ps)  # the schedule restarts with each phase; the optimizer state does not
+        set_lr(s.optimizer, lr)
+        loss = _train_step(s, phase, step, frozen)
+        done = step + 1
+        if done % s.log_cfg["log_every"] == 0 or done == s.total_steps:
+            _log_train(s, phase, done, lr, loss)
+        else:
+            s.log_acc = {"loss": s.log_acc["loss"] + loss, "n": s.log_acc["n"] + 1}
+        phase_end = ps + 1 == phase.steps
+        if done % s.log_cfg["eval_every"] == 0 or phase_end:
+            s.emit({"type": "eval", "step": done, "phase": phase.name, "tokens_seen": done * s.tps, **evaluate(s)})
+        stop = _agree(s, should_stop())
+        if phase_end:
+            _save(s, done, tag=f"end-{phase.name}")
+        elif done % s.log_cfg["checkpoint_every"] == 0 or stop:
+            _save(s, done)
+        if stop and done < s.total_steps:
+            log(f"stopping at step {done}: checkpoint saved, resume with --resume")
+            return "cancelled"
+    _save_final(s)
+    return "done"
+
+
+def _train_step(s: _State, phase: Phase, step: int, frozen: list[torch.nn.Parameter]) -> float:
+    """One optimizer step over ``grad_accum`` micro-batches; frozen parameters get no update at all."""
+    loss_sum = 0.0
+    for micro in range(s.accum):
+        micro_index = step * s.accum + micro
+        idx = batch_indices(len(s.train), s.data_seed, micro_index, s.bs * s.world)[s.rank * s.bs : (s.rank + 1) * s.bs]
+        ids, starts = s.train.rows(idx)  # the batch is a pure function of (data seed, step)
+        s.data_hash.update(ids.numpy().tobytes())  # raw tokens, before any masking: a pair must match
+        if phase.objective == "clm":
+            inputs, labels = ids, clm_labels(ids, starts)
+        else:
+            gen = torch.Generator().manual_seed((s.seed * 1_000_003 + micro_index) * 1009 + s.rank)
+            inputs, labels = mlm_mask(ids, phase.mlm_probability, *s.tok, gen)
+        sync = s.accelerator.no_sync(s.lm) if micro < s.accum - 1 else contextlib.nullcontext()
+        with sync, s.accelerator.autocast():
+            loss, _, _ = s.lm(inputs.to(s.device), labels.to(s.device), causal=phase.causal)
+            s.accelerator.backward(loss / s.accum)
+        loss_sum += loss.detach().float() / s.accum
+    drop_frozen_grads(frozen)
+    trainable = [p for p in s.lm.parameters() if p.grad is not None]
+    s.grad_norm = s.accelerator.clip_grad_norm_(trainable, s.train_cfg["max_grad_norm"] or math.inf)
+    s.optimizer.step()
+    s.optimizer.zero_grad(set_to_none=True)
+    return s.accelerator.reduce(loss_sum, reduction="mean").item()
+
+
+# --- setup and bookkeeping ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _State:
+    cfg: dict
+    run_dir: Path
+    accelerator: object
+    lm: torch.nn.Module
+    hf: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    tokenizer: object
+    train: object
+    held: object
+    phases: list[Phase]
+    tok: tuple  # (special ids, mask id, replacement vocabulary)
+    log: object
+    log_acc: dict = field(default_factory=lambda: {"loss": 0.0, "n": 0})
+    data_hash: object = field(default_factory=hashlib.sha1)
+    grad_norm: object = 0.0
+    t_last: float = 0.0
+    tokens_last: int = 0
+
+    def __post_init__(self):
+        t = self.cfg["train"]
+        self.train_cfg, self.log_cfg = t, self.cfg["logging"]
+        self.main = self.accelerator.is_main_process
+        self.world, self.rank = self.accelerator.num_processes, self.accelerator.process_index
+        self.device = self.accelerator.device
+        self.seed, self.accum, self.peak_lr, self.bs = t["seed"], t["grad_accum"], t["lr"], t["batch_size"]
+        self.data_seed = self.seed if t["data_seed"] is None else t["data_seed"]
+        self.tps = tokens_per_step(self.cfg, self.world)
+        self.total_steps = sum(p.steps for p in self.phases)
+
+    def emit(self, row: dict) -> None:
+        if self.main:
+            atomic.append_jsonl(self.run_dir / "metrics.jsonl", {**row, "time": time.time()})
+
+
+def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log) -> _State:
+    t = cfg["train"]
+    accelerator = make_accelerator(t["precision"], fsdp=t["fsdp"])
+    world = accelerator.num_processes
+    torch.manual_seed(t["seed"])
+    with accelerator.main_process_first():  # one process builds the token store; the others open it
+        train, held, info = load_corpus(cfg["data"], tokenizer, t["seq_len"])
+    if len(train) < t["batch_size"] * world:
+        raise DataError(
+            f"data.corpus: {len(train)} training sequences of {t['seq_len']} tokens, fewer than one batch "
+            f"({t['batch_size'] * world}); use more text, a smaller train.batch_size or a shorter train.seq_len"
+        )
+    phases = build_phases(cfg, world, num_layers=len(transformer_blocks(hf_model)))
+    tok = (special_ids(tokenizer), tokenizer.mask_token_id, replacement_vocab(tokenizer))  # what MLM masking needs
+    lm = EncoderLM(hf_model)
+    if t["compile"]:  # in place (nn.Module.compile): parameter names, checkpoints and exports are unchanged
+        lm.encoder().compile()
+    optimizer = build_optimizer(hf_model, t)  # the one optimizer of every phase
+    lm, optimizer = accelerator.prepare(lm, optimizer)
+    s = _State(cfg, run_dir, accelerator, lm, accelerator.unwrap_model(lm).hf_model, optimizer, tokenizer, train,
+               held, phases, tok, log)  # fmt: skip
+    if s.main:
+        atomic.write_json(run_dir / "data_info.json", info)
+        log(f"data: {info}")
+        log(f"precision: {t['precision']}; " + ", ".join(f"{p.name}={p.objective}x{p.steps} steps" for p in phases)
+            + f"; {s.tps} tokens/step" + ("; encoder compiled (torch.compile)" if t["compile"] else ""))  # fmt: skip
+    return s
+
+
+def _start_step(s: _State, resume: bool, log) -> int:
+    """0, or the step of the newest good checkpoint (whose metrics rows after it are dropped)."""
+    step = 0
+    found = checkpoint.latest_good(s.run_dir, log=log) if resume else None
+    if resume and found is None:
+        log("resume: no usable checkpoint, starting from the beginning")
+    if found is not None:
+        ck, state = found
+        s.accelerator.load_state(str(ck / "state"))
+        step, s.log_acc = state["step"], state.get("log_acc", s.log_acc)
+        log(f"resume: from {ck.name} (step {step}, {state['tokens_seen']} tokens)")
+    if s.main:  # a fresh run starts an empty log; a resumed one drops rows logged after its checkpoint
+        rows = [r for r in read_metrics(s.run_dir) if r.get("step", 0) <= step] if step else []
+        atomic.write_text(s.run_dir / "metrics.jsonl", "".join(atomic.json_line(r) for r in rows))
+    s.t_last, s.tokens_last = time.time(), step * s.tps
+    return step
+
+
+def _enter_phase(s: _State, phase: Phase, step: int, first_step: bool, log) -> list[torch.nn.Parameter]:
+    named = dict(s.hf.named_parameters())
+    frozen = [named[n] for n in sorted(phase.frozen_names(s.hf))]
+    if first_step:
+        s.emit({"type": "phase", "step": step, "phase": phase.name, "objective": phase.objective,
+                "mlm_probability": phase.mlm_probability if phase.objective == "mlm" else None,
+                "tokens_seen": step * s.tps, "frozen_parameters": len(frozen)})  # fmt: skip
+    log(f"phase {phase.name}: {phase.objective}, {phase.steps} steps, {len(frozen)} frozen tensors")
+    return frozen
+
+
+def _log_train(s: _State, phase: Phase, done: int, lr: float, loss: float) -> None:
+    acc = {"loss": s.log_acc["loss"] + loss, "n": s.log_acc["n"] + 1}
+    now = time.time()
+    rate = (done * s.tps - s.tokens_last) / max(now - s.t_last, 1e-9)
+    s.t_last, s.tokens_last = now, done * s.tps
+    s.emit({"type": "train", "step": done, "phase": phase.name, "objective": phase.objective,
+            "loss": acc["loss"] / acc["n"], "lr": lr, "tokens_seen": done * s.tps, "tokens_per_s": rate,
+            "grad_norm": float(s.grad_norm), "data_hash": s.data_hash.hexdigest()[:16]})  # fmt: skip
+    s.log_acc, s.data_hash = {"loss": 0.0, "n": 0}, hashlib.sha1()
+    if s.main:
+        write_status(s.run_dir, step=done, total_steps=s.total_steps, tokens_seen=done * s.tps,
+                     total_tokens=s.total_steps * s.tps, phase=phase.name,
+                     eta_s=(s.total_steps - done) * s.tps / max(rate, 1e-9))  # fmt: skip
+
+
+def _agree(s: _State, stop: bool) -> bool:
+    """Every process stops at the same step if any was asked to."""
+    if s.world == 1:
+        return stop
+    flag = torch.tensor(float(stop), device=s.device)
+    return s.accelerator.reduce(flag, reduction="sum").item() > 0
+
+
+def _save(s: _State, step: int, tag: str | None = None) -> None:
+    state = {"step": step, "tokens_seen": step * s.tps, "phase": s.phases[locate(s.phases, max(step - 1, 0))[0]].name,
+             "tag": tag, "log_acc": s.log_acc, "total_steps": s.total_steps}  # fmt: skip
+    checkpoint.save(s.accelerator, s.lm, s.tokenizer, s.run_dir, step, state, s.log_cfg["keep_checkpoints"])
+
+
+def _save_final(s: _State) -> None:
+    full = full_state_dict(s.accelerator, s.lm)  # FSDP: gathered on every rank first
+    if s.main:
+        tmp = s.run_dir / ".final.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        s.hf.save_pretrained(tmp, safe_serialization=True, state_dict=full)
+        s.tokenizer.save_pretrained(tmp)
+        atomic.replace_dir(tmp, s.run_dir / "final")
+    s.accelerator.wait_for_everyone()
+    s.accelerator.end_training()
+
+
+@torch.no_grad()
+def evaluate(s: _State) -> dict:
+    """Held-out MLM loss at 15% with fixed masks (comparable across recipes) and CLM loss."""
+    model = s.accelerator.unwrap_model(s.lm)
+    model.eval()
+    bs = s.train_cfg["batch_size"]
+    n = min(s.log_cfg["eval_batches"] * bs, len(s.held))
+    sums = {"mlm": 0.0, "mlm_n": 0, "mlm_correct": 0, "clm": 0.0, "clm_n": 0}
+    for i in range(0, n, bs):
+        ids, starts = s.held.rows(torch.arange(i, min(i + bs, n)))
+        g = torch.Generator().manual_seed(EVAL_MASK_SEED + i)
+        for objective, (inputs, labels) in (
+            ("mlm", mlm_mask(ids, 0.15, *s.tok, g)),
+            ("clm", (ids, clm_labels(ids, starts))),
+        ):
+            with s.accelerator.autocast():
+                loss, correct, count = model(inputs.to(s.device), labels.to(s.device), causal=objective == "clm")
+            sums[objective] += loss.item() * count
+            sums[f"{objective}_n"] += count
+            sums["mlm_correct"] += int(correct) if objective == "mlm" else 0
+    model.train()
+    return {
+        "eval_mlm_loss": sums["mlm"] / max(sums["mlm_n"], 1),
+        "eval_mlm_accuracy": sums["mlm_correct"] / max(sums["mlm_n"], 1),
+        "eval_clm_loss": sums["clm"] / max(sums["clm_n"], 1),
+    }

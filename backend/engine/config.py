@@ -1,0 +1,217 @@
+"""Experiment config: YAML loading, ``--set key=value`` overrides and validation.
+
+Every key, its default and its allowed values are in ``schema.SCHEMA``; this module applies them (and the few
+rules that involve several keys). Validation runs before anything heavy (no model or data is loaded here except
+to check that a path exists) and every error names the key, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from backend.core.errors import ConfigError
+from backend.core.paths import is_plain_name
+from backend.engine import schema
+from backend.engine.schema import BY_KEY, SCHEMA
+
+
+def check_run_name(name: str) -> str:
+    """Run names become folder names: no '/', no '..', no hidden names."""
+    if not is_plain_name(name):
+        raise ConfigError(
+            "name", name, "use 1-100 letters, digits, '_', '-' or '.', starting with a letter or digit (no '/' or '..')"
+        )
+    return name
+
+
+def default_config() -> dict:
+    return schema.defaults()
+
+
+def with_defaults(saved: dict) -> dict:
+    """A run's saved config over today's defaults: keys added since the run was made take their default (which
+    keeps the old behaviour: ``train.data_seed`` None follows the seed, ``train.compile`` is off)."""
+    return _merge(default_config(), copy.deepcopy(saved))
+
+
+def _merge(base: dict, over: dict, prefix: str = "") -> dict:
+    for k, v in over.items():
+        key = f"{prefix}{k}"
+        if k == "_meta":
+            base[k] = v
+            continue
+        if k not in base:
+            raise ConfigError(key, v, f"unknown key; allowed here: {', '.join(sorted(base)) or '(none)'}")
+        if isinstance(base[k], dict) and isinstance(v, dict) and k != "from_scratch":
+            _merge(base[k], v, key + ".")
+        else:
+            base[k] = v
+    return base
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """``train.lr=1e-4`` -> ("train.lr", 0.0001); values are parsed as YAML scalars/lists."""
+    if "=" not in item:
+        raise ConfigError("--set", item, "expected key=value, e.g. train.lr=1e-4")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    # YAML 1.1 reads "1e-4" as a string: accept it as a float.
+    if isinstance(value, str) and re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", value):
+        value = float(value)
+    return key, value
+
+
+def apply_override(cfg: dict, key: str, value: Any, scope: str | None = None) -> None:
+    """Set a dotted ``key`` in a nested dict; only existing keys (``scope`` names the dict in errors)."""
+    node = cfg
+    parts = key.split(".")
+    for i, p in enumerate(parts[:-1]):
+        if not isinstance(node.get(p), dict):
+            where = f" of the {scope}" if scope else ""
+            raise ConfigError(key, value, f"'{'.'.join(parts[: i + 1])}' is not a section{where}")
+        node = node[p]
+    if parts[-1] not in node:
+        raise ConfigError(
+            key, value, f"unknown {scope + ' ' if scope else ''}key; allowed here: {', '.join(sorted(node))}"
+        )
+    node[parts[-1]] = value
+
+
+def load_config(path: str | Path | dict | None = None, overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """Defaults <- YAML file (or dict) <- ``--set`` overrides, then validated."""
+    cfg = default_config()
+    if isinstance(path, dict):
+        _merge(cfg, copy.deepcopy(path))
+    elif path is not None:
+        p = Path(path)
+        if not p.exists():
+            raise ConfigError("config", str(path), "no such file")
+        try:
+            raw = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError("config", str(path), f"not valid YAML ({exc})") from exc
+        if not isinstance(raw, dict):
+            raise ConfigError("config", str(path), "the top level must be a mapping")
+        _merge(cfg, raw)
+    for item in overrides:
+        apply_override(cfg, *parse_override(item))
+    return validate_config(cfg)
+
+
+# --- validation -------------------------------------------------------------------------------
+
+
+def check_key(k: schema.Key, v):
+    """Check one value against its schema entry; returns it normalised (ints as int). Raises ConfigError."""
+    if v is None:
+        if k.optional:
+            return None
+        if k.kind not in ("str", "mapping"):
+            raise ConfigError(k.key, v, "a value is required here")
+    if k.kind in ("int", "float"):
+        integer = k.kind == "int"
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
+            raise ConfigError(k.key, v, f"expected {'an integer' if integer else 'a number'}")
+        if (k.lo is not None and (v < k.lo or (k.lo_open and v == k.lo))) or (
+            k.hi is not None and (v > k.hi or (k.hi_open and v == k.hi))
+        ):
+            raise ConfigError(k.key, v, f"must be in {k.range_text()}")
+        return int(v) if integer else float(v)
+    if k.kind == "bool" and not isinstance(v, bool):
+        raise ConfigError(k.key, v, "expected true or false")
+    if k.kind == "choice" and v not in k.choices:
+        raise ConfigError(k.key, v, f"allowed: {', '.join(k.choices)}")
+    if k.kind == "layers":
+        parse_layer_range(v, k.key)
+    if k.kind == "betas" and not (
+        isinstance(v, list) and len(v) == 2 and all(isinstance(b, (int, float)) and 0 <= b < 1 for b in v)
+    ):
+        raise ConfigError(k.key, v, "expected two numbers in [0, 1), e.g. [0.9, 0.98]")
+    if k.kind == "path" and v is not None and not Path(v).exists():
+        raise ConfigError(k.key, v, "no such file")
+    return v
+
+
+def parse_layer_range(value, key: str, num_layers: int | None = None) -> list[int]:
+    """'0-7' -> [0..7]; '8-14' ; '3' ; [0, 1, 2]; None/'' -> []."""
+    if value is None or value == "" or value == []:
+        return []
+    if isinstance(value, int) and not isinstance(value, bool):
+        layers = [value]
+    elif isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+        layers = list(value)
+    elif isinstance(value, str) and re.fullmatch(r"\s*\d+\s*(-\s*\d+\s*)?(,\s*\d+\s*(-\s*\d+\s*)?)*", value):
+        layers = []
+        for part in value.split(","):
+            a, _, b = part.partition("-")
+            lo, hi = int(a), int(b) if b.strip() else int(a)
+            if hi < lo:
+                raise ConfigError(key, value, "a range must go low-high, e.g. '0-7'")
+            layers.extend(range(lo, hi + 1))
+    else:
+        raise ConfigError(key, value, "expected a layer range like '0-7', '8-14', '0-3,6' or a list of indices")
+    if num_layers is not None:
+        bad = [i for i in layers if i < 0 or i >= num_layers]
+        if bad:
+            raise ConfigError(key, value, f"the model has {num_layers} layers (0-{num_layers - 1}); {bad} outside it")
+    return sorted(set(layers))
+
+
+def validate_config(cfg: dict) -> dict:
+    """Check every key against the schema, then the rules that involve several keys. Returns the same dict."""
+    for k in SCHEMA:
+        *parents, leaf = k.key.split(".")
+        node = cfg
+        for p in parents:
+            if not isinstance(node.get(p), dict):
+                raise ConfigError(".".join(parents), node.get(p), "expected a mapping")
+            node = node[p]
+        node[leaf] = check_key(k, node.get(leaf, k.default))
+    check_run_name(cfg["name"])
+    m, d, t, ph = cfg["model"], cfg["data"], cfg["train"], cfg["phases"]
+    if not isinstance(m["name"], str) or not m["name"].strip():
+        raise ConfigError("model.name", m["name"], BY_KEY["model.name"].help)
+    if m["name"] == "from_scratch":
+        if not isinstance(m["from_scratch"], dict) or not m["from_scratch"]:
+            raise ConfigError(
+                "model.from_scratch",
+                m["from_scratch"],
+                "with model.name: from_scratch, give an architecture mapping (e.g. num_hidden_layers, hidden_size)",
+            )
+        if m["tokenizer"] is None:
+            raise ConfigError(
+                "model.tokenizer", None, "from_scratch needs a tokenizer (a folder, a hub id, or a bundled model name)"
+            )
+    elif cfg["recipe"] == "pretrain":
+        raise ConfigError(
+            "recipe", "pretrain", "pretrain trains from scratch: set model.name: from_scratch and model.from_scratch"
+        )
+    if not isinstance(d["corpus"], str) or not d["corpus"].strip():
+        raise ConfigError("data.corpus", d["corpus"], "give " + BY_KEY["data.corpus"].help.replace(" | ", ", "))
+    if d["heldout_file"] is None and d["heldout_fraction"] == 0:
+        raise ConfigError(
+            "data.heldout_fraction", 0, "needs a held-out split: a fraction in (0, 0.5) or data.heldout_file"
+        )
+    if t["fsdp"] and t["compile"]:
+        raise ConfigError("train.compile", True, "not supported together with train.fsdp here; set one of them false")
+    if not (ph["main"]["tokens"] or ph["main"]["steps"]):
+        raise ConfigError(
+            "phases.main.tokens", ph["main"]["tokens"], "the main phase needs a budget > 0 (tokens or steps)"
+        )
+    return cfg
+
+
+def config_to_yaml(cfg: dict, annotated: bool = False) -> str:
+    """The config as YAML; ``annotated`` adds each key's help as a comment (``validate --print``)."""
+    if annotated:
+        return schema.annotated_yaml(cfg)
+    return yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True)

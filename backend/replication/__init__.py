@@ -1,0 +1,1 @@
+"""The mini replication of the paper: plan, steps, verdicts, figures and the self-contained report."""
