@@ -743,7 +743,7 @@ def export_pngs(figs: dict[str, go.Figure], out_dir: Path, timeout: float = 120)
     try:
         kaleido.write_fig_from_object_sync(items, kopts={"timeout": timeout, "mathjax": False})
     except Exception as exc:  # noqa: BLE001 - a report without PNGs is still a report
-        return [p for p in (out_dir / f"{n}.png" for n in figs) if p.exists()], f"PNG export failed: {exc}"
+        return [str(p) for p in (out_dir / f"{n}.png" for n in figs) if p.exists()], f"PNG export failed: {exc}"
     written = [str(out_dir / f"{n}.png") for n in figs if (out_dir / f"{n}.png").exists()]
     missing = [n for n in figs if not (out_dir / f"{n}.png").exists()]
     return written, (f"PNG export wrote no file for: {', '.join(missing)}" if missing else None)
