@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from backend.engine.config import default_config
-from tests.test_app_client import start_app, wait_for
+from tests.ui.test_app_client import start_app, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -1,6 +1,6 @@
 """The job queue and detached launcher, with a stand-in trainer (a tiny script) so it runs in seconds.
 
-The real trainer is driven end to end by tests/test_app_client.py.
+The real trainer is driven end to end by tests/ui/test_app_client.py.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ rundir.write_status(d, state="done", finished_at=time.time())
 def fake(tmp_path, monkeypatch):
     script = tmp_path / "fake_trainer.py"
     script.write_text(FAKE_TRAINER)
-    monkeypatch.setenv("REPO", str(Path(__file__).resolve().parent.parent))
+    monkeypatch.setenv("REPO", str(Path(__file__).resolve().parents[2]))
 
     def launch(run_dir: Path, resume: bool) -> list[str]:
         return [sys.executable, str(script), str(run_dir)] + (["--resume"] if resume else [])
@@ -158,7 +158,7 @@ def test_lock_keeps_a_second_worker_out(isolated_runs_dir, fake, monkeypatch):
     # our own pid holds the lock here: a second worker (a real process) exits at once
     out = subprocess.run(
         [sys.executable, "-m", "backend", "queue", "--root", str(root)],
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
         text=True,
         timeout=60,

@@ -21,7 +21,7 @@ from app import launch_tab
 from backend.engine import rundir
 from backend.engine.config import default_config
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
