@@ -56,6 +56,21 @@ def tiny_bert_dir(tmp_path_factory) -> Path:
     return save_tiny_model(tmp_path_factory.mktemp("tiny_bert"), TINY_BERT)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def isolated_cache_dir(tmp_path_factory) -> Path:
+    """Machine probes and token stores go to a per-session folder, never into ~/.cache (children inherit it)."""
+    import os
+
+    d = tmp_path_factory.mktemp("cache")
+    old = os.environ.get("DETOUR_CACHE_DIR")
+    os.environ["DETOUR_CACHE_DIR"] = str(d)
+    yield d
+    if old is None:
+        os.environ.pop("DETOUR_CACHE_DIR", None)
+    else:
+        os.environ["DETOUR_CACHE_DIR"] = old
+
+
 @pytest.fixture(autouse=True)
 def isolated_runs_dir(tmp_path, monkeypatch) -> Path:
     """Every test writes runs under its own tmp dir, never into the repo."""
@@ -83,6 +98,7 @@ def tiny_train_cfg(model_dir: Path, name: str = "t", **sets) -> dict:
         "train.seq_len": 64,
         "train.batch_size": 4,
         "train.lr": 1e-3,
+        "train.precision": "fp32",  # the same arithmetic on every machine (auto would pick bf16 on some CPUs)
         "phases.main.steps": 8,
         "phases.decay.steps": 4,
         "logging.log_every": 1,
