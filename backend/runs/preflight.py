@@ -12,7 +12,7 @@ import torch
 
 from backend.core.errors import ConfigError, DataError
 from backend.detour.attention import check_causal_supported
-from backend.engine.config import parse_layer_range
+from backend.detour.recipe import build_phases, split_pair
 from backend.engine.data import pack, read_documents, split_documents, tokenize_documents
 from backend.engine.models import load_config, load_tokenizer, resolve_model, resolve_tokenizer
 
@@ -66,8 +66,8 @@ def check(cfg: dict, check_data: bool = True) -> dict:
 
         msg = FSDP_NEEDS_GPU.format(found="no CUDA device", version=accelerate.__version__)
         raise ConfigError("train.fsdp", True, msg)
-    for ph in ("main", "decay"):
-        parse_layer_range(cfg["phases"][ph]["freeze"]["layers"], f"phases.{ph}.freeze.layers", n_layers)
+    for _, run_cfg in split_pair(cfg):  # the phases each run will train, freeze ranges checked against the model
+        build_phases(run_cfg, num_layers=n_layers)
     tok = tokenizer_for(cfg)
     if tok.mask_token_id is None:
         raise ConfigError("model.tokenizer", m["tokenizer"] or m["name"], "the tokenizer has no mask token")
