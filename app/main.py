@@ -70,7 +70,7 @@ def build_app(ctx: AppContext | None = None) -> gr.Blocks:
             with gr.Tab("NER", id="ner"):
                 ner_tab.build(ctx)
             with gr.Tab("Reports", id="reports"):
-                reports_tab.build_reports_tab()
+                reports_tab.build(ctx)
     return demo
 
 
