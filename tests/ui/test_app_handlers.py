@@ -301,8 +301,8 @@ def test_every_tab_is_built_by_build_ctx(isolated_runs_dir, tmp_path, monkeypatc
     from app import main, reports_tab
     from backend.core import paths
 
-    tabs = (launch_tab, runs_tab, analyze_tab, fill_mask_tab, ner_tab, reports_tab)
-    for tab in tabs:
+    assert {tab for _, _, tab in main.TABS} == {launch_tab, runs_tab, analyze_tab, fill_mask_tab, ner_tab, reports_tab}
+    for _, _, tab in main.TABS:
         assert list(inspect.signature(tab.build).parameters) == ["ctx"], tab.__name__
     monkeypatch.setenv(paths.REPORTS_ENV, str(tmp_path / "reports"))
     demo = main.build_app(main.AppContext())
