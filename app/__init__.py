@@ -1,10 +1,10 @@
 """Detour Lab browser app (``python -m app``). The UI holds no training logic: every action calls a backend function
 that the CLI also uses.
 
-This module has no gradio import: it holds the app's path policy. Every path typed or uploaded in the UI is
-resolved inside the allowed roots -- the runs folder, the uploads folder, the bundled assets, the evaluations
-folder and whatever ``DETOUR_ALLOWED_ROOTS`` lists (``:``-separated, e.g. ``../shared/data``) -- or refused with a
-message that names the roots.
+This module has no gradio import: it holds what every tab shares, the models the dropdowns offer and the app's
+path policy. Every path typed or uploaded in the UI is resolved inside the allowed roots -- the runs folder, the
+uploads folder, the bundled assets, the evaluations folder and whatever ``DETOUR_ALLOWED_ROOTS`` lists
+(``:``-separated, e.g. ``../shared/data``) -- or refused with a message that names the roots.
 """
 
 from __future__ import annotations
@@ -93,6 +93,16 @@ def check_corpus_spec(spec: str, what: str = "data.corpus") -> str:
     if HUB_ID.match(spec):
         return spec
     raise PathNotAllowed(what, spec, f"{what}: '{spec}' is not 'demo', an allowed file or folder, or a hub dataset id")
+
+
+def model_choices() -> list[str]:
+    """The models every tab's dropdown offers: the bundled ones, then each run with a checkpoint or a final model
+    (a run that has not saved anything yet would only fail to load)."""
+    from backend.engine.models import bundled_models
+    from backend.engine.rundir import list_runs
+
+    runs = [r.name for r in list_runs(runs_dir()) if (r.path / "final").exists() or (r.path / "checkpoints").exists()]
+    return bundled_models() + runs
 
 
 def md_escape(text: object) -> str:

@@ -4,18 +4,12 @@ Thin wrappers over ``backend.analysis.api`` (the functions behind ``python -m ba
 
 from __future__ import annotations
 
-from app import check_model_spec, check_path, warn
+from app import check_model_spec, check_path, model_choices, warn
 from backend.analysis import plots
 from backend.core.errors import DetourError
 from backend.core.paths import DEFAULT_MODEL, DEMO_CORPUS
 
 MAX_TEXTS = 500
-
-
-def model_choices() -> list[str]:
-    from app.launch_tab import model_choices as mc
-
-    return mc()
 
 
 def _texts(src: str | None) -> str:

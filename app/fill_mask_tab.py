@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from app import check_model_spec, md_escape, warn
+from app import check_model_spec, md_escape, model_choices, warn
 from backend.analysis import plots
 from backend.analysis.fill_mask import check_text, fill_mask
 from backend.core.errors import DetourError
@@ -11,12 +11,6 @@ from backend.core.paths import DEFAULT_MODEL
 
 SLOTS = 4
 EXAMPLE = "Aspirin inhibits the [MASK] of prostaglandins."
-
-
-def model_choices() -> list[str]:
-    from app.launch_tab import model_choices as mc
-
-    return mc()
 
 
 def predict(text: str, specs: list[str | None], trust: list[bool], top_k: int = 5) -> tuple[list, str]:

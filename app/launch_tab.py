@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from app import check_corpus_spec, check_model_spec, check_path, uploads_dir, warn
+from app import check_corpus_spec, check_model_spec, check_path, model_choices, uploads_dir, warn
 from backend.core.errors import ConfigError, DetourError
 from backend.core.paths import runs_dir
 from backend.engine import schema
@@ -290,14 +290,6 @@ def store_upload(path: str | None, max_bytes: int) -> tuple[str | None, str]:
     dst = dst_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{safe}"
     shutil.copyfile(src, dst)
     return str(dst), f"stored {dst.name} ({size / 1e3:.0f} kB)"
-
-
-def model_choices() -> list[str]:
-    from backend.engine.models import bundled_models
-    from backend.engine.rundir import list_runs
-
-    runs = [r.name for r in list_runs(runs_dir()) if (r.path / "final").exists() or (r.path / "checkpoints").exists()]
-    return bundled_models() + runs
 
 
 # --- UI -----------------------------------------------------------------------------------------

@@ -23,6 +23,17 @@ THEME = gr.themes.Soft(
 )
 
 
+# (title, id, module): every tab module builds itself with ``build(ctx)`` inside its gr.Tab
+TABS = (
+    ("Launch", "launch", launch_tab),
+    ("Runs", "runs", runs_tab),
+    ("Analyze", "analyze", analyze_tab),
+    ("Fill-mask", "fill-mask", fill_mask_tab),
+    ("NER", "ner", ner_tab),
+    ("Reports", "reports", reports_tab),
+)
+
+
 @dataclass
 class AppContext:
     max_concurrent: int | None = None
@@ -59,18 +70,9 @@ def build_app(ctx: AppContext | None = None) -> gr.Blocks:
             "Launch CLM-detour and MLM runs, watch their curves, compare representations, probe the models."
         )
         with gr.Tabs():
-            with gr.Tab("Launch", id="launch"):
-                launch_tab.build(ctx)
-            with gr.Tab("Runs", id="runs"):
-                runs_tab.build(ctx)
-            with gr.Tab("Analyze", id="analyze"):
-                analyze_tab.build(ctx)
-            with gr.Tab("Fill-mask", id="fill-mask"):
-                fill_mask_tab.build(ctx)
-            with gr.Tab("NER", id="ner"):
-                ner_tab.build(ctx)
-            with gr.Tab("Reports", id="reports"):
-                reports_tab.build_reports_tab()
+            for title, tab_id, tab in TABS:
+                with gr.Tab(title, id=tab_id):
+                    tab.build(ctx)
     return demo
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from app import check_model_spec, check_path, evals_dir, warn
+from app import check_model_spec, check_path, evals_dir, model_choices, warn
 from backend.core.errors import DetourError
 
 SLOTS = 4
@@ -109,8 +109,6 @@ def run_evaluation(models: list[str], seeds: str, epochs, max_train, progress=No
 
 def build(ctx) -> dict:
     import gradio as gr
-
-    from app.launch_tab import model_choices
 
     choices = finetuned_choices()
     text = gr.Textbox(value=EXAMPLE, label="Text", lines=3, elem_id="ner-text")

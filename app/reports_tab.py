@@ -3,7 +3,7 @@ its plain-language summary, tables and figures, with report.html / report.json t
 launches the quick preset as a detached process (its own session, output to ``<report>/replicate.log``, never a
 pipe), so closing the browser or restarting the app never stops it. A timer polls its status and log.
 
-The handlers are plain functions (tested without a browser); ``build_reports_tab()`` only wires them."""
+The handlers are plain functions (tested without a browser); ``build(ctx)`` only wires them."""
 
 from __future__ import annotations
 
@@ -152,8 +152,9 @@ def launch_quick(name: str = "quick", extra_args: list[str] | None = None) -> tu
 # --- UI -----------------------------------------------------------------------------------------
 
 
-def build_reports_tab() -> dict:
-    """Create the tab's components inside the current ``gr.Blocks`` / ``gr.Tab`` context and wire them."""
+def build(ctx) -> dict:
+    """Create the tab's components inside the current ``gr.Blocks`` / ``gr.Tab`` context and wire them (``ctx``:
+    the app's settings, like every tab's ``build``; this one needs none)."""
     import gradio as gr
 
     names = list_reports()
@@ -226,6 +227,11 @@ def build_reports_tab() -> dict:
         poll, inputs=[pick, seen], outputs=view_outs, show_progress="hidden", queue=False, api_visibility="private"
     )
     return {"pick": pick, "summary": summary, "plots": plots, "timer": timer, "launch": launch_btn}
+
+
+def build_reports_tab() -> dict:
+    """The old name of ``build``: tests/replication still calls it; remove it once that test calls ``build(None)``."""
+    return build(None)
 
 
 def _mtime(name: str | None) -> float | None:

@@ -159,7 +159,10 @@ class _Models:
 
 
 # ---------------------------------------------------------------------------------------------- core
-def _check_args(pooling: str, max_len: int, n_texts: int | None, batch_size: int, dtype: str) -> None:
+def _check_args(
+    pooling: str, max_len: int, n_texts: int | None, batch_size: int, dtype: str, seed: int, seeds: Sequence[int] | None
+) -> list[int]:
+    """The sampling arguments both entry points share, checked before any model loads; returns the seed list."""
     if pooling not in POOLINGS:
         raise DataError(f"pooling: got {pooling!r}; use one of {', '.join(POOLINGS)}")
     if not isinstance(max_len, int) or max_len < 2:
@@ -170,13 +173,39 @@ def _check_args(pooling: str, max_len: int, n_texts: int | None, batch_size: int
         raise DataError(f"batch_size: got {batch_size!r}; use an integer >= 1")
     if dtype not in DTYPES:
         raise DataError(f"dtype: got {dtype!r}; use one of {', '.join(DTYPES)}")
-
-
-def _seed_list(seed: int, seeds: Sequence[int] | None) -> list[int]:
     out = [int(s) for s in seeds] if seeds else [int(seed)]
     if len(set(out)) != len(out):
         raise DataError(f"seeds: got {out}; give distinct seeds")
     return out
+
+
+def _n_used(pool: Sequence[str], n_texts: int | None, source_label: str) -> int:
+    """How many texts each seed compares; CKA is undefined below 2."""
+    n_used = len(sample_texts(pool, n_texts, 0))
+    if n_used < 2:
+        raise DataError(f"texts '{source_label}': {n_used} text; CKA needs at least 2")
+    return n_used
+
+
+def _texts_info(pool: Sequence[str], source_label: str, n_used: int) -> dict:
+    return {"texts_source": source_label, "texts_sha256": texts_sha256(pool), "n_available": len(pool), "n": n_used}
+
+
+def _settings_info(pooling: str, max_len: int, eff_len: int, seeds: list[int], batch_size: int, dtype: str) -> dict:
+    """How texts were encoded and pooled: the ``inputs`` keys a pair and a trajectory share."""
+    return {
+        "pooling": pooling,
+        "max_len": max_len,
+        "max_len_effective": eff_len,
+        "seeds": seeds,
+        "batch_size": batch_size,
+        "dtype": dtype,
+        "accumulation": "float64",
+    }
+
+
+def _capped_note(max_len: int, eff_len: int) -> list[str]:
+    return [f"max_len {max_len} capped at {eff_len} by the models' position embeddings"] if eff_len < max_len else []
 
 
 def _effective_max_len(max_len: int, models: Sequence[LoadedModel]) -> int:
@@ -273,8 +302,7 @@ def cka_between(
     ``progress(fraction, message)`` is called after each batch (e.g. a ``gr.Progress``).
     """
     t0 = time.time()
-    _check_args(pooling, max_len, n_texts, batch_size, dtype)
-    seed_list = _seed_list(seed, seeds)
+    seed_list = _check_args(pooling, max_len, n_texts, batch_size, dtype, seed, seeds)
     pool, source_label = load_text_pool(texts)
     if control is not None and len(control) != 2:
         raise DataError(f"control: give two models (mlm_seedA, mlm_seedB), got {len(control)}")
@@ -296,11 +324,8 @@ def cka_between(
             notes.append("b is not control[0]: the ratio divides div(a, b) by div(control[1], control[0])")
     if not same_depth:
         notes.append(f"depths differ ({la} vs {lb} layer indices): no diagonal divergence; see the matrix")
-    if eff_len < max_len:
-        notes.append(f"max_len {max_len} capped at {eff_len} by the models' position embeddings")
-    n_used = len(sample_texts(pool, n_texts, 0))
-    if n_used < 2:
-        raise DataError(f"texts '{source_label}': {n_used} text; CKA needs at least 2")
+    notes += _capped_note(max_len, eff_len)
+    n_used = _n_used(pool, n_texts, source_label)
     if n_texts is not None and n_used < n_texts:
         notes.append(f"only {n_used} texts available (asked for {n_texts}): every seed uses all of them")
     if len(seed_list) > 1 and n_texts is not None and n_used < n_texts:
@@ -373,18 +398,9 @@ def cka_between(
             "b": mb.info(b),
             "control": [mc[0].info(control[0]), mc[1].info(control[1])] if mc is not None else None,
         },
-        "texts_source": source_label,
-        "texts_sha256": texts_sha256(pool),
-        "n_available": len(pool),
-        "n": n_used,
+        **_texts_info(pool, source_label, n_used),
         "n_rows": [e["n_rows"] for e in per_seed],
-        "pooling": pooling,
-        "max_len": max_len,
-        "max_len_effective": eff_len,
-        "seeds": seed_list,
-        "batch_size": batch_size,
-        "dtype": dtype,
-        "accumulation": "float64",
+        **_settings_info(pooling, max_len, eff_len, seed_list, batch_size, dtype),
         "layers": {"a": la, "b": lb},
     }
     out["notes"] = notes
@@ -454,8 +470,7 @@ def cka_trajectory(
     ``divergence`` is a (points x layers) list of lists, ready for a heatmap; ``points`` has the details.
     """
     t0 = time.time()
-    _check_args(pooling, max_len, n_texts, batch_size, dtype)
-    seed_list = _seed_list(seed, seeds)
+    seed_list = _check_args(pooling, max_len, n_texts, batch_size, dtype, seed, seeds)
     run_dir = Path(run_dir).expanduser()
     if not run_dir.is_dir():
         raise ModelSpecError(f"run directory '{run_dir}': no such folder")
@@ -464,9 +479,7 @@ def cka_trajectory(
         raise ModelSpecError(f"run directory '{run_dir}': no complete checkpoint (nor final/) yet")
     pool, source_label = load_text_pool(texts)
     ref = load_for_cka(reference, dtype)
-    n_used = len(sample_texts(pool, n_texts, 0))
-    if n_used < 2:
-        raise DataError(f"texts '{source_label}': {n_used} text; CKA needs at least 2")
+    n_used = _n_used(pool, n_texts, source_label)
     raw = {s: sample_texts(pool, n_texts, s) for s in seed_list}
     samples = {s: sorted(t, key=len) for s, t in raw.items()}
     ref_cache = {s: {} for s in seed_list}
@@ -504,8 +517,7 @@ def cka_trajectory(
             except DetourError as exc:
                 notes.append(f"{p['name']}: no weight change ({exc})")
         del ck
-    if eff_len < max_len:
-        notes.append(f"max_len {max_len} capped at {eff_len} by the models' position embeddings")
+    notes += _capped_note(max_len, eff_len)
     n_blocks = len(ref.names) - 1
     return {
         "kind": "cka_trajectory",
@@ -522,18 +534,9 @@ def cka_trajectory(
         "inputs": {
             "reference": ref.info(),
             "run": str(run_dir),
-            "texts_source": source_label,
-            "texts_sha256": texts_sha256(pool),
+            **_texts_info(pool, source_label, n_used),
             "samples_sha256": {str(s): texts_sha256(t) for s, t in raw.items()},
-            "n_available": len(pool),
-            "n": n_used,
-            "pooling": pooling,
-            "max_len": max_len,
-            "max_len_effective": eff_len,
-            "seeds": seed_list,
-            "batch_size": batch_size,
-            "dtype": dtype,
-            "accumulation": "float64",
+            **_settings_info(pooling, max_len, eff_len, seed_list, batch_size, dtype),
             "layers": len(ref.names),
         },
         "notes": notes,

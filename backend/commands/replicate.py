@@ -18,6 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from backend.commands import add_overrides
 from backend.core.errors import DetourError
 
 
@@ -32,14 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--corpus", help="domain corpus: a .txt/.jsonl/... file or folder (default ../shared/data/craft_pmc_oa_text)"
     )
     p.add_argument("--ner-data", help="NER folder with train/dev/test .tsv (default ../shared/data/ncbi_disease)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a preset value, e.g. train.main_tokens=30000 or eval.epochs=2 (repeatable)",
-    )
+    add_overrides(p, "override a preset value, e.g. train.main_tokens=30000 or eval.epochs=2 (repeatable)")
     p.add_argument(
         "--plan", action="store_true", help="print the resolved plan, sizes and a time estimate; run nothing"
     )

@@ -6,20 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from backend.commands import add_overrides
 from backend.core.errors import ConfigError
 from backend.engine.config import load_config
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", nargs="?", help="YAML config (omit to use the defaults: a pair on the bundled demo)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set train.lr=1e-4 --set phases.main.tokens=500000",
-    )
+    add_overrides(p, "override a config key, e.g. --set train.lr=1e-4 --set phases.main.tokens=500000")
     p.add_argument("--name", help="run name (same as --set name=...)")
     p.add_argument("--runs-dir", help="root of run directories (default: ./runs or $DETOUR_RUNS_DIR)")
     p.add_argument("--run-dir", help="train an already prepared run directory (what the app's queue launches)")

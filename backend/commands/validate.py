@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from backend.commands import add_overrides
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", nargs="?")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    add_overrides(p, "override a config key, e.g. --set train.lr=1e-4 (repeatable)")
     p.add_argument("--print", action="store_true", help="print the resolved config, each key with what it means")
 
 

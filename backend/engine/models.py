@@ -98,15 +98,23 @@ def _hub_guard(source: ModelSource, exc: Exception) -> ModelSpecError:
     )
 
 
-def load_config(source: ModelSource, trust_remote_code: bool = False):
-    from transformers import AutoConfig
-
+@contextlib.contextmanager
+def _loading(source: ModelSource, problem: str):
+    """transformers' OSError/ValueError as one ModelSpecError: for a hub id the offline hint, else ``problem``
+    (what was wrong with the local files) and the original message."""
     try:
-        return AutoConfig.from_pretrained(source.path, trust_remote_code=trust_remote_code)
+        yield
     except (OSError, ValueError) as exc:
         if source.kind == "hub":
             raise _hub_guard(source, exc) from exc
-        raise ModelSpecError(f"model '{source.spec}': unreadable config.json ({exc})") from exc
+        raise ModelSpecError(f"model '{source.spec}': {problem} ({exc})") from exc
+
+
+def load_config(source: ModelSource, trust_remote_code: bool = False):
+    from transformers import AutoConfig
+
+    with _loading(source, "unreadable config.json"):
+        return AutoConfig.from_pretrained(source.path, trust_remote_code=trust_remote_code)
 
 
 def model_family(config) -> str | None:
@@ -127,12 +135,8 @@ def load_tokenizer(source: ModelSource | str, trust_remote_code: bool = False):
 
     if isinstance(source, str):
         source = resolve_tokenizer(source)
-    try:
+    with _loading(source, f"no usable tokenizer in {source.path}"):
         return AutoTokenizer.from_pretrained(source.path, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as exc:
-        if source.kind == "hub":
-            raise _hub_guard(source, exc) from exc
-        raise ModelSpecError(f"model '{source.spec}': no usable tokenizer in {source.path} ({exc})") from exc
 
 
 def _load(
@@ -144,7 +148,7 @@ def _load(
     trust_remote_code: bool = False,
     **kwargs,
 ):
-    try:
+    with _loading(source, f"could not load weights from {source.path}"):
         return auto_cls.from_pretrained(
             source.path,
             dtype=dtype if dtype is not None else torch.float32,
@@ -153,10 +157,6 @@ def _load(
             use_safetensors=True,
             **kwargs,
         )
-    except (OSError, ValueError) as exc:
-        if source.kind == "hub":
-            raise _hub_guard(source, exc) from exc
-        raise ModelSpecError(f"model '{source.spec}': could not load weights from {source.path} ({exc})") from exc
 
 
 def load_masked_lm(source: ModelSource | str, **kwargs):

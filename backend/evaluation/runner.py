@@ -10,7 +10,9 @@ import re
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from backend.core.errors import ConfigError, DetourError
 from backend.core.paths import DEMO_NER_DIR, evals_dir
@@ -19,6 +21,9 @@ from backend.evaluation import TASKS
 from backend.evaluation.datafiles import subsample
 from backend.evaluation.finetune import effective_max_len, finetune, resolve_hparams
 from backend.evaluation.report import refresh, write_results
+
+if TYPE_CHECKING:
+    from backend.engine.models import ModelSource
 
 RESULTS_VERSION = 1
 
@@ -132,6 +137,46 @@ def evaluate_models(
     done), ``model``, ``seed``, ``run`` (1-based) / ``runs``, ``fraction`` (0-1 overall), ``elapsed_s``,
     ``eta_s`` and a one-line ``message``; without a callback the messages are printed.
     """
+    labels, dirs, seeds, hp, sources = _check_inputs(task, models, labels, data, seeds, hparams)
+    data_obj = load_task_data(
+        task,
+        data,
+        text_column=text_column,
+        label_column=label_column,
+        label_separator=label_separator,
+        tokens_column=tokens_column,
+        tags_column=tags_column,
+    )
+    data_obj = _subsample_data(data_obj, hp["max_train_examples"], hp["max_eval_examples"])
+    out_dir = _output_dir(out_dir)
+    results = _new_results(task, data_obj, seeds, hp, out_dir, labels, sources, dirs)
+    jobs = _plan_jobs(results, sources)
+    for job in jobs:  # settings clash with finished runs: fail now, before any training
+        _read_finished(job.seed_dir, hp, results["data_fingerprint"], task)
+    write_results(refresh(results), out_dir)
+
+    meter = _Progress(len(jobs), hp["epochs"], out_dir, progress)
+    runner = _Runner(task, data_obj, hp, results, meter, trust_remote_code, keep_models, mixed_precision)
+    try:
+        for job in jobs:
+            runner.run(job)
+            write_results(refresh(results), out_dir)
+    except (EvaluationStopped, KeyboardInterrupt):
+        _finish(results, "stopped", out_dir)
+        raise
+    n_failed = len(results["failures"])
+    _finish(results, "complete" if not n_failed else "complete_with_failures", out_dir)
+    meter.report(
+        "done",
+        f"done: {len(jobs) - n_failed}/{len(jobs)} runs ok; results in {out_dir / 'results.md'}",
+        meter.total_units,
+        failures=n_failed,
+    )
+    return results
+
+
+def _check_inputs(task: str, models, labels, data, seeds, hparams: dict) -> tuple:
+    """Every argument checked before any data or model is read: (labels, folder names, seeds, hparams, sources)."""
     from backend.engine.models import resolve_model
 
     if task not in TASKS:
@@ -151,34 +196,30 @@ def evaluate_models(
     hp = resolve_hparams(task, **hparams)
     if task == "classification" and not data:
         raise ConfigError("data", data, "classification needs --data: a folder with train/dev/test CSV/JSONL/parquet")
-    sources = [resolve_model(m) for m in models]
+    return labels, dirs, seeds, hp, [resolve_model(m) for m in models]
 
-    data_obj = load_task_data(
-        task,
-        data,
-        text_column=text_column,
-        label_column=label_column,
-        label_separator=label_separator,
-        tokens_column=tokens_column,
-        tags_column=tags_column,
-    )
-    data_obj = _subsample_data(data_obj, hp["max_train_examples"], hp["max_eval_examples"])
-    fingerprint = data_fingerprint(data_obj)
-    data_desc = str(Path(data_obj.source).resolve()) if Path(data_obj.source).exists() else data_obj.source
 
+def _output_dir(out_dir: str | Path | None) -> Path:
+    """``out_dir`` (resolved: the resume key), or a fresh ``evals/<timestamp>`` folder."""
     if out_dir:
-        out_dir = Path(out_dir).expanduser().resolve()
+        out = Path(out_dir).expanduser().resolve()
     else:
         stamp = evals_dir() / time.strftime("%Y%m%d-%H%M%S")
-        out_dir, i = stamp, 2
-        while out_dir.exists():  # two evaluations started in the same second
-            out_dir, i = stamp.with_name(f"{stamp.name}-{i}"), i + 1
-    out_dir.mkdir(parents=True, exist_ok=True)
-    results = {
+        out, i = stamp, 2
+        while out.exists():  # two evaluations started in the same second
+            out, i = stamp.with_name(f"{stamp.name}-{i}"), i + 1
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _new_results(task, data_obj, seeds, hp, out_dir: Path, labels, sources, dirs) -> dict:
+    """The results dict before any run: every (model, seed) is listed as pending, so none can go missing."""
+    source = Path(data_obj.source)
+    return {
         "version": RESULTS_VERSION,
         "task": task,
-        "data": data_desc,
-        "data_fingerprint": fingerprint,
+        "data": str(source.resolve()) if source.exists() else data_obj.source,
+        "data_fingerprint": data_fingerprint(data_obj),
         "data_notes": list(data_obj.notes),
         "data_sizes": {sp.name: len(sp) for sp in data_obj.splits()},
         "labels": list(data_obj.labels),
@@ -202,178 +243,200 @@ def evaluate_models(
             for lab, src, d in zip(labels, sources, dirs, strict=True)
         ],
     }
-    for entry in results["models"]:  # settings clash with finished runs: fail now, before any training
-        for rec in entry["runs"]:
-            _read_finished(Path(entry["dir"]) / f"seed-{rec['seed']}", hp, fingerprint, task)
+
+
+def _finish(results: dict, status: str, out_dir: Path) -> None:
+    results["status"] = status
+    results["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     write_results(refresh(results), out_dir)
 
-    total_runs = len(models) * len(seeds)
-    epochs = hp["epochs"]
-    total_units = total_runs * epochs
-    clock = {"t0": time.time(), "train_s": 0.0, "train_units": 0.0, "done_units": 0.0, "run_start": None}
 
-    def eta(done_units: float) -> float | None:
-        live = clock["train_units"]
-        live_s = clock["train_s"]
-        if clock["run_start"] is not None:
-            live += done_units - clock["done_units"]
-            live_s += time.time() - clock["run_start"]
+@dataclass
+class _Job:
+    """One (model, seed) fine-tune; ``record`` is its entry in ``results``, rewritten in place when it ends."""
+
+    run: int  # 1-based, in plan order
+    runs: int
+    model: int  # index into results["models"]
+    label: str
+    source: ModelSource
+    seed: int
+    seed_dir: Path
+    record: dict
+
+    @property
+    def tag(self) -> str:
+        return f"[{self.run}/{self.runs}] {self.label} seed {self.seed}"
+
+    def where(self) -> dict:
+        return {"model": self.label, "seed": self.seed, "run": self.run}
+
+
+def _plan_jobs(results: dict, sources: list) -> list[_Job]:
+    """Model-major order: the seeds of one model run back to back, sharing its tokenized task."""
+    pairs = [(i, entry, rec) for i, entry in enumerate(results["models"]) for rec in entry["runs"]]
+    return [
+        _Job(n, len(pairs), i, entry["label"], sources[i], rec["seed"], Path(entry["dir"]) / f"seed-{rec['seed']}", rec)
+        for n, (i, entry, rec) in enumerate(pairs, start=1)
+    ]
+
+
+class _Progress:
+    """Fraction done and ETA, counted in epochs. The ETA divides by the time spent training only, so resumed
+    runs (which cost nothing) do not make the rest look fast."""
+
+    def __init__(self, runs: int, epochs: int, out_dir: Path, callback: Callable[[dict], None] | None):
+        self.runs, self.epochs, self.out_dir, self.callback = runs, epochs, out_dir, callback
+        self.total_units = runs * epochs
+        self.t0 = time.time()
+        self.train_s = 0.0
+        self.train_units = 0.0
+        self.done_units = 0.0
+        self.run_start: float | None = None
+
+    def eta(self, done_units: float) -> float | None:
+        live, live_s = self.train_units, self.train_s
+        if self.run_start is not None:
+            live += done_units - self.done_units
+            live_s += time.time() - self.run_start
         if live <= 0:
             return None
-        return max(0.0, (total_units - done_units) * live_s / live)
+        return max(0.0, (self.total_units - done_units) * live_s / live)
 
-    def report(event: str, message: str, done_units: float, **extra) -> None:
+    def report(self, event: str, message: str, done_units: float, **extra) -> None:
         ev = {
             "event": event,
-            "runs": total_runs,
-            "fraction": min(1.0, done_units / total_units) if total_units else 1.0,
-            "elapsed_s": time.time() - clock["t0"],
-            "eta_s": eta(done_units),
-            "out_dir": str(out_dir),
+            "runs": self.runs,
+            "fraction": min(1.0, done_units / self.total_units) if self.total_units else 1.0,
+            "elapsed_s": time.time() - self.t0,
+            "eta_s": self.eta(done_units),
+            "out_dir": str(self.out_dir),
             **extra,
         }
         ev["message"] = (
             f"{message} | {100 * ev['fraction']:.0f}% elapsed {_fmt_s(ev['elapsed_s'])} ETA {_fmt_s(ev['eta_s'])}"
         )
-        if progress is not None:
-            progress(ev)
+        if self.callback is not None:
+            self.callback(ev)
         elif event != "step":
             print(ev["message"], flush=True)
 
-    accelerator = None
-    run_idx = 0
-    try:
-        for entry, src, lab in zip(results["models"], sources, labels, strict=True):
-            task_obj, task_error = None, None
-            for rec in entry["runs"]:
-                seed = rec["seed"]
-                run_idx += 1
-                seed_dir = Path(entry["dir"]) / f"seed-{seed}"
-                tag = f"[{run_idx}/{total_runs}] {lab} seed {seed}"
-                base_units = clock["done_units"]
-                meta = {
-                    "spec": src.spec,
-                    "source_kind": src.kind,
-                    "source_path": src.path,
-                    "data": data_desc,
-                    "data_fingerprint": fingerprint,
-                }
-                done = _read_finished(seed_dir, hp, fingerprint, task)
-                if done is not None:
-                    rec.clear()
-                    rec.update(_run_record(done, resumed=True))
-                    clock["done_units"] += epochs
-                    report(
-                        "run_resumed",
-                        f"{tag}: already done ({hp['metric']} {_pct(done['test'][hp['metric']])})",
-                        clock["done_units"],
-                        model=lab,
-                        seed=seed,
-                        run=run_idx,
-                    )
-                    write_results(refresh(results), out_dir)
-                    continue
-                report("start", f"{tag}: fine-tuning", base_units, model=lab, seed=seed, run=run_idx)
-                clock["run_start"] = time.time()
-                try:
-                    if task_error is not None:
-                        raise task_error
-                    if task_obj is None:
-                        try:
-                            task_obj = _build_task(task, data_obj, src, lab, hp, trust_remote_code)
-                        except Exception as exc:
-                            task_error = exc
-                            raise
-                    if accelerator is None:
-                        accelerator = make_accelerator(mixed_precision)
+    def run_ended(self, base_units: float, trained: bool) -> None:
+        if trained:
+            self.train_units += self.epochs
+            self.train_s += time.time() - self.run_start
+        self.run_start = None
+        self.done_units = base_units + self.epochs
 
-                    def on_event(ev, _tag=tag, _lab=lab, _seed=seed, _run=run_idx, _base=base_units):
-                        frac_epoch = (
-                            ev["epoch"] - 1 + (ev["step"] / ev["steps_per_epoch"] if ev["event"] == "step" else 1.0)
-                        )
-                        msg = f"{_tag}: epoch {ev['epoch']}/{ev['epochs']}"
-                        if ev["event"] == "epoch":
-                            msg += f" dev {ev['metric']} {_pct(ev['dev_metric'])} (best epoch {ev['best_epoch']})"
-                        report(
-                            ev["event"],
-                            msg,
-                            _base + frac_epoch,
-                            model=_lab,
-                            seed=_seed,
-                            run=_run,
-                            epoch=ev["epoch"],
-                            epochs=ev["epochs"],
-                        )
 
-                    metrics = finetune(
-                        task_obj,
-                        src,
-                        seed,
-                        seed_dir,
-                        hp,
-                        model_label=lab,
-                        meta=meta,
-                        progress=on_event,
-                        accelerator=accelerator,
-                        trust_remote_code=trust_remote_code,
-                        keep_model=keep_models,
-                    )
-                    rec.clear()
-                    rec.update(_run_record(metrics, resumed=False))
-                    clock["train_units"] += epochs
-                    clock["train_s"] += time.time() - clock["run_start"]
-                    clock["run_start"] = None
-                    clock["done_units"] = base_units + epochs
-                    report(
-                        "run_done",
-                        f"{tag}: test {hp['metric']} {_pct(metrics['test'][hp['metric']])} "
-                        f"(best epoch {metrics['best_epoch']})",
-                        clock["done_units"],
-                        model=lab,
-                        seed=seed,
-                        run=run_idx,
-                    )
-                except EvaluationStopped:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - a failed seed is recorded, the loop goes on
-                    clock["run_start"] = None
-                    clock["done_units"] = base_units + epochs
-                    err = f"{type(exc).__name__}: {exc}"
-                    rec.clear()
-                    rec.update(
-                        {
-                            "seed": seed,
-                            "status": "failed",
-                            "error": err,
-                            "traceback": "".join(traceback.format_exception(exc)[-12:]),
-                        }
-                    )
-                    report(
-                        "run_failed",
-                        f"{tag}: FAILED: {err}",
-                        clock["done_units"],
-                        model=lab,
-                        seed=seed,
-                        run=run_idx,
-                        error=err,
-                    )
-                write_results(refresh(results), out_dir)
-    except (EvaluationStopped, KeyboardInterrupt):
-        results["status"] = "stopped"
-        results["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        write_results(refresh(results), out_dir)
-        raise
-    n_failed = len(results["failures"])
-    results["status"] = "complete" if not n_failed else "complete_with_failures"
-    results["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    write_results(refresh(results), out_dir)
-    report(
-        "done",
-        f"done: {total_runs - n_failed}/{total_runs} runs ok; results in {out_dir / 'results.md'}",
-        total_units,
-        failures=n_failed,
-    )
-    return results
+class _Runner:
+    """Runs one job at a time: reuses a finished run, or fine-tunes and records the metrics or the error.
+
+    The tokenized task is built once per model (a build error fails each of its seeds with that error) and the
+    accelerator once per evaluation."""
+
+    def __init__(self, task, data_obj, hp, results, meter, trust_remote_code, keep_models, mixed_precision):
+        self.task, self.data_obj, self.hp, self.meter = task, data_obj, hp, meter
+        self.data_desc, self.fingerprint = results["data"], results["data_fingerprint"]
+        self.trust_remote_code, self.keep_models, self.mixed_precision = trust_remote_code, keep_models, mixed_precision
+        self.accelerator = None
+        self._tasks: dict[int, object] = {}  # model index -> task, or the exception its build raised
+
+    def run(self, job: _Job) -> None:
+        done = _read_finished(job.seed_dir, self.hp, self.fingerprint, self.task)
+        if done is not None:
+            self._set_record(job, _run_record(done, resumed=True))
+            self.meter.done_units += self.epochs
+            metric = self.hp["metric"]
+            self.meter.report(
+                "run_resumed",
+                f"{job.tag}: already done ({metric} {_pct(done['test'][metric])})",
+                self.meter.done_units,
+                **job.where(),
+            )
+            return
+        base = self.meter.done_units
+        self.meter.report("start", f"{job.tag}: fine-tuning", base, **job.where())
+        self.meter.run_start = time.time()
+        try:
+            metrics = self._finetune(job, base)
+            self._set_record(job, _run_record(metrics, resumed=False))
+            self.meter.run_ended(base, trained=True)
+            metric = self.hp["metric"]
+            self.meter.report(
+                "run_done",
+                f"{job.tag}: test {metric} {_pct(metrics['test'][metric])} (best epoch {metrics['best_epoch']})",
+                self.meter.done_units,
+                **job.where(),
+            )
+        except EvaluationStopped:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed seed is recorded, the loop goes on
+            self.meter.run_ended(base, trained=False)
+            err = f"{type(exc).__name__}: {exc}"
+            tb = "".join(traceback.format_exception(exc)[-12:])
+            self._set_record(job, {"seed": job.seed, "status": "failed", "error": err, "traceback": tb})
+            self.meter.report(
+                "run_failed", f"{job.tag}: FAILED: {err}", self.meter.done_units, **job.where(), error=err
+            )
+
+    @property
+    def epochs(self) -> int:
+        return self.hp["epochs"]
+
+    @staticmethod
+    def _set_record(job: _Job, rec: dict) -> None:
+        job.record.clear()  # in place: the record is the one results["models"][i]["runs"] holds
+        job.record.update(rec)
+
+    def _task_for(self, job: _Job):
+        if job.model not in self._tasks:
+            try:
+                self._tasks[job.model] = _build_task(
+                    self.task, self.data_obj, job.source, job.label, self.hp, self.trust_remote_code
+                )
+            except Exception as exc:
+                self._tasks[job.model] = exc
+                raise
+        built = self._tasks[job.model]
+        if isinstance(built, Exception):
+            raise built
+        return built
+
+    def _finetune(self, job: _Job, base_units: float) -> dict:
+        task_obj = self._task_for(job)
+        if self.accelerator is None:
+            self.accelerator = make_accelerator(self.mixed_precision)
+
+        def on_event(ev):
+            frac_epoch = ev["epoch"] - 1 + (ev["step"] / ev["steps_per_epoch"] if ev["event"] == "step" else 1.0)
+            msg = f"{job.tag}: epoch {ev['epoch']}/{ev['epochs']}"
+            if ev["event"] == "epoch":
+                msg += f" dev {ev['metric']} {_pct(ev['dev_metric'])} (best epoch {ev['best_epoch']})"
+            self.meter.report(
+                ev["event"], msg, base_units + frac_epoch, **job.where(), epoch=ev["epoch"], epochs=ev["epochs"]
+            )
+
+        meta = {
+            "spec": job.source.spec,
+            "source_kind": job.source.kind,
+            "source_path": job.source.path,
+            "data": self.data_desc,
+            "data_fingerprint": self.fingerprint,
+        }
+        return finetune(
+            task_obj,
+            job.source,
+            job.seed,
+            job.seed_dir,
+            self.hp,
+            model_label=job.label,
+            meta=meta,
+            progress=on_event,
+            accelerator=self.accelerator,
+            trust_remote_code=self.trust_remote_code,
+            keep_model=self.keep_models,
+        )
 
 
 def _pct(v) -> str:

@@ -293,3 +293,19 @@ def test_app_start_gives_queued_runs_a_worker(isolated_runs_dir, monkeypatch):
     assert runs_tab.ensure_worker_if_queued(2) is None and calls == []  # nothing queued: no worker
     fake_run(isolated_runs_dir, "waiting", state="queued")
     assert runs_tab.ensure_worker_if_queued(2) == 4242 and calls == [(isolated_runs_dir.resolve(), 2)]
+
+
+def test_every_tab_is_built_by_build_ctx(isolated_runs_dir, tmp_path, monkeypatch):
+    import inspect
+
+    from app import main, reports_tab
+    from backend.core import paths
+
+    assert {tab for _, _, tab in main.TABS} == {launch_tab, runs_tab, analyze_tab, fill_mask_tab, ner_tab, reports_tab}
+    for _, _, tab in main.TABS:
+        assert list(inspect.signature(tab.build).parameters) == ["ctx"], tab.__name__
+    monkeypatch.setenv(paths.REPORTS_ENV, str(tmp_path / "reports"))
+    demo = main.build_app(main.AppContext())
+    assert {"launch", "runs", "analyze", "fill-mask", "ner", "reports"} <= {
+        getattr(b, "id", None) for b in demo.blocks.values()
+    }
