@@ -53,6 +53,7 @@ def untrained_test_f1(model_dir, data_dir) -> float:
     return task.evaluate(model, "test", 64, "cpu")["f1"]
 
 
+@pytest.mark.slow
 def test_ner_loop_learns_records_failures_resumes_and_predicts(tmp_path, tiny_modernbert_dir):
     ncbi = require_shared("ncbi_disease")
     broken = broken_model(tmp_path)

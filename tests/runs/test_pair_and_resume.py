@@ -65,6 +65,7 @@ def _spawn(run_dir: Path, *extra: str) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow
 def test_kill_9_then_resume_matches_uninterrupted(tiny_modernbert_dir, isolated_runs_dir):
     base = dict(recipe="mlm", **{"phases.main.steps": 14, "phases.decay.steps": 4})
     (ref,) = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "ref", **base))
@@ -131,6 +132,7 @@ def test_a_run_is_never_trained_twice_at_once(tiny_modernbert_dir, isolated_runs
     assert read_status(runs[0])["state"] == "queued"  # untouched
 
 
+@pytest.mark.slow
 def test_compiled_detour_matches_eager_and_keeps_checkpoint_names(tiny_modernbert_dir, isolated_runs_dir):
     """train.compile=true: same losses as eager through the causal switch, and checkpoints load without it."""
     from safetensors.torch import load_file
