@@ -230,8 +230,9 @@ def command_preview(cfg: dict, config_path: str | None = None, num_processes: in
     """The exact CLI command for ``cfg``: plain python and its ``accelerate launch`` form."""
     argv = command_argv(cfg, config_path)
     acc = ["accelerate", "launch", "--num_processes", str(num_processes)]
-    precision = (cfg.get("train") or {}).get("precision", "fp32")
-    acc += ["--mixed_precision", {"fp32": "no"}.get(precision, precision)]
+    precision = (cfg.get("train") or {}).get("precision", "auto")
+    if precision != "auto":  # auto is resolved by the trainer on the machine that trains (no launcher flag)
+        acc += ["--mixed_precision", {"fp32": "no"}.get(precision, precision)]
     acc += ["-m", *argv[2:]]
     return {"python": shlex.join(argv), "accelerate": shlex.join(acc), "argv": argv}
 

@@ -190,6 +190,9 @@ def test_command_preview_and_seeds():
     assert "--set train.lr=0.0001" in prev["python"] and prev["python"].endswith("--name exp1")
     assert prev["accelerate"].startswith("accelerate launch --num_processes 1 --mixed_precision bf16 -m backend train")
     assert jobs.command_preview(cfg, config_path="my cfg.yaml")["python"] == "python -m backend train 'my cfg.yaml'"
+    # precision auto is resolved by the trainer where it runs: the launcher gets no --mixed_precision (never "auto")
+    auto = jobs.command_preview(load_config({"name": "exp2"}))["accelerate"]
+    assert "--mixed_precision" not in auto and auto.startswith("accelerate launch --num_processes 1 -m backend train")
     cfgs = jobs.expand_seeds(cfg, [0, 1])
     assert [c["name"] for c in cfgs] == ["exp1-s0", "exp1-s1"] and [c["train"]["seed"] for c in cfgs] == [0, 1]
     assert jobs.expand_seeds(cfg, [7])[0]["name"] == "exp1"
