@@ -86,7 +86,8 @@ def print_plan(settings: dict, out: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from backend.replication.replicate import replicate, reports_dir, resolve_settings
+    from backend.core.paths import reports_dir
+    from backend.replication.replicate import replicate, resolve_settings
 
     out = Path(args.out).expanduser() if args.out else reports_dir() / args.preset
     if args.report_only:
