@@ -132,7 +132,8 @@ def launch_quick(name: str = "quick", extra_args: list[str] | None = None) -> tu
 
     Refuses when that folder's replication is still running; a finished or interrupted one is resumed (finished
     steps are kept). The model and data are checked first, so a missing base model is said here, not in a log."""
-    from backend.replication.replicate import read_state, resolve_settings, start_detached
+    from backend.replication.plan import resolve_settings
+    from backend.replication.replicate import read_state, start_detached
 
     name = (name or "quick").strip()
     if not is_plain_name(name):
@@ -229,9 +230,6 @@ def build(ctx) -> dict:
     return {"pick": pick, "summary": summary, "plots": plots, "timer": timer, "launch": launch_btn}
 
 
-def build_reports_tab() -> dict:
-    """The old name of ``build``: tests/replication still calls it; remove it once that test calls ``build(None)``."""
-    return build(None)
 
 
 def _mtime(name: str | None) -> float | None:

@@ -381,7 +381,7 @@ def cka_between(
             c_mean, c_std = _mean_std(ctrl)
             out["control_divergence"] = _flist(c_mean)
             out["control_divergence_std"] = _flist(c_std) if c_std is not None else None
-            out["ratio"] = [_ratio(d, c) for d, c in zip(div_mean.tolist(), c_mean.tolist())]
+            out["ratio"] = [seed_noise_ratio(d, c) for d, c in zip(div_mean.tolist(), c_mean.tolist())]
     for e in per_seed:
         m = e.pop("_matrix")
         e["matrix"] = _flist(m)
@@ -390,7 +390,7 @@ def cka_between(
         if "_control" in e:
             c = e.pop("_control")
             e["control_divergence"] = _flist(c)
-            e["ratio"] = [_ratio(d, cc) for d, cc in zip(e["divergence"], c.tolist())]
+            e["ratio"] = [seed_noise_ratio(d, cc) for d, cc in zip(e["divergence"], c.tolist())]
     out["per_seed"] = per_seed
     out["inputs"] = {
         "models": {
@@ -408,7 +408,7 @@ def cka_between(
     return out
 
 
-def _ratio(d, c) -> float | None:
+def seed_noise_ratio(d, c) -> float | None:
     """Seed-noise ratio; None when undefined (no control divergence, or NaN)."""
     if d is None or c is None:
         return None

@@ -23,7 +23,7 @@ from backend.core.errors import DetourError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from backend.replication.replicate import PRESETS
+    from backend.replication.plan import PRESETS
 
     p.add_argument("--preset", choices=list(PRESETS), default="quick", help="quick (~10 min) or mini (~1 hour)")
     p.add_argument("--seeds", type=int, help="fine-tuning seeds per model (preset default: 5)")
@@ -46,7 +46,9 @@ def _fmt_s(s: float) -> str:
 
 
 def print_plan(settings: dict, out: Path) -> None:
-    from backend.replication.replicate import LABELS, RUNS, build_plan, estimate, read_markers, run_names
+    from backend.replication.plan import LABELS, RUNS, estimate, run_names
+    from backend.replication.replicate import read_markers
+    from backend.replication.steps import build_plan
 
     t, e, c, L = settings["train"], settings["eval"], settings["cka"], settings["layers"]
     per_step = t["batch_size"] * t["seq_len"]
@@ -81,7 +83,8 @@ def print_plan(settings: dict, out: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from backend.core.paths import reports_dir
-    from backend.replication.replicate import replicate, resolve_settings
+    from backend.replication.plan import resolve_settings
+    from backend.replication.replicate import replicate
 
     out = Path(args.out).expanduser() if args.out else reports_dir() / args.preset
     if args.report_only:

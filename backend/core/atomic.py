@@ -62,6 +62,14 @@ def append_jsonl(path: str | Path, row: dict) -> None:
         os.fsync(f.fileno())
 
 
+def read_json(path: str | Path) -> Any:
+    """The JSON in ``path``, or None when it is missing or unreadable (not written yet, or not JSON)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
 def read_jsonl(path: str | Path) -> list[dict]:
     """Read JSON lines, skipping a torn last line left by a hard kill."""
     rows: list[dict] = []

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from pathlib import Path
 
+from backend.core.atomic import read_json
 from backend.core.errors import ModelSpecError
 
 _WORD = re.compile(r"\w+|[^\w\s]")  # words, and each punctuation mark on its own (as in CoNLL-style data)
@@ -19,13 +19,6 @@ _LOCK = threading.Lock()
 def split_words(text: str) -> list[tuple[str, int, int]]:
     """``(word, start, end)`` for every word / punctuation mark in ``text``."""
     return [(m.group(), m.start(), m.end()) for m in _WORD.finditer(text)]
-
-
-def _read_json(p: Path) -> dict | None:
-    try:
-        return json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 def list_finetuned(root: str | Path | None = None, task: str = "ner") -> list[dict]:
@@ -48,7 +41,7 @@ def list_finetuned(root: str | Path | None = None, task: str = "ner") -> list[di
             if d in seen or not d.is_dir() or d.name.startswith("."):
                 continue
             seen.add(d)
-            lm, m = _read_json(d / "label_map.json"), _read_json(d / "metrics.json")
+            lm, m = read_json(d / "label_map.json"), read_json(d / "metrics.json")
             if not lm or not m or m.get("status") != "ok" or not (d / "config.json").exists():
                 continue
             if task and lm.get("task") != task:
@@ -85,7 +78,7 @@ def _load(model_dir: Path):
 
     from backend.engine.models import quiet_transformers
 
-    lm = _read_json(model_dir / "label_map.json")
+    lm = read_json(model_dir / "label_map.json")
     if lm is None:
         raise ModelSpecError(f"'{model_dir}': not a fine-tuned model folder (no readable label_map.json)")
     if lm.get("task") != "ner":

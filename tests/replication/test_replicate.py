@@ -17,9 +17,11 @@ import torch
 
 from backend.__main__ import main as cli
 from backend.core import paths, process
+from backend.core.errors import DetourError
 from backend.core.paths import DEMO_CORPUS, DEMO_NER_DIR
+from backend.replication import figures, plan, steps
 from backend.replication import replicate as rep
-from backend.replication import report as report_mod
+from backend.replication.corpus import split_corpus
 
 TINY_SETS = [
     "train.main_tokens=2048",
@@ -77,6 +79,7 @@ def replication(tmp_path_factory, tiny_modernbert_dir, one_thread):
     return {"out": out, "rc": rc, "model": tiny_modernbert_dir, "log": _steps_log(out)}
 
 
+@pytest.mark.slow  # shares the module's end-to-end quick replication
 def test_quick_plan_completes_with_a_self_contained_report(replication):
     out = replication["out"]
     assert replication["rc"] == 0
@@ -86,6 +89,7 @@ def test_quick_plan_completes_with_a_self_contained_report(replication):
     report = json.loads((out / "report.json").read_text())
     assert report["status"] == "complete"
     assert [f["id"] for f in report["findings"]] == ["downstream", "low_layers", "freeze"]
+    assert [st["step"] for st in report["steps"]] == plan.STEP_NAMES
     for f in report["findings"]:  # every finding has its numbers, the paper's and a verdict in words
         assert f["measured"] and f["paper"] and f["text"]
         assert f["verdict"].startswith(("replicated", "partly", "not replicated", "inconclusive"))
@@ -113,7 +117,7 @@ def test_quick_plan_completes_with_a_self_contained_report(replication):
     names = {"loss_curves", "divergence", "cka_heatmaps", "f1", "f1_table", "weight_change"}
     assert names <= {p.stem for p in (out / "figures").glob("*.json")}
     # PNGs: whatever this machine has decides what the report must say (each case is unit-tested below)
-    if report_mod._find_browser() is None:
+    if figures._find_browser() is None:
         assert "no Chromium/Chrome found" in report["png_error"]
     elif importlib.util.find_spec("kaleido") is None:
         assert "kaleido is not installed" in report["png_error"]
@@ -158,31 +162,31 @@ def _fake_kaleido(monkeypatch, write):
 
 
 def test_export_pngs_without_a_browser_says_chromium(browser_env, tmp_path):
-    browser_env.setattr(report_mod, "_find_browser", lambda: None)
+    browser_env.setattr(figures, "_find_browser", lambda: None)
     calls = _fake_kaleido(browser_env, lambda items: pytest.fail("kaleido must not run without a browser"))
-    files, err = report_mod.export_pngs(_figs(), tmp_path / "fig")
+    files, err = figures.export_pngs(_figs(), tmp_path / "fig")
     assert files == [] and calls == []
     assert err.startswith("no Chromium/Chrome found")
     assert not (tmp_path / "fig").exists()
 
 
 def test_export_pngs_with_a_browser_but_no_kaleido_says_kaleido(browser_env, tmp_path):
-    browser_env.setattr(report_mod, "_find_browser", lambda: "/usr/bin/chromium")
+    browser_env.setattr(figures, "_find_browser", lambda: "/usr/bin/chromium")
     browser_env.setitem(sys.modules, "kaleido", None)  # import kaleido -> ImportError
-    files, err = report_mod.export_pngs(_figs(), tmp_path / "fig")
+    files, err = figures.export_pngs(_figs(), tmp_path / "fig")
     assert files == [] and err == "kaleido is not installed; PNGs skipped"
     assert not (tmp_path / "fig").exists()
 
 
 def test_export_pngs_with_a_browser_and_kaleido_writes_every_figure(browser_env, tmp_path):
-    browser_env.setattr(report_mod, "_find_browser", lambda: "/opt/my-chrome")
+    browser_env.setattr(figures, "_find_browser", lambda: "/opt/my-chrome")
 
     def write(items):
         for it in items:
             Path(it["path"]).write_bytes(PNG_MAGIC + b"fake")
 
     calls = _fake_kaleido(browser_env, write)
-    files, err = report_mod.export_pngs(_figs(), tmp_path / "fig")
+    files, err = figures.export_pngs(_figs(), tmp_path / "fig")
     assert err is None and files == [str(tmp_path / "fig" / "a.png"), str(tmp_path / "fig" / "b.png")]
     ((items, kopts),) = calls  # one browser session for all figures
     assert [(it["opts"]["width"], it["opts"]["height"]) for it in items] == [(1000, 400), (1000, 300)]
@@ -190,33 +194,34 @@ def test_export_pngs_with_a_browser_and_kaleido_writes_every_figure(browser_env,
 
 
 def test_export_pngs_reports_a_kaleido_failure_and_a_missing_file(browser_env, tmp_path):
-    browser_env.setattr(report_mod, "_find_browser", lambda: "/usr/bin/chromium")
+    browser_env.setattr(figures, "_find_browser", lambda: "/usr/bin/chromium")
 
     def crash(items):
         Path(items[0]["path"]).write_bytes(PNG_MAGIC)
         raise RuntimeError("browser closed")
 
     _fake_kaleido(browser_env, crash)
-    files, err = report_mod.export_pngs(_figs(), tmp_path / "fig")
+    files, err = figures.export_pngs(_figs(), tmp_path / "fig")
     assert files == [str(tmp_path / "fig" / "a.png")] and err == "PNG export failed: browser closed"
     _fake_kaleido(browser_env, lambda items: Path(items[1]["path"]).write_bytes(PNG_MAGIC))
     (tmp_path / "fig" / "a.png").unlink()
-    files, err = report_mod.export_pngs(_figs(), tmp_path / "fig")
+    files, err = figures.export_pngs(_figs(), tmp_path / "fig")
     assert files == [str(tmp_path / "fig" / "b.png")] and err == "PNG export wrote no file for: a"
 
 
 @pytest.mark.skipif(
-    report_mod._find_browser() is None or importlib.util.find_spec("kaleido") is None,
+    figures._find_browser() is None or importlib.util.find_spec("kaleido") is None,
     reason="needs a local Chromium and kaleido (both in the README's setup); the decision is unit-tested above",
 )
 def test_export_pngs_for_real(tmp_path):
-    files, err = report_mod.export_pngs(_figs(), tmp_path / "fig")
+    files, err = figures.export_pngs(_figs(), tmp_path / "fig")
     assert err is None and len(files) == 2
     for f in files:
         data = Path(f).read_bytes()
         assert data[:8] == PNG_MAGIC and len(data) > 5000
 
 
+@pytest.mark.slow  # shares the module's end-to-end quick replication
 def test_rerun_recomputes_nothing(replication):
     out = replication["out"]
     before = _mtimes(out)
@@ -224,11 +229,14 @@ def test_rerun_recomputes_nothing(replication):
     rc = cli(_argv(replication["model"], out))
     assert rc == 0
     new_rows = _steps_log(out)[n_rows:]
-    assert {r["step"] for r in new_rows} == {s.name for s in rep.build_plan(rep.read_settings(out))}
+    assert {r["step"] for r in new_rows} == {s.name for s in steps.build_plan(rep.read_settings(out))}
+    # the report names the steps from plan.STEP_NAMES, without importing the steps: the two lists are one
+    assert [s.name for s in steps.build_plan(rep.read_settings(out))] == plan.STEP_NAMES
     assert {r["event"] for r in new_rows} == {"skipped"}
     assert _mtimes(out) == before
 
 
+@pytest.mark.slow  # shares the module's end-to-end quick replication
 def test_failed_step_is_reported_then_retried(replication, monkeypatch, capsys):
     out = replication["out"]
     (out / "steps" / "cka.json").unlink()
@@ -236,7 +244,7 @@ def test_failed_step_is_reported_then_retried(replication, monkeypatch, capsys):
     def boom(ctx):
         raise RuntimeError("CKA exploded on purpose")
 
-    monkeypatch.setattr(rep, "step_cka", boom)
+    monkeypatch.setattr(steps, "step_cka", boom)
     rc = cli(_argv(replication["model"], out))
     assert rc == 1
     err = capsys.readouterr().err
@@ -257,6 +265,7 @@ def test_failed_step_is_reported_then_retried(replication, monkeypatch, capsys):
     assert json.loads((out / "report.json").read_text())["status"] == "complete"
 
 
+@pytest.mark.slow  # shares the module's end-to-end quick replication
 def test_changed_training_settings_are_refused(replication):
     argv = _argv(replication["model"], replication["out"])
     argv[argv.index("train.main_tokens=2048")] = "train.main_tokens=4096"
@@ -277,7 +286,7 @@ def test_stop_signal_at_the_end_of_a_training_run_stops_the_plan(tmp_path, tiny_
         return {"state": "done", "tokens_seen": 1, "step": 1}
 
     monkeypatch.setattr(train, "train_run", fake_train_run)
-    settings = rep.resolve_settings(
+    settings = plan.resolve_settings(
         "quick", model=str(tiny_modernbert_dir), corpus="demo", ner_data="demo", overrides=TINY_SETS
     )
     before = signal.getsignal(signal.SIGTERM)
@@ -288,11 +297,11 @@ def test_stop_signal_at_the_end_of_a_training_run_stops_the_plan(tmp_path, tiny_
 
 
 def test_layer_thirds_follow_the_paper_split():
-    assert rep.layer_thirds(6) == ([0, 1], [2, 3])
-    assert rep.layer_thirds(22) == (list(range(8)), list(range(8, 15)))  # the paper: 0-7 and 8-14
-    assert rep.layer_thirds(4) == ([0, 1], [2])
-    with pytest.raises(rep.ReplicationError):
-        rep.layer_thirds(2)
+    assert plan.layer_thirds(6) == ([0, 1], [2, 3])
+    assert plan.layer_thirds(22) == (list(range(8)), list(range(8, 15)))  # the paper: 0-7 and 8-14
+    assert plan.layer_thirds(4) == ([0, 1], [2])
+    with pytest.raises(plan.ReplicationError):
+        plan.layer_thirds(2)
 
 
 def test_corpus_split_holds_out_whole_documents(tmp_path):
@@ -302,8 +311,8 @@ def test_corpus_split_holds_out_whole_documents(tmp_path):
         words = " ".join(f"w{i}x{j}" for j in range(30))
         (src / f"doc{i}.txt").write_text(f"Title {i}\n\n{words} first\n\n{words} second\n")
     (src / "LICENSE.txt").write_text("All rights reserved " * 20)
-    a = rep.split_corpus(src, tmp_path / "a", 0.2, 20, 0)
-    b = rep.split_corpus(src, tmp_path / "b", 0.2, 20, 0)
+    a = split_corpus(src, tmp_path / "a", 0.2, 20, 0)
+    b = split_corpus(src, tmp_path / "b", 0.2, 20, 0)
     assert (tmp_path / "a" / "heldout.txt").read_text() == (tmp_path / "b" / "heldout.txt").read_text()
     assert a["units"] == 10 and a["heldout_units"] == 2 and a == {**b}
     train = (tmp_path / "a" / "train.txt").read_text()
@@ -313,18 +322,18 @@ def test_corpus_split_holds_out_whole_documents(tmp_path):
 
 
 def test_presets_are_sized_for_the_machine(tmp_path, tiny_modernbert_dir):
-    quick = rep.resolve_settings("quick", model=str(tiny_modernbert_dir), corpus="demo", ner_data="demo")
-    mini = rep.resolve_settings("mini", model=str(tiny_modernbert_dir), corpus="demo", ner_data="demo")
-    assert rep.estimate(quick)["total_s"] < 600
-    assert 40 * 60 < rep.estimate(mini)["total_s"] < 80 * 60
+    quick = plan.resolve_settings("quick", model=str(tiny_modernbert_dir), corpus="demo", ner_data="demo")
+    mini = plan.resolve_settings("mini", model=str(tiny_modernbert_dir), corpus="demo", ner_data="demo")
+    assert plan.estimate(quick)["total_s"] < 600
+    assert 40 * 60 < plan.estimate(mini)["total_s"] < 80 * 60
     assert quick["eval"]["seeds"] >= 5 and mini["eval"]["seeds"] >= 5
-    with pytest.raises(rep.DetourError, match="seeds"):
-        rep.resolve_settings("quick", model=str(tiny_modernbert_dir), corpus="demo", ner_data="demo", seeds=1)
-    with pytest.raises(rep.DetourError, match="eval.models"):
-        rep.resolve_settings(
+    with pytest.raises(DetourError, match="seeds"):
+        plan.resolve_settings("quick", model=str(tiny_modernbert_dir), corpus="demo", ner_data="demo", seeds=1)
+    with pytest.raises(DetourError, match="eval.models"):
+        plan.resolve_settings(
             "quick", model=str(tiny_modernbert_dir), corpus="demo", ner_data="demo", overrides=["eval.models=[mlm]"]
         )
-    every = rep.resolve_settings(
+    every = plan.resolve_settings(
         "quick",
         model=str(tiny_modernbert_dir),
         corpus="demo",
@@ -332,8 +341,8 @@ def test_presets_are_sized_for_the_machine(tmp_path, tiny_modernbert_dir):
         overrides=["eval.models=[detour, base, mlm_s2, mlm]"],
     )
     assert every["eval"]["models"] == ["base", "mlm", "detour", "mlm_s2"]
-    with pytest.raises(rep.DetourError, match="unknown preset key"):
-        rep.resolve_settings(
+    with pytest.raises(DetourError, match="unknown preset key"):
+        plan.resolve_settings(
             "quick", model=str(tiny_modernbert_dir), corpus="demo", ner_data="demo", overrides=["train.nope=1"]
         )
 
@@ -341,6 +350,7 @@ def test_presets_are_sized_for_the_machine(tmp_path, tiny_modernbert_dir):
 # --- Reports tab --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # shares the module's end-to-end quick replication
 def test_reports_tab_lists_and_shows_a_report(replication, monkeypatch):
     from app import reports_tab
 
@@ -351,7 +361,7 @@ def test_reports_tab_lists_and_shows_a_report(replication, monkeypatch):
     assert view["figures"]["divergence"] is not None and view["figures"]["f1"] is not None
     assert [Path(f).name for f in view["files"]] == ["report.html", "report.json"]
     assert "done" in view["status"] and "11/11" in view["status"]
-    with pytest.raises(rep.DetourError):
+    with pytest.raises(DetourError):
         reports_tab.report_dir("../etc")
     assert "no such folder" in reports_tab.load_view("nope")["summary"]
 
@@ -360,7 +370,7 @@ def test_reports_tab_launches_the_quick_preset_detached(tmp_path, monkeypatch):
     from app import reports_tab
 
     monkeypatch.setenv(paths.REPORTS_ENV, str(tmp_path / "reports"))
-    monkeypatch.setattr(rep, "resolve_settings", lambda *a, **k: {})  # nothing is checked or trained here
+    monkeypatch.setattr(plan, "resolve_settings", lambda *a, **k: {})  # nothing is checked or trained here
     calls = []
 
     class FakePopen:
@@ -381,7 +391,7 @@ def test_reports_tab_launches_the_quick_preset_detached(tmp_path, monkeypatch):
     assert Path(kw["stdout"].name) == tmp_path / "reports" / "quick" / "replicate.log"  # a file, never a pipe
     # while it runs, a second launch is refused
     (tmp_path / "reports" / "quick" / "status.json").write_text(json.dumps({"state": "running", "pid": os.getpid()}))
-    with pytest.raises(rep.DetourError, match="already running"):
+    with pytest.raises(DetourError, match="already running"):
         reports_tab.launch_quick("quick")
 
 
@@ -393,5 +403,5 @@ def test_reports_tab_builds_inside_blocks(tmp_path, monkeypatch):
     monkeypatch.setenv(paths.REPORTS_ENV, str(tmp_path / "none"))
     with gr.Blocks() as demo:
         with gr.Tab("Reports"):
-            parts = reports_tab.build_reports_tab()
+            parts = reports_tab.build(None)
     assert parts["pick"] in demo.blocks.values() and len(parts["plots"]) == len(reports_tab.FIGURES)
