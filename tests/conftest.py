@@ -109,3 +109,26 @@ def tiny_train_cfg(model_dir: Path, name: str = "t", **sets) -> dict:
     }
     base.update({k.replace("__", "."): v for k, v in sets.items()})
     return load_config(None, [f"{k}={v}" for k, v in base.items()])
+
+
+def torchrun_train(run_dir: Path, port: int, nproc: int = 2, timeout: int = 600):
+    """``python -m backend train --run-dir RUN`` under torchrun with ``nproc`` CPU processes (gloo)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from backend.core.paths import REPO_ROOT
+
+    torchrun = shutil.which("torchrun")
+    launcher = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+    argv = [*launcher, "--nproc_per_node", str(nproc), "--master_port", str(port)]
+    return subprocess.run(
+        [*argv, "-m", "backend", "train", "--run-dir", str(run_dir)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

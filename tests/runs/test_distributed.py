@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-
 import pytest
 
-from backend.core.paths import REPO_ROOT
 from backend.engine.rundir import read_metrics, read_status
 from backend.runs.train import prepare_runs
-from conftest import tiny_train_cfg
+from conftest import tiny_train_cfg, torchrun_train
 
 
 @pytest.mark.slow
@@ -22,17 +16,7 @@ def test_two_process_gloo_run_completes(tiny_modernbert_dir, isolated_runs_dir):
             tiny_modernbert_dir, "ddp", recipe="clm_detour", **{"phases.main.steps": 4, "phases.decay.steps": 2}
         )
     )
-    torchrun = shutil.which("torchrun") or None
-    launcher = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
-    proc = subprocess.run(
-        [*launcher, "--nproc_per_node", "2", "--master_port", "29517", "-m", "backend", "train", "--run-dir", str(run)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = torchrun_train(run, port=29517, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert read_status(run)["state"] == "done"
     rows = [r for r in read_metrics(run) if r["type"] == "train"]

@@ -7,20 +7,14 @@ FSDP plugin on CPU and wraps the model in DDP, so an FSDP run would quietly be a
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-
 import pytest
 import torch
 import yaml
 
 from backend.core.errors import ConfigError
-from backend.core.paths import REPO_ROOT
 from backend.engine.rundir import read_status
 from backend.runs.train import prepare_runs, train_run
-from conftest import tiny_train_cfg
+from conftest import tiny_train_cfg, torchrun_train
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
 
@@ -62,17 +56,7 @@ def test_trainer_refuses_fsdp_in_one_process(tiny_modernbert_dir):
 @pytest.mark.slow
 def test_two_process_gloo_fsdp_refused_not_silently_ddp(tiny_modernbert_dir):
     run = _prepared_then_fsdp(tiny_modernbert_dir, "fsdp2p")
-    torchrun = shutil.which("torchrun") or None
-    launcher = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
-    proc = subprocess.run(
-        [*launcher, "--nproc_per_node", "2", "--master_port", "29527", "-m", "backend", "train", "--run-dir", str(run)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = torchrun_train(run, port=29527, timeout=300)
     assert proc.returncode != 0
     st = read_status(run)
     assert st["state"] == "failed"
