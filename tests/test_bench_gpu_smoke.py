@@ -1,0 +1,136 @@
+"""bench/bench_gpu.py on CPU: the --cpu-smoke run works end to end, and its causality check catches the known traps."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "bench" / "bench_gpu.py"
+
+
+def _load_bench():
+    spec = importlib.util.spec_from_file_location("bench_gpu", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return _load_bench()
+
+
+@pytest.mark.slow  # ~20 s on 2 shared cores: a subprocess, imports included
+def test_cpu_smoke_end_to_end(tmp_path):
+    out = tmp_path / "gpu.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(SCRIPT), "--cpu-smoke", "--steps", "2", "--warmup", "1", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    rows = {(r["impl"], r["seq_len"], r["objective"]): r for r in data["results"]}
+    assert set(rows) == {(i, t, o) for i in ("sdpa", "eager") for t in (64, 128) for o in ("clm", "mlm")}
+    for r in rows.values():
+        assert r["status"] == "ok", r
+        assert r["tokens_per_s"] > 0 and r["mfu_vs_probe"] > 0 and r["model_flops_per_token"] > 0
+    assert rows[("sdpa", 64, "clm")]["labelled_fraction"] > 0.95  # every position but the last
+    assert 0.15 < rows[("sdpa", 64, "mlm")]["labelled_fraction"] < 0.45
+    ran = {(c["impl"], c["precision"]): c for c in data["causality"] if c["status"] == "ran"}
+    assert set(ran) == {("sdpa", "fp32"), ("sdpa", "bf16"), ("eager", "fp32")}
+    for c in ran.values():
+        assert c["pass"], c
+        assert set(c["checks"]) == {"future_invariance", "local_window", "global_reach", "reference"}
+    (flash,) = [c for c in data["causality"] if c["impl"] == "flash_attention_2"]
+    assert flash["status"] == "skipped" and flash["pass"] is None
+    assert data["causality_pass"] is True
+    assert out.with_suffix(".md").read_text().count("| sdpa |") == 4 + 2
+
+
+def test_without_cuda_exits_with_a_message(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "x.json")], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode == 3
+    assert "no CUDA device" in proc.stderr and "--cpu-smoke" in proc.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+# --- the check has teeth: each known trap makes the matching check fail -------------------------------------------
+
+
+def _window_lost(model, input_ids, pad_mask, causal, dtype=None):
+    """Trap 1: one 4D causal mask for every layer (local layers lose their window)."""
+    t = input_ids.shape[1]
+    allowed = torch.ones(t, t, dtype=torch.bool).tril()
+    mask = torch.zeros(t, t).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    return contextlib.nullcontext(mask[None, None].expand(input_ids.shape[0], 1, t, t) if causal else None)
+
+
+@contextlib.contextmanager
+def _flag_only(model, input_ids, pad_mask, causal, dtype=None):
+    """Trap 2: is_causal=True on every module with the model's own (bidirectional) masks present."""
+    mods = [m.attn for m in model.model.layers] if causal else []
+    for m in mods:
+        m.is_causal = True
+    try:
+        yield torch.ones_like(input_ids) if causal else None
+    finally:
+        for m in mods:
+            m.is_causal = False
+
+
+def _never_causal(model, input_ids, pad_mask, causal, dtype=None):
+    """Trap 3: the causal switch does nothing."""
+    return contextlib.nullcontext(None)
+
+
+@pytest.mark.parametrize(
+    "trap, impl, expect_fail",
+    [
+        (_window_lost, "sdpa", {"local_window"}),
+        (_window_lost, "eager", {"local_window"}),
+        (_flag_only, "sdpa", {"future_invariance"}),
+        (_never_causal, "sdpa", {"future_invariance", "global_reach"}),
+    ],
+)
+def test_causality_check_catches_traps(bench, monkeypatch, trap, impl, expect_fail):
+    a = bench.parse_args(["--cpu-smoke", "--check-only", "--check-impls", impl])
+    monkeypatch.setattr(bench, "causal_attention", trap)
+    (res,) = [r for r in bench.run_checks(bench.TINY_ARCH, a, torch.device("cpu")) if r["precision"] == "fp32"]
+    assert not res["pass"]
+    failed = {name for name, c in res["checks"].items() if not c["pass"]}
+    assert expect_fail <= failed, res["checks"]
+
+
+def test_oom_is_recorded_and_retried_with_more_accumulation(bench, monkeypatch):
+    tried = []
+
+    def fake_train_config(arch, impl, seq_len, objective, batch, accum, a, device, peaks):
+        tried.append(accum)
+        if seq_len == 128 or accum < 4:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB")
+        return {"status": "ok", "tokens_per_s": 1.0, "step_time_s_mean": 1.0, "achieved_tflops": 1.0}
+
+    monkeypatch.setattr(bench, "train_config", fake_train_config)
+    a = bench.parse_args(["--cpu-smoke", "--impls", "sdpa", "--objectives", "clm", "--tokens-per-step", "512"])
+    rows, errored = bench.run_benchmarks(bench.TINY_ARCH, a, torch.device("cpu"), {})
+    assert not errored
+    by_len = {r["seq_len"]: r for r in rows}
+    assert by_len[64]["status"] == "ok" and tried[:3] == [1, 2, 4]  # batch 8: 1 -> 2 -> 4 fits
+    assert by_len[128]["status"] == "oom" and by_len[128]["grad_accum"] == 4  # batch 4: 1 -> 2 -> 4, still OOM
+    assert "out of memory" in by_len[128]["error"]
+    a = bench.parse_args(["--cpu-smoke", "--impls", "sdpa", "--objectives", "clm", "--no-oom-retry"])
+    tried.clear()
+    rows, _ = bench.run_benchmarks(bench.TINY_ARCH, a, torch.device("cpu"), {})
+    assert [r["status"] for r in rows] == ["oom", "oom"] and tried == [1, 1]
