@@ -230,8 +230,6 @@ def build(ctx) -> dict:
     return {"pick": pick, "summary": summary, "plots": plots, "timer": timer, "launch": launch_btn}
 
 
-
-
 def _mtime(name: str | None) -> float | None:
     if not name:
         return None

@@ -77,9 +77,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine as cpu_machine  # noqa: E402
 
 # --- project imports: the only names this script takes from backend/ (repoint here when the package moves) ---
-from backend.attention import causal_attention  # noqa: E402
-from backend.objectives import IGNORE, EncoderLM, clm_labels, mlm_mask  # noqa: E402
-from backend.optim import no_decay  # noqa: E402
+from backend.detour.attention import causal_attention  # noqa: E402
+from backend.detour.objectives import IGNORE, EncoderLM, clm_labels, mlm_mask  # noqa: E402
+from backend.detour.recipe import no_decay  # noqa: E402
 
 # --------------------------------------------------------------------------------------------------------------
 
