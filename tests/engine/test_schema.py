@@ -65,3 +65,13 @@ def test_launch_form_fields_come_from_the_schema():
     # and the form's defaults are the schema's
     values = dict(zip(launch_tab.KEYS, launch_tab.config_to_values(default_config()), strict=True))
     assert values["train.precision"] == "auto" and values["phases.decay.fraction"] == 0.1
+
+
+def test_every_shipped_config_is_valid():
+    from backend.core.paths import REPO_ROOT
+
+    configs = sorted((REPO_ROOT / "configs").glob("*.yaml"))
+    assert configs
+    for path in configs:
+        cfg = load_config(path)  # schema checks only: models and corpora may live elsewhere
+        assert cfg["train"]["precision"] == "auto", path.name
