@@ -64,6 +64,14 @@ def isolated_runs_dir(tmp_path, monkeypatch) -> Path:
     return d
 
 
+@pytest.fixture(autouse=True)
+def isolated_cache_dir(tmp_path, monkeypatch) -> Path:
+    """Token stores (and any other cache) under the test's tmp dir, never in ~/.cache."""
+    d = tmp_path / "cache"
+    monkeypatch.setenv("DETOUR_CACHE_DIR", str(d))
+    return d
+
+
 def require_shared(name: str) -> Path:
     p = shared_data(name)
     if p is None:
