@@ -206,3 +206,47 @@ def test_two_processes_at_once_build_the_store_once():
     assert sorted(x[0] for x in last) == ["HIT", "MISS"] and last[0][1] == last[1][1], outs
     assert sum(o.count("token store: built") for o in outs) == 1
     assert [p.name for p in tokens_dir().iterdir() if not p.name.endswith(".lock")] == [last[0][1].split("/")[-1]]
+
+
+def test_hub_dataset_is_read_in_batches_and_keyed_by_its_fingerprint(monkeypatch):
+    """A hub corpus: ``datasets``' arrow table iterated in batches (never ``ds[column]``), same rows as before."""
+    import datasets
+
+    docs = [f"hub document {i} " + "text " * (i % 23) for i in range(400)]
+    ds = datasets.Dataset.from_dict({"text": docs, "id": list(range(400))})
+    calls = []
+
+    def fake_load(name, split):
+        calls.append((name, split))
+        return ds
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    info = _exact(_data(corpus="someone/some-corpus", hub_split="train"), 32)
+    assert calls and set(calls) == {("someone/some-corpus", "train")}
+    key = json.loads((tokens_dir() / info["cache_path"].split("/")[-1] / "key.json").read_text())
+    assert key["corpus"]["fingerprint"] == ds._fingerprint
+    with pytest.raises(DataError, match="data.text_column: 'body' not in someone/some-corpus"):
+        open_corpus(_data(corpus="someone/some-corpus", text_column="body"), bundled_tokenizer(), 32)
+
+
+def test_file_lock_can_wait_for_its_holder(tmp_path):
+    import threading
+
+    from backend.core.process import Busy, FileLock
+
+    path, events = tmp_path / "x.lock", []
+    holder = FileLock(path, "thing").acquire()
+    with pytest.raises(Busy, match="thing: busy"):
+        FileLock(path, "thing").acquire()
+
+    def waiter():
+        with FileLock(path, "thing", wait=True, on_wait=events.append):
+            events.append("got it")
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.3)
+    assert events and "waiting" in events[0] and "got it" not in events
+    holder.release()
+    t.join(5)
+    assert events[-1] == "got it"

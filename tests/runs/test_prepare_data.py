@@ -22,8 +22,8 @@ def test_prepare_data_cli_builds_the_store_training_then_opens(tiny_modernbert_d
     path = next(ln for ln in out.splitlines() if ln.startswith("token store: /")).split()[2]
     assert main(["prepare-data", *sets]) == 0
     assert "already built" in capsys.readouterr().out
-    (run,) = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "after", recipe="mlm", **{"phases.main.steps": 2,
-                                                                                          "phases.decay.steps": 0}))  # fmt: skip
+    short = {"phases.main.steps": 2, "phases.decay.steps": 0}
+    (run,) = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "after", recipe="mlm", **short))
     assert train_run(run)["state"] == "done"
     info = json.loads((run / "data_info.json").read_text())
     assert info["cache_hit"] is True and info["cache_path"] == path
