@@ -12,6 +12,7 @@ from backend.core.errors import DetourError
 COMMANDS = {
     "train": "Run one experiment (or a pair) from a YAML config.",
     "validate": "Validate a YAML config without training.",
+    "prepare-data": "Tokenize and pack a config's corpus into the token store ahead of training.",
     "cka": "Layer x layer linear CKA between two models or runs.",
     "evaluate": "Fine-tune and evaluate models on NER / classification across seeds.",
     "fill-mask": "Top-k predictions for a masked sentence, one or more models.",

@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import matmul_peak, save  # noqa: E402
 
 from backend.engine.config import load_config  # noqa: E402
-from backend.engine.data import load_corpus  # noqa: E402
 from backend.engine.models import load_masked_lm, load_tokenizer  # noqa: E402
 from backend.engine.precision import cpu_bf16_probe, resolve_precision  # noqa: E402
 from backend.engine.rundir import read_metrics  # noqa: E402
+from backend.engine.tokenstore import open_corpus  # noqa: E402
 from backend.runs.train import prepare_runs, train_run  # noqa: E402
 
 
@@ -83,8 +83,8 @@ def hf_trainer(model: str, objective: str, steps: int, precision: str, out: Path
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
 
     tok = load_tokenizer(model)
-    train, _, _ = load_corpus(load_config(None)["data"], tok, 256)
-    ds = [{"input_ids": ids} for ids in train.input_ids[: 16 * steps + 16]]
+    train, _, _ = open_corpus(load_config(None)["data"], tok, 256)
+    ds = [{"input_ids": ids} for ids in train.rows(torch.arange(min(len(train), 16 * steps + 16)))[0]]
     collator = DataCollatorForLanguageModeling(tok, mlm=objective == "mlm", mlm_probability=0.30)
     times = []
 

@@ -56,26 +56,19 @@ def tiny_bert_dir(tmp_path_factory) -> Path:
     return save_tiny_model(tmp_path_factory.mktemp("tiny_bert"), TINY_BERT)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def isolated_cache_dir(tmp_path_factory) -> Path:
-    """Machine probes and token stores go to a per-session folder, never into ~/.cache (children inherit it)."""
-    import os
-
-    d = tmp_path_factory.mktemp("cache")
-    old = os.environ.get("DETOUR_CACHE_DIR")
-    os.environ["DETOUR_CACHE_DIR"] = str(d)
-    yield d
-    if old is None:
-        os.environ.pop("DETOUR_CACHE_DIR", None)
-    else:
-        os.environ["DETOUR_CACHE_DIR"] = old
-
-
 @pytest.fixture(autouse=True)
 def isolated_runs_dir(tmp_path, monkeypatch) -> Path:
     """Every test writes runs under its own tmp dir, never into the repo."""
     d = tmp_path / "runs"
     monkeypatch.setenv("DETOUR_RUNS_DIR", str(d))
+    return d
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache_dir(tmp_path, monkeypatch) -> Path:
+    """Token stores (and any other cache) under the test's tmp dir, never in ~/.cache."""
+    d = tmp_path / "cache"
+    monkeypatch.setenv("DETOUR_CACHE_DIR", str(d))
     return d
 
 

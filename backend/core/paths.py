@@ -25,6 +25,7 @@ RUNS_ENV, REPORTS_ENV, EVALS_ENV, UPLOADS_ENV = (
     "DETOUR_EVALS_DIR",
     "DETOUR_UPLOADS_DIR",
 )
+CACHE_ENV = "DETOUR_CACHE_DIR"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")  # a run or report name: one plain folder name
 
 
@@ -50,6 +51,11 @@ def evals_dir() -> Path:
 def uploads_dir() -> Path:
     """Where the app stores uploaded corpora and configs (``DETOUR_UPLOADS_DIR``; default ``<repo>/uploads``)."""
     return _root(UPLOADS_ENV, "uploads")
+
+
+def cache_dir() -> Path:
+    """Root of rebuildable caches such as token stores (``DETOUR_CACHE_DIR``; default ``~/.cache/detour-lab``)."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "detour-lab").expanduser().resolve()
 
 
 def is_plain_name(name: object) -> bool:

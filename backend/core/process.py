@@ -22,14 +22,23 @@ class Busy(DetourError):
 
 
 class FileLock:
-    """An exclusive, non-blocking ``flock`` on ``path`` holding the owner's pid.
+    """An exclusive ``flock`` on ``path`` holding the owner's pid.
 
     ``with FileLock(path, "run x"):`` raises ``Busy("run x: already held by pid N")`` when another process holds
-    it. ``busy_message`` may use ``{pid}`` and ``{what}``.
+    it. ``busy_message`` may use ``{pid}`` and ``{what}``. With ``wait=True`` it blocks until the holder releases
+    it (or dies) instead, after calling ``on_wait(message)`` once.
     """
 
-    def __init__(self, path: str | Path, what: str, busy_message: str = "{what}: busy (held by pid {pid})"):
+    def __init__(
+        self,
+        path: str | Path,
+        what: str,
+        busy_message: str = "{what}: busy (held by pid {pid})",
+        wait: bool = False,
+        on_wait=None,
+    ):
         self.path, self.what, self.busy_message = Path(path), what, busy_message
+        self.wait, self.on_wait = wait, on_wait
         self.fd: int | None = None
 
     def acquire(self) -> FileLock:
@@ -39,8 +48,17 @@ class FileLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise Busy(self.busy_message.format(what=self.what, pid=holder)) from None
+            message = self.busy_message.format(what=self.what, pid=holder)
+            if not self.wait:
+                os.close(fd)
+                raise Busy(message) from None
+            if self.on_wait is not None:
+                self.on_wait(f"{message}; waiting")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except BaseException:
+                os.close(fd)
+                raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self.fd = fd

@@ -30,10 +30,11 @@ from backend.detour.recipe import (
     tokens_per_step,
 )
 from backend.engine import checkpoint
-from backend.engine.data import batch_indices, load_corpus
+from backend.engine.data import batch_indices
 from backend.engine.models import transformer_blocks
 from backend.engine.precision import full_state_dict, make_accelerator
 from backend.engine.rundir import read_metrics, write_status
+from backend.engine.tokenstore import open_corpus
 
 EVAL_MASK_SEED = 4321  # the held-out MLM curve uses the same masks in every run
 
@@ -145,7 +146,9 @@ def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log) -> _State:
     world = accelerator.num_processes
     torch.manual_seed(t["seed"])
     with accelerator.main_process_first():  # one process builds the token store; the others open it
-        train, held, info = load_corpus(cfg["data"], tokenizer, t["seq_len"])
+        train, held, info = open_corpus(
+            cfg["data"], tokenizer, t["seq_len"], log=log if accelerator.is_main_process else _quiet
+        )
     if len(train) < t["batch_size"] * world:
         raise DataError(
             f"data.corpus: {len(train)} training sequences of {t['seq_len']} tokens, fewer than one batch "
@@ -166,6 +169,10 @@ def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log) -> _State:
         log(f"precision: {t['precision']}; " + ", ".join(f"{p.name}={p.objective}x{p.steps} steps" for p in phases)
             + f"; {s.tps} tokens/step" + ("; encoder compiled (torch.compile)" if t["compile"] else ""))  # fmt: skip
     return s
+
+
+def _quiet(_msg: str) -> None:
+    pass
 
 
 def _start_step(s: _State, resume: bool, log) -> int:

@@ -69,32 +69,49 @@ def _files(path: Path) -> list[Path]:
     return files
 
 
-def read_documents(corpus: str, text_column: str = "text", hub_split: str = "train", max_documents=None) -> list[str]:
-    """All non-empty documents of a corpus spec ('demo', a file, a folder, or a hub dataset id)."""
-    if corpus == "demo":
-        path: Path | None = DEMO_CORPUS
-    else:
-        path = Path(corpus).expanduser()
-    if path is not None and path.exists():
-        docs: list[str] = []
-        for f in _files(path):
-            if f.suffix.lower() == ".txt":
-                docs.extend(_txt_documents(f))
-            else:
-                docs.extend(_table_documents(f, text_column))
-    elif corpus.startswith((".", "/", "~")) or corpus == "demo":
+def corpus_files(corpus: str) -> list[Path] | None:
+    """The files a local corpus spec ('demo', a file, a folder) reads, in order; None for a hub dataset id."""
+    path = DEMO_CORPUS if corpus == "demo" else Path(corpus).expanduser()
+    if path.exists():
+        return _files(path)
+    if corpus.startswith((".", "/", "~")) or corpus == "demo":
         raise DataError(f"data.corpus: no such file or folder: {corpus}")
+    return None
+
+
+def iter_documents(corpus: str, text_column: str = "text", hub_split: str = "train", max_documents=None):
+    """Yield the non-empty documents of a corpus spec one at a time (at most one file's text is held at once).
+
+    Raises DataError at the end if nothing was yielded."""
+    files = corpus_files(corpus)
+    if files is not None:
+        raw = (
+            d
+            for f in files
+            for d in (_txt_documents(f) if f.suffix.lower() == ".txt" else _table_documents(f, text_column))
+        )
     else:
-        docs = _hub_documents(corpus, text_column, hub_split)
-    docs = [d for d in (x.strip() for x in docs) if d]
-    if max_documents:
-        docs = docs[:max_documents]
-    if not docs:
+        raw = _hub_documents(corpus, text_column, hub_split)
+    n = 0
+    for x in raw:
+        d = x.strip()
+        if not d:
+            continue
+        if max_documents and n >= max_documents:
+            break
+        n += 1
+        yield d
+    if n == 0:
         raise DataError(f"data.corpus: {corpus} contains no text")
-    return docs
 
 
-def _hub_documents(dataset_id: str, column: str, split: str) -> list[str]:
+def read_documents(corpus: str, text_column: str = "text", hub_split: str = "train", max_documents=None) -> list[str]:
+    """All non-empty documents of a corpus spec as one list: for small corpora (the replication split, tests)."""
+    return list(iter_documents(corpus, text_column, hub_split, max_documents))
+
+
+def hub_dataset(dataset_id: str, column: str, split: str):
+    """A hub dataset split (``datasets``' arrow cache, memory-mapped; never materialised as a list)."""
     try:
         import datasets
 
@@ -106,15 +123,26 @@ def _hub_documents(dataset_id: str, column: str, split: str) -> list[str]:
         ) from exc
     if column not in ds.column_names:
         raise DataError(f"data.text_column: '{column}' not in {dataset_id}; columns: {', '.join(ds.column_names)}")
-    return [str(x) for x in ds[column]]
+    return ds
+
+
+def _hub_documents(dataset_id: str, column: str, split: str, batch: int = 1000):
+    ds = hub_dataset(dataset_id, column, split).select_columns([column])
+    for rows in ds.iter(batch_size=batch):
+        yield from (str(x) for x in rows[column])
+
+
+def heldout_indices(n_documents: int, heldout_fraction: float) -> torch.Tensor:
+    """Indices of the held-out documents among ``n_documents`` (fixed seed, independent of the training seed)."""
+    g = torch.Generator().manual_seed(SPLIT_SEED)
+    perm = torch.randperm(n_documents, generator=g)
+    n_held = max(1, round(n_documents * heldout_fraction)) if n_documents > 1 else 0
+    return perm[:n_held]
 
 
 def split_documents(docs: list[str], heldout_fraction: float) -> tuple[list[str], list[str]]:
     """Deterministic document-level split (fixed seed, independent of the training seed)."""
-    g = torch.Generator().manual_seed(SPLIT_SEED)
-    perm = torch.randperm(len(docs), generator=g).tolist()
-    n_held = max(1, round(len(docs) * heldout_fraction)) if len(docs) > 1 else 0
-    held = set(perm[:n_held])
+    held = set(heldout_indices(len(docs), heldout_fraction).tolist())
     train = [d for i, d in enumerate(docs) if i not in held]
     heldout = [d for i, d in enumerate(docs) if i in held]
     return train, heldout
@@ -199,8 +227,11 @@ def corpus_fingerprint(docs: list[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def load_corpus(data_cfg: dict, tokenizer, seq_len: int) -> tuple[PackedData, PackedData, dict]:
-    """Read, split, tokenize and pack a corpus. Returns (train, heldout, info)."""
+def load_corpus_in_memory(data_cfg: dict, tokenizer, seq_len: int) -> tuple[PackedData, PackedData, dict]:
+    """Read, split, tokenize and pack a corpus in memory. Returns (train, heldout, info).
+
+    The reference the token store (``tokenstore.open_corpus``, what training uses) must reproduce bit for bit;
+    it holds the whole corpus as Python lists, then tensors (~80 bytes per token): small corpora only."""
     docs = read_documents(data_cfg["corpus"], data_cfg["text_column"], data_cfg["hub_split"], data_cfg["max_documents"])
     if data_cfg.get("heldout_file"):
         train_docs = docs

@@ -13,8 +13,9 @@ import torch
 from backend.core.errors import ConfigError, DataError
 from backend.detour.attention import check_causal_supported
 from backend.detour.recipe import build_phases, split_pair
-from backend.engine.data import pack, read_documents, split_documents, tokenize_documents
+from backend.engine.data import iter_documents, pack, split_documents, tokenize_documents
 from backend.engine.models import load_config, load_tokenizer, resolve_model, resolve_tokenizer
+from backend.engine.tokenstore import cached_info
 
 
 def tokenizer_for(cfg: dict):
@@ -73,22 +74,35 @@ def check(cfg: dict, check_data: bool = True) -> dict:
         raise ConfigError("model.tokenizer", m["tokenizer"] or m["name"], "the tokenizer has no mask token")
     facts = {"num_layers": n_layers}
     if check_data:
-        d = cfg["data"]
-        docs = read_documents(d["corpus"], d["text_column"], d["hub_split"], d["max_documents"])
-        train_docs = docs if d["heldout_file"] else split_documents(docs, d["heldout_fraction"])[0]
-        seq_len, bs = cfg["train"]["seq_len"], cfg["train"]["batch_size"]
-        need = bs * (seq_len - 1)
-        got, sample = 0, []
-        for doc in train_docs:  # tokenize only until one batch is certainly filled
+        facts.update(_check_batch_fills(cfg, tok))
+    return facts
+
+
+def _check_batch_fills(cfg: dict, tok) -> dict:
+    """The training split fills one batch: from a built token store if there is one, else by streaming the
+    corpus only until one batch is certainly filled (the whole corpus is read only when it is small)."""
+    d = cfg["data"]
+    seq_len, bs = cfg["train"]["seq_len"], cfg["train"]["batch_size"]
+    cached = cached_info(d, tok, seq_len)
+    if cached is not None:
+        n_seq, documents = cached["train_sequences"], cached["documents"]
+    else:
+        frac = 0.0 if d["heldout_file"] else d["heldout_fraction"]
+        need = 4 * bs * (seq_len - 1) / (1 - frac)  # ~2 characters per token at most: a 4x margin, held-out docs aside
+        sample, got, complete = [], 0, True
+        for doc in iter_documents(d["corpus"], d["text_column"], d["hub_split"], d["max_documents"]):
             sample.append(doc)
             got += len(doc) // 2 + 1
-            if got > 4 * need:
+            if got > need:
+                complete = False
                 break
-        n_seq = len(pack(tokenize_documents(sample, tok), seq_len, tok.cls_token_id, tok.sep_token_id))
-        if n_seq < bs:
-            raise DataError(
-                f"data.corpus: {d['corpus']} gives {n_seq} training sequences of {seq_len} tokens, fewer than one "
-                f"batch ({bs}); use more text, a smaller train.batch_size or a shorter train.seq_len"
-            )
-        facts["documents"] = len(docs)
-    return facts
+        # the whole (small) corpus: its exact training split; else a prefix big enough with any held-out share
+        train_docs = split_documents(sample, frac)[0] if complete and not d["heldout_file"] else sample
+        n_seq = len(pack(tokenize_documents(train_docs, tok), seq_len, tok.cls_token_id, tok.sep_token_id))
+        documents = len(sample) if complete else f">= {len(sample)} (read until one batch was certainly filled)"
+    if n_seq < bs:
+        raise DataError(
+            f"data.corpus: {d['corpus']} gives {n_seq} training sequences of {seq_len} tokens, fewer than one "
+            f"batch ({bs}); use more text, a smaller train.batch_size or a shorter train.seq_len"
+        )
+    return {"documents": documents}

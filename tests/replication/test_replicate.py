@@ -104,6 +104,10 @@ def test_quick_plan_completes_with_a_self_contained_report(replication):
     cka = report["cka"]
     assert len(cka["divergence"]) == len(cka["control_divergence"]) == len(cka["ratio"]) == 5  # embeddings + 4 blocks
     assert cka["freeze_low_vs_mlm"]["divergence"] and cka["end_main_detour_vs_mlm"]["divergence"]
+    # every run trained on the same split files: one token store, built by the first run, opened by the others
+    infos = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/data_info.json"))]
+    assert len(infos) == 5 and len({i["cache_path"] for i in infos}) == 1
+    assert sorted(i["cache_hit"] for i in infos) == [False, True, True, True, True]
     # CKA texts are held-out paragraphs, never in the training file
     train = set((out / "data" / "train.txt").read_text().splitlines())
     assert not train & set((out / "data" / "cka_texts.txt").read_text().splitlines())

@@ -36,6 +36,12 @@ def test_pair_sees_identical_token_streams_and_budget(tiny_modernbert_dir, isola
     ea = [r for r in read_metrics(runs[0]) if r["type"] == "eval"]
     eb = [r for r in read_metrics(runs[1]) if r["type"] == "eval"]
     assert ea[0]["eval_mlm_loss"] == eb[0]["eval_mlm_loss"]
+    # one token store for both: the first run built it, the second opened it
+    ia, ib = (json.loads((r / "data_info.json").read_text()) for r in runs)
+    assert ia["cache_path"] == ib["cache_path"] and (ia["cache_hit"], ib["cache_hit"]) == (False, True)
+    assert ia["cache_bytes"] == ib["cache_bytes"] > 0 and ia["fingerprint"] == ib["fingerprint"]
+    entries = [p for p in Path(ia["cache_path"]).parent.iterdir() if not p.name.endswith(".lock")]
+    assert entries == [Path(ia["cache_path"])]
 
 
 def test_seed_noise_control_keeps_data_order_and_changes_only_masks(tiny_modernbert_dir, isolated_runs_dir):
@@ -166,3 +172,29 @@ def test_run_made_before_newer_config_keys_still_trains_and_resumes(tiny_modernb
     (run / "config.yaml").write_text(yaml.safe_dump(saved))
     assert train_run(run)["state"] == "done"
     assert train_run(run, resume=True)["state"] == "done"
+
+
+def test_run_made_before_the_token_store_resumes_and_reproduces(tiny_modernbert_dir, isolated_runs_dir):
+    """A run dir from before the store (data_info.json without the cache keys, no cache at all) resumes from its
+    checkpoint, builds the store, and the resumed steps reproduce the uninterrupted run."""
+    import shutil
+
+    (run,) = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "pre", recipe="mlm"))
+    assert train_run(run)["state"] == "done"
+    want = _train_rows(run)
+    info = json.loads((run / "data_info.json").read_text())
+    shutil.rmtree(Path(info["cache_path"]).parent)  # no token store anywhere
+    old = {k: v for k, v in info.items() if k not in ("cache_path", "cache_bytes", "cache_hit", "prepare_seconds")}
+    (run / "data_info.json").write_text(json.dumps(old))
+    for ck in sorted((run / "checkpoints").glob("step-*"))[1:]:  # keep step 4 only: the run was cut there
+        shutil.rmtree(ck)
+    shutil.rmtree(run / "final")
+    assert train_run(run, resume=True)["state"] == "done"
+    assert "from step-00000004" in (run / "train.log").read_text()
+    got = _train_rows(run)
+    assert sorted(got) == sorted(want)
+    for s in want:
+        assert got[s]["loss"] == pytest.approx(want[s]["loss"], abs=1e-5), s
+        assert got[s]["data_hash"] == want[s]["data_hash"]
+    new = json.loads((run / "data_info.json").read_text())
+    assert {k: new[k] for k in old} == old and new["cache_hit"] is False
