@@ -80,6 +80,21 @@ def _base_and_head(model: nn.Module):
     raise TypeError(f"unsupported MLM model {type(model).__name__}")
 
 
+# Above this many logits (labelled tokens x vocabulary) the loss is computed in chunks whose logits are recomputed
+# in backward instead of kept: CLM labels every token, so ModernBERT-base at 64 x 1024 tokens would otherwise hold
+# 65,536 x 50,368 fp32 logits (13 GB) plus their gradient. Small runs stay below it and pay nothing.
+LOGITS_CHUNK_ELEMENTS = 1 << 28  # 1 GiB of fp32 logits
+
+
+def _loss_sum(head, hidden: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(summed cross-entropy, number right) of one chunk of labelled positions."""
+    logits = head(hidden).float()
+    loss = F.cross_entropy(logits, target, reduction="sum")
+    with torch.no_grad():  # "target scores the max" (ties count as right): amax is ~15x faster than argmax on CPU
+        correct = (logits.gather(1, target[:, None]).squeeze(1) >= logits.amax(-1)).sum()
+    return loss, correct
+
+
 class EncoderLM(nn.Module):
     """Wraps an HF MLM model so one ``forward`` (what DDP/FSDP see) gives the objective's loss."""
 
@@ -95,9 +110,17 @@ class EncoderLM(nn.Module):
         with causal_attention(self.hf_model, input_ids, pad_mask, causal) as attn:
             hidden = encoder(input_ids=input_ids, attention_mask=attn).last_hidden_state
         sel = labels != IGNORE
-        logits = head(hidden[sel]).float()
-        target = labels[sel]
-        loss = F.cross_entropy(logits, target)
-        with torch.no_grad():  # "target scores the max" (ties count as right): amax is ~15x faster than argmax on CPU
-            correct = (logits.gather(1, target[:, None]).squeeze(1) >= logits.amax(-1)).sum()
-        return loss, correct, target.numel()
+        hidden, target = hidden[sel], labels[sel]
+        n = target.numel()
+        chunk = max(1, LOGITS_CHUNK_ELEMENTS // self.hf_model.config.vocab_size)
+        if n <= chunk or not torch.is_grad_enabled():
+            loss, correct = _loss_sum(head, hidden, target)
+        else:  # same sums, a chunk's logits at a time (recomputed in backward: one more head forward)
+            from torch.utils.checkpoint import checkpoint
+
+            parts = [
+                checkpoint(_loss_sum, head, hidden[i : i + chunk], target[i : i + chunk], use_reentrant=False)
+                for i in range(0, n, chunk)
+            ]
+            loss, correct = sum(p[0] for p in parts), sum(p[1] for p in parts)
+        return loss / max(n, 1), correct, n

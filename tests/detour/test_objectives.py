@@ -51,3 +51,35 @@ def test_mlm_masking_statistics_and_determinism():
     assert torch.equal(masked[~sel], ids[~sel])
     again, labels2 = mlm_mask(ids, p, specials, tok.mask_token_id, vocab, torch.Generator().manual_seed(1))
     assert torch.equal(again, masked) and torch.equal(labels2, labels)
+
+
+def test_chunked_loss_equals_the_whole_loss_and_its_gradients(tiny_modernbert_dir, monkeypatch):
+    """Large logit tensors are computed a chunk at a time (recomputed in backward): same loss, same gradients."""
+    from backend.detour import objectives
+    from backend.engine.models import load_masked_lm
+
+    torch.manual_seed(0)
+    ids = torch.randint(5, 200, (3, 40))
+    starts = torch.zeros_like(ids, dtype=torch.bool)
+    labels = clm_labels(ids, starts)  # CLM: every token labelled, the case chunking is for
+
+    def run(chunk_elements):
+        monkeypatch.setattr(objectives, "LOGITS_CHUNK_ELEMENTS", chunk_elements)
+        model = load_masked_lm(str(tiny_modernbert_dir))
+        lm = objectives.EncoderLM(model)
+        loss, correct, n = lm(ids, labels, causal=True)
+        loss.backward()
+        return loss.detach(), int(correct), n, {k: p.grad.clone() for k, p in model.named_parameters()}
+
+    whole = run(1 << 40)
+    chunked = run(17 * model_vocab(tiny_modernbert_dir))  # chunks of 17 positions: 7 chunks, the last one short
+    assert whole[2] == chunked[2] == 3 * 39 and whole[1] == chunked[1]
+    torch.testing.assert_close(chunked[0], whole[0], rtol=1e-6, atol=1e-6)
+    for k, g in whole[3].items():
+        torch.testing.assert_close(chunked[3][k], g, rtol=1e-4, atol=1e-7, msg=k)
+
+
+def model_vocab(model_dir) -> int:
+    import json
+
+    return json.loads((model_dir / "config.json").read_text())["vocab_size"]
