@@ -166,7 +166,7 @@ def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log) -> _State:
     if s.main:
         atomic.write_json(run_dir / "data_info.json", info)
         log(f"data: {info}")
-        log(f"precision: {t['precision']}; " + ", ".join(f"{p.name}={p.objective}x{p.steps} steps" for p in phases)
+        log("phases: " + ", ".join(f"{p.name}={p.objective}x{p.steps} steps" for p in phases)
             + f"; {s.tps} tokens/step" + ("; encoder compiled (torch.compile)" if t["compile"] else ""))  # fmt: skip
     return s
 
