@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from backend.engine.config import parse_layer_range
-from backend.engine.models import transformer_blocks
+from backend.engine.models import parameter_groups
 
 
 @dataclass(frozen=True)
@@ -156,26 +156,6 @@ def split_pair(cfg: dict) -> list[tuple[str | None, dict]]:
         c["_meta"] = {**c.get("_meta", {}), "pair": cfg["name"], "role": role}
         out.append((role, c))
     return out
-
-
-# --- freezing: parameter groups ------------------------------------------------------------------------
-
-
-def parameter_groups(hf_model: nn.Module) -> dict[str, list[str]]:
-    """Parameter names by group: 'layer.<i>', 'embeddings' (with tied weights: the decoder matrix too), 'head'."""
-    owner: dict[int, str] = {}
-    for i, block in enumerate(transformer_blocks(hf_model)):
-        for p in block.parameters():
-            owner[id(p)] = f"layer.{i}"
-    base = getattr(hf_model, "model", None) or getattr(hf_model, "bert", None) or getattr(hf_model, "roberta", None)
-    emb = getattr(base, "embeddings", None)
-    if emb is not None:
-        for p in emb.parameters():
-            owner.setdefault(id(p), "embeddings")
-    groups: dict[str, list[str]] = {}
-    for name, p in hf_model.named_parameters():
-        groups.setdefault(owner.get(id(p), "head"), []).append(name)
-    return groups
 
 
 def drop_frozen_grads(params: list[nn.Parameter]) -> None:

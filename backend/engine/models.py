@@ -188,6 +188,23 @@ def transformer_blocks(model) -> list[torch.nn.Module]:
     raise ModelSpecError(f"cannot find transformer blocks in {type(model).__name__}")
 
 
+def parameter_groups(hf_model: torch.nn.Module) -> dict[str, list[str]]:
+    """Parameter names by group: 'layer.<i>', 'embeddings' (with tied weights: the decoder matrix too), 'head'."""
+    owner: dict[int, str] = {}
+    for i, block in enumerate(transformer_blocks(hf_model)):
+        for p in block.parameters():
+            owner[id(p)] = f"layer.{i}"
+    base = getattr(hf_model, "model", None) or getattr(hf_model, "bert", None) or getattr(hf_model, "roberta", None)
+    emb = getattr(base, "embeddings", None)
+    if emb is not None:
+        for p in emb.parameters():
+            owner.setdefault(id(p), "embeddings")
+    groups: dict[str, list[str]] = {}
+    for name, p in hf_model.named_parameters():
+        groups.setdefault(owner.get(id(p), "head"), []).append(name)
+    return groups
+
+
 def special_token_ids(tokenizer) -> dict[str, int]:
     """pad/cls/sep/bos/eos/mask ids from the tokenizer: ModernBERT's defaults (50281-50284) are wrong
     for any other vocabulary."""
