@@ -147,7 +147,7 @@ def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log) -> _State:
     torch.manual_seed(t["seed"])
     with accelerator.main_process_first():  # one process builds the token store; the others open it
         train, held, info = open_corpus(
-            cfg["data"], tokenizer, t["seq_len"], log=log if accelerator.is_main_process else _quiet
+            cfg["data"], tokenizer, t["seq_len"], log=log if accelerator.is_main_process else lambda _: None
         )
     if len(train) < t["batch_size"] * world:
         raise DataError(
@@ -169,10 +169,6 @@ def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log) -> _State:
         log("phases: " + ", ".join(f"{p.name}={p.objective}x{p.steps} steps" for p in phases)
             + f"; {s.tps} tokens/step" + ("; encoder compiled (torch.compile)" if t["compile"] else ""))  # fmt: skip
     return s
-
-
-def _quiet(_msg: str) -> None:
-    pass
 
 
 def _start_step(s: _State, resume: bool, log) -> int:
