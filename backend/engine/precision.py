@@ -11,23 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
-from pathlib import Path
 
 import torch
 
 from backend.core import atomic
 from backend.core.machine import cpu_name
+from backend.core.paths import cache_dir
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 MIXED = {"fp32": "no", "no": "no", "bf16": "bf16", "fp16": "fp16"}  # config value -> Accelerate's name
 CPU_BF16_MIN_SPEEDUP = 1.25  # bf16 autocast also adds casts: take it only where matmuls gain clearly
 PROBE_N = 512
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("DETOUR_CACHE_DIR", Path.home() / ".cache" / "detour-lab"))
 
 
 def _time_matmul(dtype: torch.dtype, n: int = PROBE_N, reps: int = 3) -> float:
