@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -28,7 +27,6 @@ FIGURES = [
     ("loss_curves", "Held-out MLM loss"),
     ("train_loss", "Training loss"),
 ]
-_children: list[subprocess.Popen] = []  # replications this process started (reaped so none stays a zombie)
 
 
 def list_reports() -> list[str]:
@@ -142,11 +140,7 @@ def launch_quick(name: str = "quick", extra_args: list[str] | None = None) -> tu
     if read_state(out).get("state") == "running":
         raise DetourError(f"'{name}' is already running (pid {read_state(out).get('pid')}); wait for it to finish")
     resolve_settings("quick")  # raises a clear error (base model not built, data absent) before anything starts
-    for p in list(_children):
-        if p.poll() is not None:
-            _children.remove(p)
     proc = start_detached(out, "quick", extra_args)
-    _children.append(proc)
     return f"Started the quick preset in `{out}` (pid {proc.pid}); about 10 minutes. The status below updates.", name
 
 

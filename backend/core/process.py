@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import os
 import subprocess
+import threading
 from pathlib import Path
 
 from backend.core.errors import DetourError
@@ -117,17 +118,29 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+_spawned: list[subprocess.Popen] = []  # children started here, polled so that none stays a zombie
+_spawned_lock = threading.Lock()
+
+
 def spawn_detached(argv: list[str], log_path: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start ``argv`` in its own session, output appended to ``log_path``; never a shell, never a pipe."""
+    """Start ``argv`` in its own session, output appended to ``log_path``; never a shell, never a pipe.
+
+    Children that have exited since the last spawn are reaped here (``poll``), whoever started them: the app and
+    the queue worker start many over their lifetime. ``poll`` caches the exit code, so a caller that keeps the
+    ``Popen`` still reads it."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(
-            argv,
-            cwd=str(REPO_ROOT),
-            env=child_env(extra_env),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
+    with _spawned_lock:
+        _spawned[:] = [p for p in _spawned if p.poll() is None]
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                argv,
+                cwd=str(REPO_ROOT),
+                env=child_env(extra_env),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        _spawned.append(proc)
+        return proc

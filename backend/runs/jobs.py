@@ -39,7 +39,6 @@ WORKER_LOG = ".queue.log"
 MAX_CONCURRENT_ENV = "DETOUR_MAX_CONCURRENT"
 
 _spawn_lock = threading.Lock()
-_children: list[subprocess.Popen] = []  # workers this process started (reaped so none stays a zombie)
 
 
 class JobError(DetourError):
@@ -83,24 +82,15 @@ def worker_pid(root: str | Path | None = None) -> int | None:
     return pid if pid is not None and _is_worker_pid(pid) else None
 
 
-def _reap_children() -> None:
-    for p in list(_children):
-        if p.poll() is not None:
-            _children.remove(p)
-
-
 def ensure_worker(root: str | Path | None = None, max_concurrent: int | None = None) -> int | None:
     """Start a detached queue worker unless one is alive. Returns the pid started, or None if one was running."""
     root = _root(root)
     with _spawn_lock:
-        _reap_children()
         if worker_pid(root) is not None:
             return None
         n = max_concurrent or default_max_concurrent()
         argv = [sys.executable, "-m", "backend", "queue", "--root", str(root), "--max-concurrent", str(n)]
-        proc = spawn_detached(argv, root / WORKER_LOG)
-        _children.append(proc)
-        return proc.pid
+        return spawn_detached(argv, root / WORKER_LOG).pid
 
 
 # --- submit / cancel / resume ---------------------------------------------------------------
