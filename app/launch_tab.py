@@ -42,8 +42,9 @@ def _field(k: schema.Key) -> Field:
 
 
 SEEDS_FIELD = Field("seeds", "Seeds", "text", info="one run per seed: '0' or '0,1,2'")
-FIELDS: list[Field] = [_field(k) for k in schema.form_keys() if k.form < 20]
-FIELDS += [SEEDS_FIELD] + [_field(k) for k in schema.form_keys() if k.form >= 20]
+SEEDS_FORM = 20  # the form place of the seeds field (not a config key: one run is made per seed)
+FIELDS: list[Field] = [_field(k) for k in schema.form_keys() if k.form < SEEDS_FORM]
+FIELDS += [SEEDS_FIELD] + [_field(k) for k in schema.form_keys() if k.form > SEEDS_FORM]
 KEYS = [f.key for f in FIELDS]
 FIELD_BY_KEY = {f.key: f for f in FIELDS}
 
