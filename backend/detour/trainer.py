@@ -1,8 +1,8 @@
 """The training loop: one screen, every phase of every recipe (``recipe.py`` says what the phases are).
 
-``run_training`` runs unchanged on one CPU, under ``accelerate launch`` (DDP over gloo/nccl) and with FSDP
-when the config asks. Data order, masks and LR are pure functions of the global step, so a resumed run
-reproduces the uninterrupted one step for step.
+``run_training`` runs unchanged on one CPU and under ``accelerate launch`` (DDP over gloo/nccl; FSDP2 on GPUs
+when ``train.fsdp`` asks, refused where accelerate would not shard). Data order, masks and LR are pure functions
+of the global step, so a resumed run reproduces the uninterrupted one step for step.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ EVAL_MASK_SEED = 4321  # the held-out MLM curve uses the same masks in every run
 def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, should_stop, log=print) -> str:
     """Train ``hf_model`` through the recipe's phases. Returns 'done' or 'cancelled'."""
     s = _setup(cfg, Path(run_dir), hf_model, tokenizer, log)
-    step0 = _start_step(s, resume, log)
+    step0 = _start_step(s, resume)
     if step0 == 0:  # where every recipe starts from: the same number for both runs of a pair
         s.emit({"type": "eval", "step": 0, "phase": s.phases[0].name, "tokens_seen": 0, **evaluate(s)})
     s.lm.train()
@@ -51,15 +51,14 @@ def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, sh
         pi, ps = locate(s.phases, step)
         phase = s.phases[pi]
         if pi != current:  # a phase starts (or a resume lands inside it): attention, objective, frozen set
-            current, frozen = pi, _enter_phase(s, phase, step, first_step=ps == 0, log=log)
+            current, frozen = pi, _enter_phase(s, phase, step, first_step=ps == 0)
         lr = s.peak_lr * phase.lr_factor(ps)  # the schedule restarts with each phase; the optimizer state does not
         set_lr(s.optimizer, lr)
         loss = _train_step(s, phase, step, frozen)
         done = step + 1
+        s.log_acc = {"loss": s.log_acc["loss"] + loss, "n": s.log_acc["n"] + 1}
         if done % s.log_cfg["log_every"] == 0 or done == s.total_steps:
-            _log_train(s, phase, done, lr, loss)
-        else:
-            s.log_acc = {"loss": s.log_acc["loss"] + loss, "n": s.log_acc["n"] + 1}
+            _log_train(s, phase, done, lr)
         phase_end = ps + 1 == phase.steps
         if done % s.log_cfg["eval_every"] == 0 or phase_end:
             s.emit({"type": "eval", "step": done, "phase": phase.name, "tokens_seen": done * s.tps, **evaluate(s)})
@@ -171,17 +170,17 @@ def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log) -> _State:
     return s
 
 
-def _start_step(s: _State, resume: bool, log) -> int:
+def _start_step(s: _State, resume: bool) -> int:
     """0, or the step of the newest good checkpoint (whose metrics rows after it are dropped)."""
     step = 0
-    found = checkpoint.latest_good(s.run_dir, log=log) if resume else None
+    found = checkpoint.latest_good(s.run_dir, log=s.log) if resume else None
     if resume and found is None:
-        log("resume: no usable checkpoint, starting from the beginning")
+        s.log("resume: no usable checkpoint, starting from the beginning")
     if found is not None:
         ck, state = found
         s.accelerator.load_state(str(ck / "state"))
         step, s.log_acc = state["step"], state.get("log_acc", s.log_acc)
-        log(f"resume: from {ck.name} (step {step}, {state['tokens_seen']} tokens)")
+        s.log(f"resume: from {ck.name} (step {step}, {state['tokens_seen']} tokens)")
     if s.main:  # a fresh run starts an empty log; a resumed one drops rows logged after its checkpoint
         rows = [r for r in read_metrics(s.run_dir) if r.get("step", 0) <= step] if step else []
         atomic.write_text(s.run_dir / "metrics.jsonl", "".join(atomic.json_line(r) for r in rows))
@@ -189,19 +188,19 @@ def _start_step(s: _State, resume: bool, log) -> int:
     return step
 
 
-def _enter_phase(s: _State, phase: Phase, step: int, first_step: bool, log) -> list[torch.nn.Parameter]:
+def _enter_phase(s: _State, phase: Phase, step: int, first_step: bool) -> list[torch.nn.Parameter]:
     named = dict(s.hf.named_parameters())
     frozen = [named[n] for n in sorted(phase.frozen_names(s.hf))]
     if first_step:
         s.emit({"type": "phase", "step": step, "phase": phase.name, "objective": phase.objective,
                 "mlm_probability": phase.mlm_probability if phase.objective == "mlm" else None,
                 "tokens_seen": step * s.tps, "frozen_parameters": len(frozen)})  # fmt: skip
-    log(f"phase {phase.name}: {phase.objective}, {phase.steps} steps, {len(frozen)} frozen tensors")
+    s.log(f"phase {phase.name}: {phase.objective}, {phase.steps} steps, {len(frozen)} frozen tensors")
     return frozen
 
 
-def _log_train(s: _State, phase: Phase, done: int, lr: float, loss: float) -> None:
-    acc = {"loss": s.log_acc["loss"] + loss, "n": s.log_acc["n"] + 1}
+def _log_train(s: _State, phase: Phase, done: int, lr: float) -> None:
+    acc = s.log_acc
     now = time.time()
     rate = (done * s.tps - s.tokens_last) / max(now - s.t_last, 1e-9)
     s.t_last, s.tokens_last = now, done * s.tps
