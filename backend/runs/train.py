@@ -150,6 +150,7 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
         log(f"run {run_dir.name}: {shlex.join(map(str, meta.get('command', [])))}")
     try:
         cfg = validate_config(cfg)
+        asked = copy.deepcopy(cfg)
         requested = cfg["train"]["precision"]
         cfg["train"]["precision"], why = resolve_precision(requested)
         log(f"precision: {cfg['train']['precision']} ({why})")
@@ -157,7 +158,7 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
             log(f"warning: {warning}")
         if rank0:  # config.yaml keeps what was asked (a queued run may train elsewhere) and what this machine chose
             meta["precision"] = {"requested": requested, "resolved": cfg["train"]["precision"], "why": why}
-            atomic.write_yaml(run_dir / "config.yaml", {**read_config(run_dir), "_meta": meta})
+            atomic.write_yaml(run_dir / "config.yaml", {**asked, "_meta": meta})
         with quiet_transformers():
             model, tok = _load_model(cfg)
             state = run_training(cfg, run_dir, model, tok, resume=resume, should_stop=stop, log=log)
