@@ -24,7 +24,7 @@ from backend.runs import jobs
 class Field:
     key: str  # config key (dotted), or the pseudo key "seeds"
     label: str
-    kind: str  # text | sci | int | optint | float | check | radio | model | corpus | layers
+    kind: str  # text | sci | int | optint | float | check | radio | multi | model | corpus | layers
     choices: list[str] = field(default_factory=list)
     info: str | None = None
     advanced: bool = False
@@ -37,7 +37,8 @@ def _field(k: schema.Key) -> Field:
     elif k.kind == "int":
         kind = "optint" if k.optional else "int"
     else:
-        kind = {"str": "text", "float": "float", "bool": "check", "choice": "radio", "layers": "layers"}[k.kind]
+        kind = {"str": "text", "float": "float", "bool": "check", "choice": "radio", "layers": "layers",
+                "trackers": "multi"}[k.kind]  # fmt: skip
     return Field(k.key, k.label, kind, list(k.form_choices or k.choices), k.help, k.advanced)
 
 
@@ -140,6 +141,8 @@ def values_to_config(values: list) -> tuple[dict, list[int]]:
                     v = int(v)
         elif f.kind == "float" and isinstance(v, str):
             v = _scalar(f.key, v) if v.strip() else None
+        elif f.kind == "multi":
+            v = list(v or [])
         elif f.kind == "model":
             v = check_model_spec(v or "", "model.name")
         elif f.kind == "corpus":
@@ -309,6 +312,8 @@ def build(ctx) -> dict:
             c = gr.Checkbox(value=bool(v), label=f.label, info=f.info)
         elif f.kind == "radio":
             c = gr.Radio(choices=f.choices, value=v, label=f.label, info=f.info)
+        elif f.kind == "multi":
+            c = gr.Dropdown(choices=f.choices, value=list(v or []), multiselect=True, label=f.label, info=f.info)
         elif f.kind == "model":
             c = gr.Dropdown(choices=model_choices(), value=v, label=f.label, info=f.info, allow_custom_value=True)
         elif f.kind == "corpus":
@@ -327,7 +332,7 @@ def build(ctx) -> dict:
         with gr.Column(scale=3):
             gr.Markdown("### Experiment")
             groups = [
-                ("Run", ["name", "recipe", "seeds", "train.precision"]),
+                ("Run", ["name", "recipe", "seeds", "train.precision", "logging.report_to"]),
                 ("Model and data", ["model.name", "model.trust_remote_code", "data.corpus"]),
                 (
                     "Phase budgets and masking",
