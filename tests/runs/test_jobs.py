@@ -183,6 +183,25 @@ def test_ensure_worker_starts_detached_process_that_exits_when_idle(isolated_run
     assert jobs.worker_pid(root) is None
 
 
+def _proc_state(pid: int) -> str | None:
+    """The state letter in /proc/<pid>/stat ('Z' = a defunct child nobody waited for), None once reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+    except FileNotFoundError:
+        return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_a_finished_worker_is_reaped_not_left_defunct(isolated_runs_dir):
+    """The app starts a worker and may start nothing else for hours: the worker must not stay a zombie child."""
+    isolated_runs_dir.mkdir(parents=True, exist_ok=True)
+    pid = jobs.ensure_worker(isolated_runs_dir)  # nothing queued: it starts, looks, exits
+    deadline = time.time() + 60
+    while _proc_state(pid) is not None and time.time() < deadline:
+        time.sleep(0.1)
+    assert _proc_state(pid) is None, f"worker {pid} is still in /proc as state {_proc_state(pid)!r}"
+
+
 def test_command_preview_and_seeds():
     cfg = load_config({"name": "exp1", "recipe": "clm_detour", "train": {"lr": 1e-4, "precision": "bf16"}})
     prev = jobs.command_preview(cfg)
