@@ -230,7 +230,7 @@ def validate_form(values: list, deep: bool = True) -> dict:
     return out
 
 
-STALE = "# ⚠ stale: the last valid preview; fix the field marked ⚠ to update it\n"
+STALE = "# ⚠ stale until the ⚠ field is fixed\n"
 PREVIEW = ("yaml", "python", "accelerate")
 
 
@@ -349,7 +349,7 @@ def build(ctx) -> dict:
         else:
             c = gr.Textbox(value=v, label=f.label, info=f.info, max_lines=1)
         comps[f.key] = c
-        errs[f.key] = gr.Markdown("", visible=False, elem_classes=["field-error"])
+        errs[f.key] = gr.Markdown("", visible=False, elem_classes=["field-error"], container=True)
 
     vals = dict(zip(KEYS, values, strict=True))
     upload = upload_msg = None
@@ -394,7 +394,7 @@ def build(ctx) -> dict:
                                     upload = gr.File(
                                         label=f"…or upload a corpus (≤ {ctx.max_upload_bytes // 2**20} MB)",
                                         file_types=[".txt", ".jsonl", ".csv", ".parquet"],
-                                        height=120,
+                                        height=140,
                                         elem_id="corpus-upload",
                                     )
                                     upload_msg = gr.Markdown("")

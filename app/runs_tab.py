@@ -3,6 +3,7 @@ log tail; Cancel / Resume through ``backend.runs.jobs``. Nothing here trains: it
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from app import warn
@@ -14,11 +15,14 @@ from backend.engine.rundir import list_runs, read_metrics, read_status
 from backend.runs import jobs
 
 POLL_S = 2.0
-TABLE_COLUMNS = ["run", "state", "phase", "step", "tokens", "progress", "ETA", "duration", "tokens/s", "train loss",
-                 "held-out MLM", "held-out CLM", "error"]  # fmt: skip
-# pixels per column: a long error gets its own width (and only the start of its text), never the other columns'
-WIDTHS = {"run": 150, "error": 260, "tokens": 100, "held-out MLM": 100, "held-out CLM": 100}
-COLUMN_WIDTHS = [f"{WIDTHS.get(c, 80)}px" for c in TABLE_COLUMNS]
+LOG_WIDTH = 110  # characters: the log panel does not wrap (CodeMirror's wrapping breaks its line numbers here)
+TABLE_COLUMNS = ["run", "state", "phase", "step", "tokens", "%", "ETA", "time", "tok/s", "train loss", "held-out MLM",
+                 "held-out CLM", "error"]  # fmt: skip
+# share of the width per column: the table fits the page, and a long error gets its own share (and only the start
+# of its text) instead of crushing the other columns
+WIDTHS = {"run": 13, "state": 8, "phase": 6, "step": 7, "tokens": 10, "%": 5, "ETA": 5, "time": 6, "tok/s": 5,
+          "train loss": 6, "held-out MLM": 7, "held-out CLM": 7, "error": 15}  # fmt: skip
+COLUMN_WIDTHS = [f"{WIDTHS[c]}%" for c in TABLE_COLUMNS]
 FIGURES = [  # (row type, metrics key, elem id): the Runs tab's curves, in their order on the page
     ("train", "loss", "plot-train"),
     ("eval", "eval_mlm_loss", "plot-eval"),
@@ -120,7 +124,7 @@ def log_tail(name: str | None, lines: int = 40) -> str:
     except DetourError as exc:
         return str(exc)
     st = read_status(d)
-    head = f"[{st.get('state')}] {st['error']}\n\n" if st.get("error") else ""
+    head = textwrap.fill(f"[{st.get('state')}] {st['error']}", LOG_WIDTH) + "\n\n" if st.get("error") else ""
     p = d / "train.log"
     if not p.exists():
         return head + "(no train.log yet: the run is waiting in the queue)"
@@ -172,8 +176,13 @@ def poll_update(selected, log_name, axis: str, state: dict | None, force: bool =
     out = {"names": names, "names_changed": names != state.get("names"), "selected": list(selected or [])}
     if out["names_changed"]:
         out["selected"] = [s for s in out["selected"] if s in names]
-        log_name = log_name if log_name in names else default_run()
-    out["log_run"] = log_name
+    # the log follows the running run (a pair's second run, a new launch) until the user picks another one
+    auto = state.get("log_auto", log_name if "names" not in state else None)
+    vanished = log_name in (state.get("names") or []) and log_name not in names  # a deleted run; a typo stays
+    follow = log_name in (None, auto) or vanished
+    picked = default_run() if follow else log_name
+    out["log_run_changed"] = picked != log_name
+    out["log_run"] = log_name = picked
     rows = runs_table()
     out["table"] = rows if force or rows != state.get("rows") else None
     plotted = [n for n in (out["selected"] or default_selection()) if n in names]  # names only, never paths
@@ -184,7 +193,8 @@ def poll_update(selected, log_name, axis: str, state: dict | None, force: bool =
         *[_size(runs_dir() / log_name / f) if log_name in names else -1 for f in ("train.log", "status.json")],
     ]
     out["log"] = log_tail(log_name) if force or log_sig != state.get("log_sig") else None
-    out["state"] = {"names": names, "rows": rows, "plot_sig": plot_sig, "log_sig": log_sig}
+    out["state"] = {"names": names, "rows": rows, "plot_sig": plot_sig, "log_sig": log_sig,
+                    "log_auto": log_name if follow else None}  # fmt: skip
     return out
 
 
@@ -252,7 +262,9 @@ def build(ctx) -> dict:
         up = poll_update(selected, log_name, axis_, state, force=force)
         sk = gr.skip()
         sel_up = gr.update(choices=up["names"], value=up["selected"]) if up["names_changed"] else sk
-        log_up = gr.update(choices=up["names"], value=up["log_run"]) if up["names_changed"] else sk
+        log_up = (
+            gr.update(choices=up["names"], value=up["log_run"]) if up["names_changed"] or up["log_run_changed"] else sk
+        )
         table_up = sk if up["table"] is None else (up["table"] or None)
         figs = up["curves"] if up["curves"] is not None else (sk,) * len(FIGURES)
         log_val = sk if up["log"] is None else up["log"]

@@ -107,6 +107,7 @@ def train_metric_figure(runs: dict[str, Sequence[dict]], key: str = "loss", axis
                                    yanchor="top")  # fmt: skip
     if key == "lr":
         fig.update_yaxes(exponentformat="e")
+    fig.update_layout(showlegend=True)  # which run a lone curve is
     return _layout(fig, title, _axis_title(axis), ylabel)
 
 
@@ -138,6 +139,7 @@ def eval_loss_figure(
         )
         for b in phase_boundaries(rows, axis):
             fig.add_vline(x=b["x"], line={"color": color, "dash": "dash", "width": 1})
+    fig.update_layout(showlegend=True)
     return _layout(fig, title, _axis_title(axis), ylabel)
 
 
@@ -160,8 +162,8 @@ ERROR_CHARS = 60  # the table shows the start of an error; the Runs tab's log pa
 
 
 def run_summary(name: str, status: dict, metrics: dict | None = None, now: float | None = None) -> dict:
-    """One table row: progress, tokens and ETA from status.json; duration; throughput and final losses from
-    ``metrics_summary``."""
+    """One table row: progress (%), tokens and ETA from status.json; time (duration); throughput (tok/s) and final
+    losses from ``metrics_summary``."""
     tokens, total = status.get("tokens_seen"), status.get("total_tokens")
     step, steps = status.get("step"), status.get("total_steps")
     pct = f"{100 * tokens / total:.0f}%" if tokens is not None and total else ""
@@ -184,10 +186,10 @@ def run_summary(name: str, status: dict, metrics: dict | None = None, now: float
         "phase": status.get("phase") or "",
         "step": f"{step or 0}/{steps}" if steps else (str(step) if step else ""),
         "tokens": f"{_fmt_int(tokens)}/{_fmt_int(total)}" if total else _fmt_int(tokens),
-        "progress": pct,
+        "%": pct,
         "ETA": eta_txt,
-        "duration": _fmt_duration(duration) if duration is not None and duration >= 0 else "",
-        "tokens/s": _fmt_int(m.get("tokens_per_s")),
+        "time": _fmt_duration(duration) if duration is not None and duration >= 0 else "",
+        "tok/s": _fmt_int(m.get("tokens_per_s")),
         "train loss": _fmt_loss(m.get("train_loss")),
         "held-out MLM": _fmt_loss(m.get("eval_mlm_loss")),
         "held-out CLM": _fmt_loss(m.get("eval_clm_loss")),

@@ -72,11 +72,13 @@ def test_table_has_final_losses_duration_throughput_and_a_short_error(isolated_r
     rows = {r[0]: dict(zip(runs_tab.TABLE_COLUMNS, r, strict=True)) for r in runs_tab.runs_table()}
     ok = rows["ok"]
     assert ok["train loss"] == f"{9 - 12 / 10:.3f}" and ok["held-out MLM"] == "7.000" and ok["held-out CLM"] == "8.000"
-    assert ok["duration"] == "2m05s"
-    assert ok["tokens/s"] == "1.33k"  # 11 rows alternating 1000/2000 tokens/s over equal steps: total / total time
+    assert ok["time"] == "2m05s"
+    assert ok["tok/s"] == "1.33k"  # 11 rows alternating 1000/2000 tokens/s over equal steps: total / total time
     assert len(rows["bad"]["error"]) <= plots.ERROR_CHARS and rows["bad"]["error"].endswith("…")
     assert len(runs_tab.COLUMN_WIDTHS) == len(runs_tab.TABLE_COLUMNS)
-    assert long_error.strip() in runs_tab.log_tail("bad")  # the whole error, where the log is read
+    shown = runs_tab.log_tail("bad")  # the whole error, where the log is read, in lines the panel shows whole
+    assert " ".join(shown.split("\n\n")[0].split()) == f"[failed] {long_error.strip()}"
+    assert max(len(line) for line in shown.splitlines()) <= runs_tab.LOG_WIDTH
 
 
 def test_selectors_start_on_the_running_run_else_the_newest(isolated_runs_dir):
@@ -89,3 +91,19 @@ def test_selectors_start_on_the_running_run_else_the_newest(isolated_runs_dir):
     assert runs_tab.default_selection() == ["training", "queued-new"]  # running first, then the newest
     first = runs_tab.poll_update([], None, "tokens_seen", None)
     assert first["log_run"] == "training"
+
+
+def test_the_log_follows_the_running_run_until_one_is_picked(isolated_runs_dir):
+    a = make_run(isolated_runs_dir, "pair-detour", state="running", pid=os.getpid(), created_at=2.0)
+    make_run(isolated_runs_dir, "pair-mlm", state="queued", created_at=2.0)
+    tick = runs_tab.poll_update([], "pair-detour", "tokens_seen", {})  # the page opened on the running run
+    assert tick["log_run"] == "pair-detour" and not tick["log_run_changed"]
+    rundir.write_status(a, state="done")
+    rundir.write_status(isolated_runs_dir / "pair-mlm", state="running", pid=os.getpid())
+    tick = runs_tab.poll_update([], "pair-detour", "tokens_seen", tick["state"])
+    assert tick["log_run"] == "pair-mlm" and tick["log_run_changed"]  # the pair's second run took over
+    make_run(isolated_runs_dir, "older", created_at=1.0)
+    tick = runs_tab.poll_update([], "older", "tokens_seen", tick["state"])  # the user picked a run: it stays
+    assert tick["log_run"] == "older" and not tick["log_run_changed"]
+    tick = runs_tab.poll_update([], "older", "tokens_seen", tick["state"])
+    assert tick["log_run"] == "older"
