@@ -20,8 +20,8 @@ TABLE_COLUMNS = ["run", "state", "phase", "step", "tokens", "%", "ETA", "time", 
                  "held-out CLM", "error"]  # fmt: skip
 # share of the width per column: the table fits the page, and a long error gets its own share (and only the start
 # of its text) instead of crushing the other columns
-WIDTHS = {"run": 13, "state": 8, "phase": 6, "step": 7, "tokens": 10, "%": 5, "ETA": 5, "time": 6, "tok/s": 5,
-          "train loss": 6, "held-out MLM": 7, "held-out CLM": 7, "error": 15}  # fmt: skip
+WIDTHS = {"run": 13, "state": 8, "phase": 6, "step": 7, "tokens": 10, "%": 5, "ETA": 6, "time": 6, "tok/s": 5,
+          "train loss": 6, "held-out MLM": 7, "held-out CLM": 7, "error": 14}  # fmt: skip
 COLUMN_WIDTHS = [f"{WIDTHS[c]}%" for c in TABLE_COLUMNS]
 FIGURES = [  # (row type, metrics key, elem id): the Runs tab's curves, in their order on the page
     ("train", "loss", "plot-train"),
@@ -261,10 +261,12 @@ def build(ctx) -> dict:
     def poll(selected, log_name, axis_, state, force=False):
         up = poll_update(selected, log_name, axis_, state, force=force)
         sk = gr.skip()
-        sel_up = gr.update(choices=up["names"], value=up["selected"]) if up["names_changed"] else sk
-        log_up = (
-            gr.update(choices=up["names"], value=up["log_run"]) if up["names_changed"] or up["log_run_changed"] else sk
-        )
+        # new choices keep the user's ticks (a value sent here would undo a tick made since this tick began)
+        dropped = up["selected"] != list(selected or [])
+        sel_up = gr.update(choices=up["names"], **({"value": up["selected"]} if dropped else {}))
+        sel_up = sel_up if up["names_changed"] else sk
+        log_value = {"value": up["log_run"]} if up["log_run_changed"] else {}
+        log_up = gr.update(choices=up["names"], **log_value) if up["names_changed"] or log_value else sk
         table_up = sk if up["table"] is None else (up["table"] or None)
         figs = up["curves"] if up["curves"] is not None else (sk,) * len(FIGURES)
         log_val = sk if up["log"] is None else up["log"]

@@ -17,6 +17,7 @@ step = optimizer step; the run config, flattened, is logged as hyper-parameters.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import os
@@ -115,7 +116,7 @@ def tracker_paths(accelerator, out_dir: str | Path, store_root: str | Path) -> d
 
 def _trackio_dir(store_root: str | Path) -> Path:
     if "trackio" in sys.modules:  # trackio reads its folder once, when first imported
-        return Path(sys.modules["trackio"].utils.TRACKIO_DIR)
+        return Path(sys.modules["trackio.utils"].TRACKIO_DIR)
     return Path(os.environ.get("TRACKIO_DIR") or Path(store_root) / TRACKIO_STORE)
 
 
@@ -158,8 +159,6 @@ def start(
     uses_trackio = "trackio" in [str(t) for t in accelerator.log_with]
     with _trackio_home(store_root) if uses_trackio else contextlib.nullcontext():
         accelerator.init_trackers(PROJECT, config=flatten(config), init_kwargs=init)
-    import atexit
-
     atexit.register(finish, accelerator)
     return tracker_paths(accelerator, out_dir, store_root)
 
