@@ -34,9 +34,9 @@ def on_term(signum, frame):
         f.write(f"cancel {os.path.basename(d)} {time.time()}\n")
     sys.exit(0)
 signal.signal(signal.SIGTERM, on_term)
-rundir.write_status(d, state="running", pid=os.getpid(), started_at=time.time(), resumed=resume)
-with open(os.path.join(os.path.dirname(d), "events.log"), "a") as f:
+with open(os.path.join(os.path.dirname(d), "events.log"), "a") as f:  # before "running": a cancel may follow at once
     f.write(f"start {os.path.basename(d)} {time.time()} resume={resume}\n")
+rundir.write_status(d, state="running", pid=os.getpid(), started_at=time.time(), resumed=resume)
 print("training", d, flush=True)
 time.sleep(seconds)
 with open(os.path.join(os.path.dirname(d), "events.log"), "a") as f:
