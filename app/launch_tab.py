@@ -24,7 +24,7 @@ from backend.runs import jobs
 class Field:
     key: str  # config key (dotted), or the pseudo key "seeds"
     label: str
-    kind: str  # text | sci | int | optint | float | check | radio | model | corpus | layers
+    kind: str  # text | sci | int | optint | float | check | radio | multi | model | corpus | layers
     choices: list[str] = field(default_factory=list)
     info: str | None = None
     advanced: bool = False
@@ -37,8 +37,18 @@ def _field(k: schema.Key) -> Field:
     elif k.kind == "int":
         kind = "optint" if k.optional else "int"
     else:
-        kind = {"str": "text", "float": "float", "bool": "check", "choice": "radio", "layers": "layers"}[k.kind]
-    return Field(k.key, k.label, kind, list(k.form_choices or k.choices), k.help, k.advanced)
+        kind = {"str": "text", "float": "float", "bool": "check", "choice": "radio", "layers": "layers",
+                "trackers": "multi"}[k.kind]  # fmt: skip
+    return Field(k.key, k.label, kind, list(k.form_choices or k.choices), _form_help(k), k.advanced)
+
+
+def _form_help(k: schema.Key) -> str:
+    """The key's help, limited to the choices the form offers (``recipe`` offers no ``pretrain``: that one needs a
+    from-scratch architecture, a CLI config), in the form's order."""
+    if not k.form_choices:
+        return k.help
+    parts = {p.split(" ", 1)[0]: p for p in k.help.split(" | ")}
+    return " | ".join(parts.get(c, c) for c in k.form_choices)
 
 
 SEEDS_FIELD = Field("seeds", "Seeds", "text", info="one run per seed: '0' or '0,1,2'")
@@ -140,6 +150,8 @@ def values_to_config(values: list) -> tuple[dict, list[int]]:
                     v = int(v)
         elif f.kind == "float" and isinstance(v, str):
             v = _scalar(f.key, v) if v.strip() else None
+        elif f.kind == "multi":
+            v = list(v or [])
         elif f.kind == "model":
             v = check_model_spec(v or "", "model.name")
         elif f.kind == "corpus":
@@ -180,7 +192,9 @@ def preflight(cfg: dict) -> None:
 
 
 def validate_form(values: list, deep: bool = True) -> dict:
-    """-> {"ok", "cfg", "seeds", "yaml", "python", "accelerate", "errors": {key: message}, "message"}."""
+    """-> {"ok", "cfg", "seeds", "yaml", "python", "accelerate", "errors": {key: message}, "message"}.
+
+    ``deep``: also what launching would refuse (a run name already taken, model-level checks)."""
     out = {
         "ok": False,
         "cfg": None,
@@ -194,6 +208,7 @@ def validate_form(values: list, deep: bool = True) -> dict:
     try:
         cfg, seeds = values_to_config(values)
         if deep:
+            jobs.check_names_free(cfg, runs_dir(), seeds or None)  # the check Launch would make, as you type
             preflight(cfg)
     except (DetourError, ValueError) as exc:
         key = error_key(exc)
@@ -213,6 +228,18 @@ def validate_form(values: list, deep: bool = True) -> dict:
         message="✓ config valid",
     )
     return out
+
+
+STALE = "# ⚠ stale until the ⚠ field is fixed\n"
+PREVIEW = ("yaml", "python", "accelerate")
+
+
+def keep_last_preview(res: dict, last: dict | None) -> dict:
+    """An invalid form keeps the last valid preview, marked stale, instead of emptying the CLI, accelerate and YAML
+    boxes; a valid one is its own preview."""
+    if res["ok"] or not last or not last.get("yaml"):
+        return res
+    return {**res, **{k: STALE + last[k] for k in PREVIEW}}
 
 
 def launch(values: list, max_concurrent: int | None = None) -> dict:
@@ -309,6 +336,8 @@ def build(ctx) -> dict:
             c = gr.Checkbox(value=bool(v), label=f.label, info=f.info)
         elif f.kind == "radio":
             c = gr.Radio(choices=f.choices, value=v, label=f.label, info=f.info)
+        elif f.kind == "multi":
+            c = gr.Dropdown(choices=f.choices, value=list(v or []), multiselect=True, label=f.label, info=f.info)
         elif f.kind == "model":
             c = gr.Dropdown(choices=model_choices(), value=v, label=f.label, info=f.info, allow_custom_value=True)
         elif f.kind == "corpus":
@@ -320,14 +349,15 @@ def build(ctx) -> dict:
         else:
             c = gr.Textbox(value=v, label=f.label, info=f.info, max_lines=1)
         comps[f.key] = c
-        errs[f.key] = gr.Markdown("", visible=False, elem_classes=["field-error"])
+        errs[f.key] = gr.Markdown("", visible=False, elem_classes=["field-error"], container=True)
 
     vals = dict(zip(KEYS, values, strict=True))
+    upload = upload_msg = None
     with gr.Row():
         with gr.Column(scale=3):
             gr.Markdown("### Experiment")
             groups = [
-                ("Run", ["name", "recipe", "seeds", "train.precision"]),
+                ("Run", ["name", "recipe", "seeds", "train.precision", "logging.report_to"]),
                 ("Model and data", ["model.name", "model.trust_remote_code", "data.corpus"]),
                 (
                     "Phase budgets and masking",
@@ -356,21 +386,20 @@ def build(ctx) -> dict:
             for title, keys in groups:
                 with gr.Group():
                     gr.Markdown(f"**{title}**")
-                    with gr.Row(equal_height=False):
+                    with gr.Row(equal_height=True):  # cells stretch to the row's tallest: no ragged grey gaps
                         for k in keys:
                             with gr.Column(min_width=200):
                                 make(FIELD_BY_KEY[k], vals[k])
-                    if "data.corpus" in keys:
-                        with gr.Row():
-                            upload = gr.File(
-                                label=f"…or upload a corpus (≤ {ctx.max_upload_bytes // 2**20} MB)",
-                                file_types=[".txt", ".jsonl", ".csv", ".parquet"],
-                                height=140,
-                                elem_id="corpus-upload",
-                            )
-                            upload_msg = gr.Markdown("")
+                                if k == "data.corpus":  # the upload sits under the corpus it fills in
+                                    upload = gr.File(
+                                        label=f"…or upload a corpus (≤ {ctx.max_upload_bytes // 2**20} MB)",
+                                        file_types=[".txt", ".jsonl", ".csv", ".parquet"],
+                                        height=140,
+                                        elem_id="corpus-upload",
+                                    )
+                                    upload_msg = gr.Markdown("")
             with gr.Accordion("Advanced", open=False):
-                with gr.Row(equal_height=False):
+                with gr.Row(equal_height=True):
                     for f in FIELDS:
                         if f.advanced:
                             with gr.Column(min_width=200):
@@ -400,6 +429,7 @@ def build(ctx) -> dict:
 
     inputs = [comps[k] for k in KEYS]
     err_outputs = [errs[k] for k in KEYS]
+    last_ok = gr.State({k: first[k] for k in PREVIEW})  # what the preview shows while a field is invalid
 
     def render(res: dict) -> list:
         ups = []
@@ -409,14 +439,21 @@ def build(ctx) -> dict:
         return [res["yaml"], res["python"], res["accelerate"], res["message"], *ups]
 
     def on_change(*vals):
-        return render(validate_form(list(vals)))
+        *vals, last = vals
+        res = validate_form(list(vals))
+        shown = keep_last_preview(res, last)
+        return [*render(shown), {k: res[k] for k in PREVIEW} if res["ok"] else last]
 
     preview_outputs = [yaml_box, py_cmd, acc_cmd, status, *err_outputs]
-    # .input = a user's edit (programmatic updates, e.g. loading a config, chain one validation with .then)
+    # .change, not .input: a value set without typing (a paste, a loaded config, an upload, a script) is checked too
     validate_kw = dict(
-        inputs=inputs, outputs=preview_outputs, show_progress="hidden", concurrency_limit=1, concurrency_id="validate"
+        inputs=[*inputs, last_ok],
+        outputs=[*preview_outputs, last_ok],
+        show_progress="hidden",
+        concurrency_limit=1,
+        concurrency_id="validate",
     )
-    gr.on([c.input for c in inputs], on_change, trigger_mode="always_last", api_name="validate", **validate_kw)
+    gr.on([c.change for c in inputs], on_change, trigger_mode="always_last", api_name="validate", **validate_kw)
 
     def on_launch(*vals):
         res = launch(list(vals), ctx.max_concurrent)
@@ -443,20 +480,15 @@ def build(ctx) -> dict:
             return [*[gr.update() for _ in KEYS], msg]
         return [*vals_, msg]
 
-    load_saved.input(on_load, inputs=[load_saved], outputs=[*inputs, status], api_name="load_saved_config").then(
-        on_change, api_visibility="private", **validate_kw
-    )
-    load_upload.upload(on_load, inputs=[load_upload], outputs=[*inputs, status], api_name="load_config").then(
-        on_change, api_visibility="private", **validate_kw
-    )
+    # the fields' .change events validate what a load or an upload fills in
+    load_saved.input(on_load, inputs=[load_saved], outputs=[*inputs, status], api_name="load_saved_config")
+    load_upload.upload(on_load, inputs=[load_upload], outputs=[*inputs, status], api_name="load_config")
 
     def on_upload(path):
         new, msg = store_upload(path, ctx.max_upload_bytes)
         return (gr.update(value=new, choices=["demo", new]) if new else gr.update()), msg
 
-    upload.upload(
-        on_upload, inputs=[upload], outputs=[comps["data.corpus"], upload_msg], api_name="upload_corpus"
-    ).then(on_change, api_visibility="private", **validate_kw)
+    upload.upload(on_upload, inputs=[upload], outputs=[comps["data.corpus"], upload_msg], api_name="upload_corpus")
 
     def refresh_models():
         return gr.update(choices=model_choices())

@@ -3,6 +3,7 @@ log tail; Cancel / Resume through ``backend.runs.jobs``. Nothing here trains: it
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from app import warn
@@ -10,11 +11,26 @@ from backend.analysis import plots
 from backend.core.errors import DetourError
 from backend.core.paths import runs_dir
 from backend.engine.config import check_run_name
-from backend.engine.rundir import list_runs, read_metrics
+from backend.engine.rundir import list_runs, read_metrics, read_status
 from backend.runs import jobs
 
 POLL_S = 2.0
-TABLE_COLUMNS = ["run", "state", "phase", "step", "tokens", "progress", "ETA", "error"]
+LOG_WIDTH = 110  # characters: the log panel does not wrap (CodeMirror's wrapping breaks its line numbers here)
+TABLE_COLUMNS = ["run", "state", "phase", "step", "tokens", "%", "ETA", "time", "tok/s", "train loss", "held-out MLM",
+                 "held-out CLM", "error"]  # fmt: skip
+# share of the width per column: the table fits the page, and a long error gets its own share (and only the start
+# of its text) instead of crushing the other columns
+WIDTHS = {"run": 13, "state": 8, "phase": 6, "step": 7, "tokens": 10, "%": 5, "ETA": 6, "time": 6, "tok/s": 5,
+          "train loss": 6, "held-out MLM": 7, "held-out CLM": 7, "error": 14}  # fmt: skip
+COLUMN_WIDTHS = [f"{WIDTHS[c]}%" for c in TABLE_COLUMNS]
+FIGURES = [  # (row type, metrics key, elem id): the Runs tab's curves, in their order on the page
+    ("train", "loss", "plot-train"),
+    ("eval", "eval_mlm_loss", "plot-eval"),
+    ("eval", "eval_clm_loss", "plot-eval-clm"),
+    ("train", "lr", "plot-lr"),
+    ("train", "grad_norm", "plot-grad-norm"),
+    ("train", "tokens_per_s", "plot-tokens-per-s"),
+]
 
 
 def run_infos():
@@ -23,10 +39,27 @@ def run_infos():
     return sorted(runs, key=lambda r: (r.status.get("created_at") or 0, r.name), reverse=True)
 
 
+_summaries: dict[Path, tuple[tuple, dict]] = {}  # metrics.jsonl -> ((size, mtime), its table numbers)
+
+
+def metrics_summary(run_dir: Path) -> dict:
+    """The run table's losses and throughput, read again only when metrics.jsonl changed (the table is polled)."""
+    p = run_dir / "metrics.jsonl"
+    try:
+        st = p.stat()
+    except OSError:
+        return {}
+    sig = (st.st_size, st.st_mtime_ns)
+    hit = _summaries.get(p)
+    if hit is None or hit[0] != sig:
+        hit = _summaries[p] = (sig, plots.metrics_summary(read_metrics(run_dir)))
+    return hit[1]
+
+
 def runs_table() -> list[list]:
     rows = []
     for r in run_infos():
-        row = plots.run_summary(r.name, {**r.status, "state": r.state})
+        row = plots.run_summary(r.name, {**r.status, "state": r.state}, metrics_summary(r.path))
         rows.append([row[c] for c in TABLE_COLUMNS])
     return rows
 
@@ -35,11 +68,21 @@ def run_names() -> list[str]:
     return [r.name for r in run_infos()]
 
 
-def default_selection(limit: int = 2) -> list[str]:
-    """What the curves show when nothing is ticked: running runs, else the newest ones."""
+def default_run() -> str | None:
+    """The run the log panel shows first: the newest running one, else the newest that has started, else the
+    newest (a queued run has no log yet; an old failed run is not what one opens the tab for)."""
     runs = run_infos()
-    running = [r.name for r in runs if r.state in ("running", "queued")]
-    picked = running[:limit] if running else []
+    for wanted in (lambda r: r.state == "running", lambda r: r.state != "queued", lambda r: True):
+        picked = next((r.name for r in runs if wanted(r)), None)
+        if picked:
+            return picked
+    return None
+
+
+def default_selection(limit: int = 2) -> list[str]:
+    """What the curves show when nothing is ticked: the running runs, then the newest ones (a pair's sibling)."""
+    runs = run_infos()
+    picked = [r.name for r in runs if r.state == "running"][:limit]
     for r in runs:
         if len(picked) >= limit:
             break
@@ -57,7 +100,8 @@ def run_path(name: str) -> Path:
     return p
 
 
-def curves(names: list[str] | None, axis: str = "tokens_seen"):
+def curves(names: list[str] | None, axis: str = "tokens_seen") -> tuple:
+    """One figure per ``FIGURES`` entry for the runs ``names`` (default: ``default_selection``)."""
     names = list(names or []) or default_selection()
     data = {}
     for n in names:
@@ -65,24 +109,31 @@ def curves(names: list[str] | None, axis: str = "tokens_seen"):
             data[n] = read_metrics(run_path(n))
         except DetourError:
             continue
-    return plots.train_loss_figure(data, axis), plots.eval_loss_figure(data, axis)
+    return tuple(
+        plots.train_metric_figure(data, key, axis) if kind == "train" else plots.eval_loss_figure(data, axis, key)
+        for kind, key, _ in FIGURES
+    )
 
 
 def log_tail(name: str | None, lines: int = 40) -> str:
+    """The end of the run's train.log, after its error in full when it has one (the table shows its start)."""
     if not name:
         return ""
     try:
-        p = run_path(name) / "train.log"
+        d = run_path(name)
     except DetourError as exc:
         return str(exc)
+    st = read_status(d)
+    head = textwrap.fill(f"[{st.get('state')}] {st['error']}", LOG_WIDTH) + "\n\n" if st.get("error") else ""
+    p = d / "train.log"
     if not p.exists():
-        return "(no train.log yet: the run is waiting in the queue)"
+        return head + "(no train.log yet: the run is waiting in the queue)"
     with open(p, "rb") as f:
         f.seek(0, 2)
         size = f.tell()
         f.seek(max(0, size - 64_000))
         text = f.read().decode("utf-8", errors="replace")
-    return "\n".join(text.splitlines()[-lines:])
+    return head + "\n".join(text.splitlines()[-lines:])
 
 
 def cancel_run(name: str | None) -> str:
@@ -125,16 +176,25 @@ def poll_update(selected, log_name, axis: str, state: dict | None, force: bool =
     out = {"names": names, "names_changed": names != state.get("names"), "selected": list(selected or [])}
     if out["names_changed"]:
         out["selected"] = [s for s in out["selected"] if s in names]
-        log_name = log_name if log_name in names else (names[0] if names else None)
-    out["log_run"] = log_name
+    # the log follows the running run (a pair's second run, a new launch) until the user picks another one
+    auto = state.get("log_auto", log_name if "names" not in state else None)
+    vanished = log_name in (state.get("names") or []) and log_name not in names  # a deleted run; a typo stays
+    follow = log_name in (None, auto) or vanished
+    picked = default_run() if follow else log_name
+    out["log_run_changed"] = picked != log_name
+    out["log_run"] = log_name = picked
     rows = runs_table()
     out["table"] = rows if force or rows != state.get("rows") else None
     plotted = [n for n in (out["selected"] or default_selection()) if n in names]  # names only, never paths
     plot_sig = [axis, *[(n, _size(runs_dir() / n / "metrics.jsonl")) for n in plotted]]
     out["curves"] = curves(plotted, axis) if force or plot_sig != state.get("plot_sig") else None
-    log_sig = [log_name, _size(runs_dir() / log_name / "train.log") if log_name in names else -1]
+    log_sig = [
+        log_name,
+        *[_size(runs_dir() / log_name / f) if log_name in names else -1 for f in ("train.log", "status.json")],
+    ]
     out["log"] = log_tail(log_name) if force or log_sig != state.get("log_sig") else None
-    out["state"] = {"names": names, "rows": rows, "plot_sig": plot_sig, "log_sig": log_sig}
+    out["state"] = {"names": names, "rows": rows, "plot_sig": plot_sig, "log_sig": log_sig,
+                    "log_auto": log_name if follow else None}  # fmt: skip
     return out
 
 
@@ -145,18 +205,18 @@ def build(ctx) -> dict:
     import gradio as gr
 
     names = run_names()
-    sel0 = default_selection()
-    fig_train, fig_eval = curves(sel0)
+    figs0 = curves(None)
     with gr.Row():
         axis = gr.Radio(["tokens_seen", "step"], value="tokens_seen", label="x axis", scale=2, min_width=300)
         live = gr.Checkbox(value=True, label=f"Live (poll every {POLL_S:g} s)", scale=1, min_width=200)
         refresh_btn = gr.Button("Refresh", scale=1, min_width=120)
     table = gr.Dataframe(
-        value=runs_table() or None,
+        value=lambda: runs_table() or None,  # a function: computed when a page loads, not when the app started
         headers=TABLE_COLUMNS,
+        column_widths=COLUMN_WIDTHS,
         interactive=False,
         wrap=True,
-        label="Runs",
+        label="Runs (an error's full text: pick the run below)",
         elem_id="runs-table",
         max_height=300,
     )
@@ -165,25 +225,28 @@ def build(ctx) -> dict:
         value=[],
         multiselect=True,
         label="Compare runs (overlay)",
-        info="empty = running runs, else the newest two",
+        info="empty = the running runs, then the newest ones (two)",
         elem_id="runs-compare",
         allow_custom_value=True,  # runs appear after the page was built; handlers accept run names only
     )
-    with gr.Row():
-        plot_train = gr.Plot(value=fig_train, label="Training loss", elem_id="plot-train")
-        plot_eval = gr.Plot(value=fig_eval, label="Held-out MLM loss", elem_id="plot-eval")
+    plots_ = []
+    for i in range(0, len(FIGURES), 2):
+        with gr.Row():
+            for (_, _, elem_id), fig in zip(FIGURES[i : i + 2], figs0[i : i + 2], strict=True):
+                plots_.append(gr.Plot(value=fig, show_label=False, elem_id=elem_id))
     with gr.Row():
         with gr.Column(scale=3):
             log_run = gr.Dropdown(
                 choices=names,
-                value=sel0[0] if sel0 else None,
+                value=default_run,  # the running run, else the newest: chosen when the page loads
                 label="Run",
+                info="its log, and Cancel / Resume",
                 elem_id="runs-selected",
                 allow_custom_value=True,
             )
             log_box = gr.Code(
-                value=log_tail(sel0[0] if sel0 else None),
-                label="train.log (tail)",
+                value=lambda: log_tail(default_run()),
+                label="train.log (tail; a failed run's error first)",
                 lines=14,
                 interactive=False,
                 elem_id="runs-log",
@@ -192,23 +255,27 @@ def build(ctx) -> dict:
             cancel_btn = gr.Button("Cancel", variant="stop")
             resume_btn = gr.Button("Resume")
             action_msg = gr.Markdown("")
-    known = gr.State({"names": names})
+    known = gr.State({})  # empty: the first tick of every page sends the run names and curves as they are now
     timer = gr.Timer(POLL_S, active=True)
 
     def poll(selected, log_name, axis_, state, force=False):
         up = poll_update(selected, log_name, axis_, state, force=force)
         sk = gr.skip()
-        sel_up = gr.update(choices=up["names"], value=up["selected"]) if up["names_changed"] else sk
-        log_up = gr.update(choices=up["names"], value=up["log_run"]) if up["names_changed"] else sk
+        # new choices keep the user's ticks (a value sent here would undo a tick made since this tick began)
+        dropped = up["selected"] != list(selected or [])
+        sel_up = gr.update(choices=up["names"], **({"value": up["selected"]} if dropped else {}))
+        sel_up = sel_up if up["names_changed"] else sk
+        log_value = {"value": up["log_run"]} if up["log_run_changed"] else {}
+        log_up = gr.update(choices=up["names"], **log_value) if up["names_changed"] or log_value else sk
         table_up = sk if up["table"] is None else (up["table"] or None)
-        f1, f2 = up["curves"] if up["curves"] is not None else (sk, sk)
+        figs = up["curves"] if up["curves"] is not None else (sk,) * len(FIGURES)
         log_val = sk if up["log"] is None else up["log"]
-        return table_up, f1, f2, log_val, sel_up, log_up, up["state"]
+        return table_up, *figs, log_val, sel_up, log_up, up["state"]
 
     def refresh(selected, log_name, axis_, state):
         return poll(selected, log_name, axis_, state, force=True)
 
-    outs = [table, plot_train, plot_eval, log_box, compare, log_run, known]
+    outs = [table, *plots_, log_box, compare, log_run, known]
     timer.tick(
         poll,
         inputs=[compare, log_run, axis, known],
@@ -223,19 +290,11 @@ def build(ctx) -> dict:
     def replot(selected, axis_):
         return curves(selected, axis_)
 
-    compare.change(
-        replot, inputs=[compare, axis], outputs=[plot_train, plot_eval], show_progress="hidden", api_name="curves"
-    )
-    axis.change(
-        replot,
-        inputs=[compare, axis],
-        outputs=[plot_train, plot_eval],
-        show_progress="hidden",
-        api_visibility="private",
-    )
+    compare.change(replot, inputs=[compare, axis], outputs=plots_, show_progress="hidden", api_name="curves")
+    axis.change(replot, inputs=[compare, axis], outputs=plots_, show_progress="hidden", api_visibility="private")
     log_run.change(log_tail, inputs=[log_run], outputs=[log_box], show_progress="hidden", api_name="log_tail")
     cancel_btn.click(cancel_run, inputs=[log_run], outputs=[action_msg], api_name="cancel")
     resume_btn.click(
         lambda n: resume_run(n, ctx.max_concurrent), inputs=[log_run], outputs=[action_msg], api_name="resume"
     )
-    return {"table": table, "plot_train": plot_train, "plot_eval": plot_eval, "timer": timer}
+    return {"table": table, "plot_train": plots_[0], "plot_eval": plots_[1], "plots": plots_, "timer": timer}

@@ -3,13 +3,13 @@ and any report."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 PALETTE = qualitative.Plotly
-OBJECTIVE_DASH = {"clm": "solid", "mlm": "dot"}
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 360) -> go.Figure:
@@ -47,52 +47,80 @@ def phase_boundaries(rows: Sequence[dict], axis: str = "tokens_seen") -> list[di
     return out
 
 
-def train_loss_figure(runs: dict[str, Sequence[dict]], axis: str = "tokens_seen") -> go.Figure:
-    """Training loss per run and phase (CLM solid, MLM dotted); each phase switch is a vertical line."""
-    title = "Training loss (per phase)"
-    if not any(any(r.get("type") == "train" for r in rows) for rows in runs.values()):
+PHASE_DASH = {"warmup": "dashdot", "main": "solid", "decay": "dot"}  # main vs decay reads apart in every recipe
+TRAIN_METRICS = {  # metrics.jsonl train-row key -> (figure title, y axis)
+    "loss": ("Training loss (per phase)", "loss"),
+    "lr": ("Learning rate", "lr"),
+    "grad_norm": ("Gradient norm (before clipping)", "grad norm"),
+    "tokens_per_s": ("Throughput", "tokens/s"),
+}
+EVAL_METRICS = {  # metrics.jsonl eval-row key -> (figure title, y axis)
+    "eval_mlm_loss": ("Held-out MLM loss (15% masks; comparable across recipes)", "MLM loss"),
+    "eval_clm_loss": ("Held-out CLM loss (next token; the curve the detour lowers)", "CLM loss"),
+}
+
+
+def _axis_title(axis: str) -> str:
+    return "tokens seen" if axis == "tokens_seen" else axis
+
+
+def _phase_segments(rows: Sequence[dict], key: str) -> list[tuple[str, str, list[dict]]]:
+    """Consecutive train rows of one (phase, objective) that carry ``key``."""
+    segments: list[tuple[str, str, list[dict]]] = []
+    for r in rows:
+        if r.get("type") != "train" or r.get(key) is None:
+            continue
+        phase_key = (r.get("phase", "?"), r.get("objective", "?"))
+        if not segments or segments[-1][:2] != phase_key:
+            segments.append((*phase_key, []))
+        segments[-1][2].append(r)
+    return segments
+
+
+def train_metric_figure(runs: dict[str, Sequence[dict]], key: str = "loss", axis: str = "tokens_seen") -> go.Figure:
+    """A train-row metric per run and phase: one colour per run, the phase in the dash (main solid, decay dotted,
+    warm-up dash-dot) and the legend; a phase with a single row is drawn as a marker; each switch a vertical line."""
+    title, ylabel = TRAIN_METRICS.get(key, (key, key))
+    if not any(_phase_segments(rows, key) for rows in runs.values()):
         return _empty(title, "no training rows yet")
     fig = go.Figure()
     for i, (name, rows) in enumerate(runs.items()):
         color = PALETTE[i % len(PALETTE)]
-        train = [r for r in rows if r.get("type") == "train" and r.get("loss") is not None]
-        segments: list[tuple[str, str, list[dict]]] = []
-        for r in train:
-            key = (r.get("phase", "?"), r.get("objective", "?"))
-            if not segments or segments[-1][:2] != key:
-                segments.append((*key, []))
-            segments[-1][2].append(r)
-        for phase, objective, seg in segments:
+        for phase, objective, seg in _phase_segments(rows, key):
             fig.add_trace(
                 go.Scatter(
                     x=[_x(r, axis) for r in seg],
-                    y=[r["loss"] for r in seg],
-                    mode="lines",
+                    y=[r[key] for r in seg],
+                    mode="lines" if len(seg) > 1 else "markers",
                     name=f"{name} · {phase} ({objective})",
-                    line={"color": color, "dash": OBJECTIVE_DASH.get(objective, "dash")},
-                    hovertemplate=f"{name}<br>{phase} ({objective})<br>%{{x}}: loss %{{y:.3f}}<extra></extra>",
+                    legendgroup=name,
+                    line={"color": color, "dash": PHASE_DASH.get(phase, "dash"), "width": 2},
+                    marker={"color": color, "size": 8},
+                    hovertemplate=f"{name}<br>{phase} ({objective})<br>%{{x}}: {ylabel} %{{y:.4g}}<extra></extra>",
                 )
             )
         for b in phase_boundaries(rows, axis):
             fig.add_vline(x=b["x"], line={"color": color, "dash": "dash", "width": 1})
-            fig.add_annotation(
-                x=b["x"],
-                y=1,
-                yref="paper",
-                text=f"{b['phase']} ({b['objective']})",
-                showarrow=False,
-                font={"color": color, "size": 10},
-                xanchor="left",
-                yanchor="top",
-            )
-    return _layout(fig, title, "tokens seen" if axis == "tokens_seen" else axis, "loss")
+            if key == "loss":
+                fig.add_annotation(x=b["x"], y=1, yref="paper", text=f"{b['phase']} ({b['objective']})",
+                                   showarrow=False, font={"color": color, "size": 10}, xanchor="left",
+                                   yanchor="top")  # fmt: skip
+    if key == "lr":
+        fig.update_yaxes(exponentformat="e")
+    fig.update_layout(showlegend=True)  # which run a lone curve is
+    return _layout(fig, title, _axis_title(axis), ylabel)
+
+
+def train_loss_figure(runs: dict[str, Sequence[dict]], axis: str = "tokens_seen") -> go.Figure:
+    """Training loss per run and phase; each phase switch is a vertical line."""
+    return train_metric_figure(runs, "loss", axis)
 
 
 def eval_loss_figure(
     runs: dict[str, Sequence[dict]], axis: str = "tokens_seen", key: str = "eval_mlm_loss"
 ) -> go.Figure:
-    """Held-out MLM loss (15% masking, fixed masks): the curve comparable across recipes."""
-    title = "Held-out MLM loss (comparable across recipes)"
+    """A held-out curve: the MLM loss at 15% with fixed masks (comparable across recipes) or the CLM loss."""
+    title, ylabel = EVAL_METRICS.get(key, (key, key))
     if not any(any(r.get("type") == "eval" and r.get(key) is not None for r in rows) for rows in runs.values()):
         return _empty(title, "no evaluation rows yet")
     fig = go.Figure()
@@ -111,11 +139,31 @@ def eval_loss_figure(
         )
         for b in phase_boundaries(rows, axis):
             fig.add_vline(x=b["x"], line={"color": color, "dash": "dash", "width": 1})
-    return _layout(fig, title, "tokens seen" if axis == "tokens_seen" else axis, key)
+    fig.update_layout(showlegend=True)
+    return _layout(fig, title, _axis_title(axis), ylabel)
 
 
-def run_summary(name: str, status: dict) -> dict:
-    """One table row: progress, tokens and ETA from status.json."""
+def metrics_summary(rows: Sequence[dict]) -> dict:
+    """The run table's numbers from metrics.jsonl: the last train loss, the last held-out MLM and CLM losses, and
+    the throughput over training (total tokens / total time: the harmonic mean of the rows' rates, each row
+    covering the same number of steps)."""
+    train = [r for r in rows if r.get("type") == "train"]
+    ev = [r for r in rows if r.get("type") == "eval"]
+    rates = [r["tokens_per_s"] for r in train if r.get("tokens_per_s")]
+    return {
+        "train_loss": train[-1].get("loss") if train else None,
+        "eval_mlm_loss": ev[-1].get("eval_mlm_loss") if ev else None,
+        "eval_clm_loss": ev[-1].get("eval_clm_loss") if ev else None,
+        "tokens_per_s": len(rates) / sum(1 / r for r in rates) if rates else None,
+    }
+
+
+ERROR_CHARS = 60  # the table shows the start of an error; the Runs tab's log panel shows all of it
+
+
+def run_summary(name: str, status: dict, metrics: dict | None = None, now: float | None = None) -> dict:
+    """One table row: progress (%), tokens and ETA from status.json; time (duration); throughput (tok/s) and final
+    losses from ``metrics_summary``."""
     tokens, total = status.get("tokens_seen"), status.get("total_tokens")
     step, steps = status.get("step"), status.get("total_steps")
     pct = f"{100 * tokens / total:.0f}%" if tokens is not None and total else ""
@@ -125,21 +173,39 @@ def run_summary(name: str, status: dict) -> dict:
     elif eta is None:
         eta_txt = "…"
     else:
-        eta_txt = (
-            f"{int(eta) // 3600}h{int(eta) % 3600 // 60:02d}m"
-            if eta >= 3600
-            else f"{int(eta) // 60}m{int(eta) % 60:02d}s"
-        )
+        eta_txt = _fmt_duration(eta)
+    started, ended = status.get("started_at"), status.get("finished_at")
+    if started and not ended and status.get("state") != "running":
+        ended = status.get("updated_at")  # died without saying when
+    duration = (ended or now or time.time()) - started if started else None
+    m = metrics or {}
+    error = status.get("error") or ""
     return {
         "run": name,
         "state": status.get("state", "unknown"),
         "phase": status.get("phase") or "",
         "step": f"{step or 0}/{steps}" if steps else (str(step) if step else ""),
         "tokens": f"{_fmt_int(tokens)}/{_fmt_int(total)}" if total else _fmt_int(tokens),
-        "progress": pct,
+        "%": pct,
         "ETA": eta_txt,
-        "error": (status.get("error") or "")[:200],
+        "time": _fmt_duration(duration) if duration is not None and duration >= 0 else "",
+        "tok/s": _fmt_int(m.get("tokens_per_s")),
+        "train loss": _fmt_loss(m.get("train_loss")),
+        "held-out MLM": _fmt_loss(m.get("eval_mlm_loss")),
+        "held-out CLM": _fmt_loss(m.get("eval_clm_loss")),
+        "error": error if len(error) <= ERROR_CHARS else error[: ERROR_CHARS - 1] + "…",
     }
+
+
+def _fmt_duration(s: float) -> str:
+    s = int(s)
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s"
+
+
+def _fmt_loss(v) -> str:
+    return "" if v is None else f"{v:.3f}"
 
 
 def _fmt_int(n) -> str:

@@ -64,6 +64,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-keep-models", action="store_true", help="do not save the fine-tuned models (metrics only)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code from the hub")
     p.add_argument("--mixed-precision", choices=["no", "bf16", "fp16"], help="default: bf16 on a GPU that has it")
+    p.add_argument(
+        "--report-to",
+        help="experiment trackers that also get each seed's scores and the summary, comma-separated: tensorboard, "
+        "trackio, wandb, mlflow (TensorBoard files go under OUT/trackers/tensorboard/)",
+    )
 
 
 def run(args) -> int:
@@ -88,6 +93,7 @@ def run(args) -> int:
         trust_remote_code=args.trust_remote_code,
         keep_models=not args.no_keep_models,
         mixed_precision=args.mixed_precision,
+        report_to=args.report_to,
         epochs=args.epochs,
         lr=args.lr,
         weight_decay=args.weight_decay,

@@ -118,29 +118,23 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-_spawned: list[subprocess.Popen] = []  # children started here, polled so that none stays a zombie
-_spawned_lock = threading.Lock()
-
-
 def spawn_detached(argv: list[str], log_path: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start ``argv`` in its own session, output appended to ``log_path``; never a shell, never a pipe.
 
-    Children that have exited since the last spawn are reaped here (``poll``), whoever started them: the app and
-    the queue worker start many over their lifetime. ``poll`` caches the exit code, so a caller that keeps the
-    ``Popen`` still reads it."""
+    A daemon thread waits on the child, so it is reaped the moment it exits: the app starts a queue worker and
+    may start nothing else for hours, and an unwaited child stays a defunct (zombie) entry that long. ``wait``
+    stores the exit code in the ``Popen``, so a caller that keeps it still reads it with ``poll``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with _spawned_lock:
-        _spawned[:] = [p for p in _spawned if p.poll() is None]
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                argv,
-                cwd=str(REPO_ROOT),
-                env=child_env(extra_env),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
-        _spawned.append(proc)
-        return proc
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            cwd=str(REPO_ROOT),
+            env=child_env(extra_env),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
+    return proc

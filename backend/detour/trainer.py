@@ -29,7 +29,7 @@ from backend.detour.recipe import (
     set_lr,
     tokens_per_step,
 )
-from backend.engine import checkpoint
+from backend.engine import checkpoint, trackers
 from backend.engine.data import batch_indices
 from backend.engine.models import transformer_blocks
 from backend.engine.precision import full_state_dict, make_accelerator
@@ -43,6 +43,7 @@ def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, sh
     """Train ``hf_model`` through the recipe's phases. Returns 'done' or 'cancelled'."""
     s = _setup(cfg, Path(run_dir), hf_model, tokenizer, log)
     step0 = _start_step(s, resume)
+    trackers.start_run(s.accelerator, cfg, s.run_dir, resume=step0 > 0, log=log)  # logging.report_to, if any
     if step0 == 0:  # where every recipe starts from: the same number for both runs of a pair
         s.emit({"type": "eval", "step": 0, "phase": s.phases[0].name, "tokens_seen": 0, **evaluate(s)})
     s.lm.train()
@@ -69,6 +70,7 @@ def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, sh
             _save(s, done)
         if stop and done < s.total_steps:
             log(f"stopping at step {done}: checkpoint saved, resume with --resume")
+            trackers.finish(s.accelerator)
             return "cancelled"
     _save_final(s)
     return "done"
@@ -137,11 +139,14 @@ class _State:
     def emit(self, row: dict) -> None:
         if self.main:
             atomic.append_jsonl(self.run_dir / "metrics.jsonl", {**row, "time": time.time()})
+            trackers.log_row(self.accelerator, row)  # the same row to TensorBoard, trackio, ... (report_to)
 
 
 def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log) -> _State:
     t = cfg["train"]
-    accelerator = make_accelerator(t["precision"], fsdp=t["fsdp"])
+    accelerator = make_accelerator(
+        t["precision"], fsdp=t["fsdp"], **trackers.accelerator_args(cfg["logging"]["report_to"], run_dir)
+    )
     world = accelerator.num_processes
     torch.manual_seed(t["seed"])
     with accelerator.main_process_first():  # one process builds the token store; the others open it
@@ -237,6 +242,7 @@ def _save_final(s: _State) -> None:
         s.tokenizer.save_pretrained(tmp)
         atomic.replace_dir(tmp, s.run_dir / "final")
     s.accelerator.wait_for_everyone()
+    trackers.finish(s.accelerator)
     s.accelerator.end_training()
 
 

@@ -18,6 +18,7 @@ from backend.core.errors import ConfigError
 from backend.core.paths import is_plain_name
 from backend.engine import schema
 from backend.engine.schema import BY_KEY, SCHEMA
+from backend.engine.trackers import parse_report_to
 
 
 def check_run_name(name: str) -> str:
@@ -115,7 +116,7 @@ def check_key(k: schema.Key, v):
     if v is None:
         if k.optional:
             return None
-        if k.kind not in ("str", "mapping"):
+        if k.kind not in ("str", "mapping", "trackers"):  # trackers: none = []
             raise ConfigError(k.key, v, "a value is required here")
     if k.kind in ("int", "float"):
         integer = k.kind == "int"
@@ -132,6 +133,8 @@ def check_key(k: schema.Key, v):
         raise ConfigError(k.key, v, f"allowed: {', '.join(k.choices)}")
     if k.kind == "layers":
         parse_layer_range(v, k.key)
+    if k.kind == "trackers":
+        return parse_report_to(v, k.key)
     if k.kind == "betas" and not (
         isinstance(v, list) and len(v) == 2 and all(isinstance(b, (int, float)) and 0 <= b < 1 for b in v)
     ):

@@ -102,8 +102,10 @@ FSDP_NEEDS_GPU = (
 )
 
 
-def make_accelerator(precision: str | None = None, fsdp: bool = False):
+def make_accelerator(precision: str | None = None, fsdp: bool = False, log_with=None, logging_dir=None):
     """An ``Accelerator`` for ``precision`` (fp32|bf16|fp16|auto; None keeps the process's current one).
+
+    ``log_with``/``logging_dir``: experiment trackers and where local ones write (``trackers.accelerator_args``).
 
     Accelerate keeps one state per process and refuses a second precision; training in a fresh process never
     meets that, tests and the app's evaluations do, so only the precision part of the state is reset.
@@ -132,6 +134,11 @@ def make_accelerator(precision: str | None = None, fsdp: bool = False):
         from accelerate import FullyShardedDataParallelPlugin
 
         kwargs["fsdp_plugin"] = FullyShardedDataParallelPlugin(fsdp_version=2)
+    if log_with:
+        from accelerate.utils import ProjectConfiguration
+
+        kwargs["log_with"] = list(log_with)
+        kwargs["project_config"] = ProjectConfiguration(project_dir=str(logging_dir), logging_dir=str(logging_dir))
     accelerator = Accelerator(mixed_precision=mixed, **kwargs)
     if fsdp and accelerator.distributed_type != "FSDP":
         from backend.core.errors import ConfigError

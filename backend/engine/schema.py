@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backend.core.paths import DEFAULT_MODEL
+from backend.engine.trackers import TRACKERS
 
 RECIPES = ("clm_detour", "mlm", "pair", "pretrain")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -23,7 +24,7 @@ DECAY_SHAPES = ("1-sqrt", "linear")
 class Key:
     key: str
     default: Any
-    kind: str  # int | float | bool | str | choice | layers | betas | mapping | path
+    kind: str  # int | float | bool | str | choice | layers | betas | mapping | path | trackers (a list of choices)
     help: str
     lo: float | None = None
     hi: float | None = None
@@ -139,6 +140,9 @@ SCHEMA: list[Key] = [
     Key("logging.checkpoint_every", 100, "int", "steps between checkpoints", lo=1,
         label="Checkpoint every (steps)", form=39, advanced=True),
     Key("logging.keep_checkpoints", 2, "int", "checkpoints kept (older ones are deleted)", lo=1),
+    Key("logging.report_to", [], "trackers",
+        "experiment trackers that also get every metric: tensorboard | trackio | wandb | mlflow (none: offline, "
+        "metrics.jsonl only)", choices=tuple(TRACKERS), label="Report to (experiment trackers)", form=22),
 ]  # fmt: skip
 BY_KEY = {k.key: k for k in SCHEMA}
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from backend.core.errors import ConfigError, DetourError
 from backend.core.paths import DEMO_NER_DIR, evals_dir
+from backend.engine import trackers
 from backend.engine.precision import make_accelerator
 from backend.evaluation import TASKS
 from backend.evaluation.datafiles import subsample
@@ -127,17 +128,20 @@ def evaluate_models(
     trust_remote_code: bool = False,
     keep_models: bool = True,
     mixed_precision: str | None = None,
+    report_to: list[str] | str | None = None,
     **hparams,
 ) -> dict:
     """Fine-tune every model with every seed on ``task`` and compare them. Returns the results dict (also written
     to ``out_dir/results.json`` and ``results.md``). ``hparams``: epochs, lr, weight_decay, batch_size, max_len,
-    warmup_ratio, grad_clip, eval_batch_size, max_train_examples, max_eval_examples, metric.
+    warmup_ratio, grad_clip, eval_batch_size, max_train_examples, max_eval_examples, metric. ``report_to``:
+    experiment trackers (``logging.report_to``'s names) that get each seed's scores and the summary.
 
     ``progress(event)`` gets dicts with ``event`` (start | step | epoch | run_done | run_failed | run_resumed |
     done), ``model``, ``seed``, ``run`` (1-based) / ``runs``, ``fraction`` (0-1 overall), ``elapsed_s``,
     ``eta_s`` and a one-line ``message``; without a callback the messages are printed.
     """
     labels, dirs, seeds, hp, sources = _check_inputs(task, models, labels, data, seeds, hparams)
+    report_to = trackers.checked_report_to(report_to, "report_to")
     data_obj = load_task_data(
         task,
         data,
@@ -157,15 +161,20 @@ def evaluate_models(
 
     meter = _Progress(len(jobs), hp["epochs"], out_dir, progress)
     runner = _Runner(task, data_obj, hp, results, meter, trust_remote_code, keep_models, mixed_precision)
+    if report_to:  # one accelerator fine-tunes and reports (engine/trackers.py)
+        accelerator = make_accelerator(mixed_precision, **trackers.accelerator_args(report_to, out_dir))
+        runner.accelerator = trackers.start_evaluation(accelerator, results, out_dir)
     try:
         for job in jobs:
             runner.run(job)
+            trackers.log_eval_run(runner.accelerator, job.label, job.record)
             write_results(refresh(results), out_dir)
     except (EvaluationStopped, KeyboardInterrupt):
         _finish(results, "stopped", out_dir)
         raise
     n_failed = len(results["failures"])
     _finish(results, "complete" if not n_failed else "complete_with_failures", out_dir)
+    trackers.log_eval_summary(runner.accelerator, results)
     meter.report(
         "done",
         f"done: {len(jobs) - n_failed}/{len(jobs)} runs ok; results in {out_dir / 'results.md'}",

@@ -115,6 +115,14 @@ def expand_seeds(cfg: dict, seeds: list[int] | None) -> list[dict]:
     return outs
 
 
+def check_names_free(cfg: dict, root: str | Path | None = None, seeds: list[int] | None = None) -> None:
+    """What ``submit`` would refuse for a taken name (a pair's and every seed variant's), without preparing anything."""
+    from backend.runs.train import check_names_free as check_free
+
+    for c in expand_seeds(cfg, seeds):
+        check_free(c, _root(root))
+
+
 def submit(
     cfg: dict,
     root: str | Path | None = None,

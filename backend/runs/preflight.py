@@ -16,6 +16,7 @@ from backend.detour.recipe import build_phases, split_pair
 from backend.engine.data import iter_documents, pack, split_documents, tokenize_documents
 from backend.engine.models import load_config, load_tokenizer, resolve_model, resolve_tokenizer
 from backend.engine.tokenstore import cached_info
+from backend.engine.trackers import check_installed
 
 
 def tokenizer_for(cfg: dict):
@@ -39,6 +40,7 @@ def cpp_compiler() -> str | None:
 def check(cfg: dict, check_data: bool = True) -> dict:
     """Raise a DetourError for anything that would fail after the run started. Returns facts found."""
     m = cfg["model"]
+    check_installed(cfg["logging"]["report_to"])  # a missing tracker package fails here, before any run directory
     if m["name"] != "from_scratch":
         mconf = load_config(resolve_model(m["name"]), m["trust_remote_code"])
         if cfg["recipe"] in ("clm_detour", "pair"):

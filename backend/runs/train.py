@@ -26,6 +26,19 @@ from backend.engine.config import check_run_name, validate_config
 from backend.engine.rundir import read_config, suggest_name, write_status
 
 
+def check_names_free(cfg: dict, root: Path) -> None:
+    """Every run folder ``cfg`` would make (a pair makes two) is free under ``root``; else the error names a free one.
+    Cheap (a few stat calls): the Launch form runs it as you type."""
+    for _, c in split_pair(cfg):
+        check_run_name(c["name"])
+        if (root / c["name"]).exists():
+            raise ConfigError(
+                "name",
+                cfg["name"],
+                f"a run named '{c['name']}' already exists; try '{suggest_name(cfg['name'], root)}'",
+            )
+
+
 def prepare_runs(
     cfg: dict, root: Path | None = None, command: list[str] | None = None, claim: bool = False
 ) -> list[Path]:
@@ -39,14 +52,7 @@ def prepare_runs(
     cfg = validate_config(copy.deepcopy(cfg))
     root = Path(root) if root else runs_dir()
     runs = split_pair(cfg)
-    for _, c in runs:
-        check_run_name(c["name"])
-        if (root / c["name"]).exists():
-            raise ConfigError(
-                "name",
-                cfg["name"],
-                f"a run named '{c['name']}' already exists; try '{suggest_name(cfg['name'], root)}'",
-            )
+    check_names_free(cfg, root)
     check(cfg)
     out = []
     for role, c in runs:

@@ -386,6 +386,9 @@ def test_reports_tab_launches_the_quick_preset_detached(tmp_path, monkeypatch):
         def poll(self):
             return None
 
+        def wait(self, timeout=None):  # spawn_detached's reaper thread waits on every child it starts
+            return None
+
     monkeypatch.setattr(process.subprocess, "Popen", FakePopen)
     msg, name = reports_tab.launch_quick("quick")
     assert name == "quick" and "4242" in msg

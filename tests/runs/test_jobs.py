@@ -34,9 +34,9 @@ def on_term(signum, frame):
         f.write(f"cancel {os.path.basename(d)} {time.time()}\n")
     sys.exit(0)
 signal.signal(signal.SIGTERM, on_term)
-rundir.write_status(d, state="running", pid=os.getpid(), started_at=time.time(), resumed=resume)
-with open(os.path.join(os.path.dirname(d), "events.log"), "a") as f:
+with open(os.path.join(os.path.dirname(d), "events.log"), "a") as f:  # before "running": a cancel may follow at once
     f.write(f"start {os.path.basename(d)} {time.time()} resume={resume}\n")
+rundir.write_status(d, state="running", pid=os.getpid(), started_at=time.time(), resumed=resume)
 print("training", d, flush=True)
 time.sleep(seconds)
 with open(os.path.join(os.path.dirname(d), "events.log"), "a") as f:
@@ -181,6 +181,25 @@ def test_ensure_worker_starts_detached_process_that_exits_when_idle(isolated_run
     assert "queue empty; exiting" in log
     assert os.getsid(0) != pid  # it had its own session (detached)
     assert jobs.worker_pid(root) is None
+
+
+def _proc_state(pid: int) -> str | None:
+    """The state letter in /proc/<pid>/stat ('Z' = a defunct child nobody waited for), None once reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+    except FileNotFoundError:
+        return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_a_finished_worker_is_reaped_not_left_defunct(isolated_runs_dir):
+    """The app starts a worker and may start nothing else for hours: the worker must not stay a zombie child."""
+    isolated_runs_dir.mkdir(parents=True, exist_ok=True)
+    pid = jobs.ensure_worker(isolated_runs_dir)  # nothing queued: it starts, looks, exits
+    deadline = time.time() + 60
+    while _proc_state(pid) is not None and time.time() < deadline:
+        time.sleep(0.1)
+    assert _proc_state(pid) is None, f"worker {pid} is still in /proc as state {_proc_state(pid)!r}"
 
 
 def test_command_preview_and_seeds():

@@ -124,7 +124,7 @@ def test_launch_restart_app_and_read_curves(tmp_path, isolated_runs_dir, tiny_mo
             lambda: (s := rundir.read_status(run)).get("state") in ("done", "failed") and s, 150, "the run to finish"
         )
         assert st["state"] == "done", (run / "train.log").read_text()[-2000:]
-        f_train, f_eval = client.predict(["live"], "tokens_seen", api_name="/curves")
+        f_train, f_eval, *_ = client.predict(["live"], "tokens_seen", api_name="/curves")
         tr = plot_traces(f_train)
         assert {t["name"] for t in tr} == {"live · main (clm)", "live · decay (mlm)"}
         assert len(tr[0]["x"]) >= 10 and all(isinstance(v, float) for v in tr[0]["y"])

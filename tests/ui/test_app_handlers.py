@@ -154,7 +154,7 @@ def test_runs_table_curves_log_cancel(isolated_runs_dir):
     table = runs_tab.runs_table()
     assert [r[0] for r in table] == ["beta", "alpha"]  # newest first
     assert table[1][:6] == ["alpha", "done", "decay", "20/20", "5.12k/5.12k", "100%"]
-    f_train, f_eval = runs_tab.curves(["alpha", "beta"])
+    f_train, f_eval, *_ = runs_tab.curves(["alpha", "beta"])
     names = [t.name for t in f_train.data]
     assert "alpha · main (clm)" in names and "alpha · decay (mlm)" in names and "beta · main (clm)" in names
     assert any(s.x0 == 4096 for s in f_train.layout.shapes)  # the CLM -> MLM boundary is marked

@@ -1,0 +1,96 @@
+"""The Launch form as a new user met it: a taken run name is flagged while typing, an invalid field keeps the last
+valid preview (marked stale), every way a value changes is validated, the help matches the offered choices, and
+the experiment trackers are a field like the others."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from app import launch_tab
+from backend.engine.config import default_config
+from backend.engine.trackers import TRACKERS
+from backend.runs import jobs
+
+
+@pytest.fixture(autouse=True)
+def app_env(tmp_path, monkeypatch, tiny_modernbert_dir):
+    monkeypatch.setenv("DETOUR_ALLOWED_ROOTS", str(tiny_modernbert_dir))
+    monkeypatch.setenv("DETOUR_UPLOADS_DIR", str(tmp_path / "uploads"))
+    monkeypatch.setattr(jobs, "ensure_worker", lambda *a, **k: None)  # nothing trains in these tests
+
+
+def form(model: Path, **changes) -> list:
+    cfg = default_config()
+    cfg.update(name="exp", recipe="clm_detour")
+    cfg["model"]["name"] = str(model)
+    cfg["train"].update(seq_len=64, batch_size=4)
+    cfg["phases"]["main"]["tokens"] = 4096
+    values = launch_tab.config_to_values(cfg)
+    for key, v in changes.items():
+        values[launch_tab.KEYS.index(key.replace("__", "."))] = v
+    return values
+
+
+def test_a_taken_run_name_is_flagged_while_typing_with_a_free_one(tiny_modernbert_dir, isolated_runs_dir):
+    assert launch_tab.validate_form(form(tiny_modernbert_dir))["ok"]
+    (isolated_runs_dir / "exp").mkdir(parents=True)
+    res = launch_tab.validate_form(form(tiny_modernbert_dir))
+    assert not res["ok"] and list(res["errors"]) == ["name"]
+    assert "a run named 'exp' already exists; try 'exp-2'" in res["errors"]["name"]
+    (isolated_runs_dir / "pp-mlm").mkdir()  # a pair makes two folders: either taken is refused
+    res = launch_tab.validate_form(form(tiny_modernbert_dir, name="pp", recipe="pair"))
+    assert list(res["errors"]) == ["name"] and "'pp-mlm' already exists" in res["errors"]["name"]
+    (isolated_runs_dir / "sd-s1").mkdir()  # so does every seed variant
+    res = launch_tab.validate_form(form(tiny_modernbert_dir, name="sd", seeds="0,1"))
+    assert list(res["errors"]) == ["name"] and "'sd-s1' already exists" in res["errors"]["name"]
+    assert launch_tab.validate_form(form(tiny_modernbert_dir, name="exp-2"))["ok"]
+
+
+def test_an_invalid_field_keeps_the_last_valid_preview_marked_stale(tiny_modernbert_dir):
+    good = launch_tab.validate_form(form(tiny_modernbert_dir))
+    bad = launch_tab.validate_form(form(tiny_modernbert_dir, train__lr="fast"))
+    assert not bad["ok"] and list(bad["errors"]) == ["train.lr"]
+    shown = launch_tab.keep_last_preview(bad, {k: good[k] for k in launch_tab.PREVIEW})
+    for k in launch_tab.PREVIEW:
+        assert shown[k] == launch_tab.STALE + good[k]  # the last valid CLI, accelerate and YAML, said to be stale
+    assert "recipe: clm_detour" in shown["yaml"] and shown["errors"] == bad["errors"]
+    assert launch_tab.keep_last_preview(good, None) is good
+
+
+def test_every_way_a_value_changes_is_validated():
+    """Wired to .change (a paste, a loaded config, a script), not only .input (typing)."""
+    from app import main
+
+    deps = main.build_app().get_config_file()["dependencies"]
+    validate = next(d for d in deps if d.get("api_name") == "validate")
+    assert {event for _, event in validate["targets"]} == {"change"}
+    assert len(validate["targets"]) == len(launch_tab.KEYS)
+
+
+def test_the_help_of_a_choice_field_names_only_the_offered_choices():
+    recipe = launch_tab.FIELD_BY_KEY["recipe"]
+    assert "pretrain" not in recipe.info and recipe.choices == ["pair", "clm_detour", "mlm"]
+    for f in launch_tab.FIELDS:
+        if f.kind == "radio" and " | " in (f.info or ""):
+            named = [part.split(" ", 1)[0] for part in f.info.split(" | ")]
+            assert named == f.choices, (f.key, f.info)
+
+
+def test_report_to_is_a_multiselect_from_the_schema(tiny_modernbert_dir):
+    f = launch_tab.FIELD_BY_KEY["logging.report_to"]
+    assert f.kind == "multi" and f.choices == list(TRACKERS) and not f.advanced
+    res = launch_tab.validate_form(form(tiny_modernbert_dir, logging__report_to=["tensorboard", "trackio"]))
+    assert res["ok"] and res["cfg"]["logging"]["report_to"] == ["tensorboard", "trackio"]
+    assert "--set 'logging.report_to=[tensorboard, trackio]'" in res["python"]
+    assert launch_tab.config_to_values(res["cfg"])[launch_tab.KEYS.index("logging.report_to")] == [
+        "tensorboard",
+        "trackio",
+    ]
+    if importlib.util.find_spec("wandb") is None:
+        res = launch_tab.validate_form(form(tiny_modernbert_dir, logging__report_to=["wandb"]))
+        assert (
+            list(res["errors"]) == ["logging.report_to"] and "pip install wandb" in res["errors"]["logging.report_to"]
+        )

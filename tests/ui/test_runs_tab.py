@@ -1,0 +1,109 @@
+"""The Runs tab's handlers on fake run directories: every logged metric is drawn, phases read apart, the table
+holds final losses, duration and throughput without a long error crushing it, and the selectors start on the run
+one came for."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from app import runs_tab
+from backend.analysis import plots
+from backend.core import atomic
+from backend.engine import rundir
+from backend.engine.config import default_config
+
+
+def make_run(root: Path, name: str, objective: str = "clm", decay_steps: int = 4, **status) -> Path:
+    """A finished-looking run: main (``objective``) for 8 steps, then an MLM decay of ``decay_steps`` rows."""
+    d = root / name
+    d.mkdir(parents=True)
+    atomic.write_yaml(d / "config.yaml", {**default_config(), "name": name})
+    rundir.write_status(d, **{"state": "done", "created_at": time.time(), **status})
+    rows = [{"type": "phase", "step": 0, "phase": "main", "objective": objective, "tokens_seen": 0}]
+    rows += [{"type": "eval", "step": 0, "tokens_seen": 0, "eval_mlm_loss": 9.0, "eval_clm_loss": 9.5}]
+    for s in range(1, 9 + decay_steps):
+        phase, obj = ("main", objective) if s <= 8 else ("decay", "mlm")
+        if s == 9:
+            rows.append({"type": "phase", "step": 8, "phase": "decay", "objective": "mlm", "tokens_seen": 8 * 256})
+        rows.append({"type": "train", "step": s, "phase": phase, "objective": obj, "loss": 9 - s / 10,
+                     "lr": 1e-4 * s, "grad_norm": 2.0 + s, "tokens_per_s": 1000.0 * (1 + s % 2),
+                     "tokens_seen": 256 * s})  # fmt: skip
+    rows += [{"type": "eval", "step": 8 + decay_steps, "tokens_seen": 256 * (8 + decay_steps), "eval_mlm_loss": 7.0,
+              "eval_clm_loss": 8.0}]  # fmt: skip
+    for r in rows:
+        atomic.append_jsonl(d / "metrics.jsonl", r)
+    (d / "train.log").write_text("line 1\nline 2\n")
+    return d
+
+
+def _by_name(fig) -> dict:
+    return {t.name: t for t in fig.data}
+
+
+def test_every_logged_metric_has_a_curve(isolated_runs_dir):
+    make_run(isolated_runs_dir, "det")
+    figs = runs_tab.curves(["det"])
+    assert [f for _, _, f in runs_tab.FIGURES] == ["plot-train", "plot-eval", "plot-eval-clm", "plot-lr",
+                                                   "plot-grad-norm", "plot-tokens-per-s"]  # fmt: skip
+    by_key = {key: fig for (_, key, _), fig in zip(runs_tab.FIGURES, figs, strict=True)}
+    main = {k: _by_name(by_key[k])["det · main (clm)"] for k in ("lr", "grad_norm", "tokens_per_s")}
+    assert list(main["lr"].y) == [1e-4 * s for s in range(1, 9)]
+    assert list(main["grad_norm"].y) == [2.0 + s for s in range(1, 9)]
+    assert list(main["tokens_per_s"].y) == [1000.0 * (1 + s % 2) for s in range(1, 9)]
+    assert list(by_key["eval_clm_loss"].data[0].y) == [9.5, 8.0]  # the held-out CLM curve: the one the detour lowers
+    assert "CLM" in by_key["eval_clm_loss"].layout.title.text
+
+
+def test_main_and_decay_read_apart_and_a_one_row_phase_is_a_marker(isolated_runs_dir):
+    make_run(isolated_runs_dir, "base", objective="mlm", decay_steps=1)  # MLM then MLM: only the phase differs
+    traces = _by_name(runs_tab.curves(["base"])[0])
+    main, decay = traces["base · main (mlm)"], traces["base · decay (mlm)"]
+    assert main.line.dash != decay.line.dash and main.line.color == decay.line.color
+    assert list(decay.x) == [9 * 256] and decay.mode == "markers"  # one point: a line would draw nothing
+    assert main.mode == "lines"
+
+
+def test_table_has_final_losses_duration_throughput_and_a_short_error(isolated_runs_dir):
+    make_run(isolated_runs_dir, "ok", started_at=1000.0, finished_at=1000.0 + 125)
+    long_error = "RuntimeError: " + "the disk said no; " * 30
+    make_run(isolated_runs_dir, "bad", state="failed", error=long_error, started_at=1000.0, finished_at=1010.0)
+    rows = {r[0]: dict(zip(runs_tab.TABLE_COLUMNS, r, strict=True)) for r in runs_tab.runs_table()}
+    ok = rows["ok"]
+    assert ok["train loss"] == f"{9 - 12 / 10:.3f}" and ok["held-out MLM"] == "7.000" and ok["held-out CLM"] == "8.000"
+    assert ok["time"] == "2m05s"
+    assert ok["tok/s"] == "1.33k"  # 11 rows alternating 1000/2000 tokens/s over equal steps: total / total time
+    assert len(rows["bad"]["error"]) <= plots.ERROR_CHARS and rows["bad"]["error"].endswith("…")
+    assert len(runs_tab.COLUMN_WIDTHS) == len(runs_tab.TABLE_COLUMNS)
+    shown = runs_tab.log_tail("bad")  # the whole error, where the log is read, in lines the panel shows whole
+    assert " ".join(shown.split("\n\n")[0].split()) == f"[failed] {long_error.strip()}"
+    assert max(len(line) for line in shown.splitlines()) <= runs_tab.LOG_WIDTH
+
+
+def test_selectors_start_on_the_running_run_else_the_newest(isolated_runs_dir):
+    make_run(isolated_runs_dir, "old-failed", state="failed", created_at=1.0, error="boom")
+    make_run(isolated_runs_dir, "finished", created_at=2.0)
+    make_run(isolated_runs_dir, "queued-new", state="queued", created_at=4.0)
+    assert runs_tab.default_run() == "finished"  # no running run: the newest that started (a queued one has no log)
+    make_run(isolated_runs_dir, "training", state="running", pid=os.getpid(), created_at=3.0)
+    assert runs_tab.default_run() == "training"
+    assert runs_tab.default_selection() == ["training", "queued-new"]  # running first, then the newest
+    first = runs_tab.poll_update([], None, "tokens_seen", None)
+    assert first["log_run"] == "training"
+
+
+def test_the_log_follows_the_running_run_until_one_is_picked(isolated_runs_dir):
+    a = make_run(isolated_runs_dir, "pair-detour", state="running", pid=os.getpid(), created_at=2.0)
+    make_run(isolated_runs_dir, "pair-mlm", state="queued", created_at=2.0)
+    tick = runs_tab.poll_update([], "pair-detour", "tokens_seen", {})  # the page opened on the running run
+    assert tick["log_run"] == "pair-detour" and not tick["log_run_changed"]
+    rundir.write_status(a, state="done")
+    rundir.write_status(isolated_runs_dir / "pair-mlm", state="running", pid=os.getpid())
+    tick = runs_tab.poll_update([], "pair-detour", "tokens_seen", tick["state"])
+    assert tick["log_run"] == "pair-mlm" and tick["log_run_changed"]  # the pair's second run took over
+    make_run(isolated_runs_dir, "older", created_at=1.0)
+    tick = runs_tab.poll_update([], "older", "tokens_seen", tick["state"])  # the user picked a run: it stays
+    assert tick["log_run"] == "older" and not tick["log_run_changed"]
+    tick = runs_tab.poll_update([], "older", "tokens_seen", tick["state"])
+    assert tick["log_run"] == "older"
