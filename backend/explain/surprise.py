@@ -16,6 +16,7 @@ the Fill-mask tab may be running at the same moment.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -29,7 +30,7 @@ from backend.engine.data import pack
 
 MAX_TOKENS = 128  # the masked view runs one copy of the text per token: its cost grows with the square of this
 MAX_TEXT_CHARS = 2000
-LOGITS_PER_CHUNK = 1 << 25  # vocabulary logits held at once in the masked view (128 MB of fp32)
+COPIES_PER_FORWARD = 64  # masked view: copies of the text per forward
 
 
 class SurpriseError(DetourError):
@@ -76,19 +77,35 @@ def clm_surprise(model, ids: torch.Tensor, doc_start: torch.Tensor) -> tuple[lis
     return surprise, expected
 
 
+@contextlib.contextmanager
+def _head_sees_only(model, pos: torch.Tensor):
+    """The MLM head gets only the hidden state at ``pos[i]`` of row i: the vocabulary projection of every other
+    position would be thrown away, and on a small model it costs about as much as the encoder."""
+    rows = pos.new_tensor(range(len(pos)))
+
+    def keep(module, args, out):
+        out.last_hidden_state = out.last_hidden_state[rows, pos][:, None]
+        return out
+
+    handle = model.base_model.register_forward_hook(keep)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
 @torch.inference_mode()
 def pll_surprise(model, ids: torch.Tensor, special: list[int], mask_id: int) -> tuple[list, list]:
     """(surprise of each non-special token when it alone is masked, or None; the id the model expected, or None)."""
     seq = ids[0]
     positions = [t for t, i in enumerate(seq.tolist()) if i not in set(special)]
     surprise, expected = [None] * len(seq), [None] * len(seq)
-    chunk = max(1, LOGITS_PER_CHUNK // (len(seq) * model.config.vocab_size))
-    for first in range(0, len(positions), chunk):
-        pos = torch.tensor(positions[first : first + chunk])
+    for first in range(0, len(positions), COPIES_PER_FORWARD):
+        pos = torch.tensor(positions[first : first + COPIES_PER_FORWARD])
         copies = seq.repeat(len(pos), 1)
         copies[torch.arange(len(pos)), pos] = mask_id
-        with causal_attention(model, copies, None, False) as attn:  # bidirectional: the model builds its own masks
-            logits = model(input_ids=copies, attention_mask=attn).logits[torch.arange(len(pos)), pos].float()
+        with causal_attention(model, copies, None, False) as attn, _head_sees_only(model, pos):
+            logits = model(input_ids=copies, attention_mask=attn).logits[:, 0].float()  # bidirectional: own masks
         loss = F.cross_entropy(logits, seq[pos], reduction="none")
         for p, lo, top in zip(pos.tolist(), loss.tolist(), logits.argmax(-1).tolist(), strict=True):
             surprise[p], expected[p] = lo, top
