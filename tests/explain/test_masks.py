@@ -8,9 +8,9 @@ import contextlib
 import pytest
 import torch
 
+from backend.engine.models import load_masked_lm
 from backend.explain import masks
 from backend.explain.masks import MaskViewError, attention_patterns, measured_patterns, patterns_of
-from backend.engine.models import load_masked_lm
 from conftest import TINY_BERT, save_tiny_model
 
 SEQ = 64  # 4x the tiny ModernBERT's window (16: keys |q - k| <= 8)
