@@ -14,6 +14,7 @@ from backend.analysis.plots import phase_boundaries
 ALLOWED, MASKED = "#2563eb", "#f1f5f9"
 SURPRISE_SCALE = "YlOrRd"
 OBJECTIVE_NAMES = {"mlm": "MLM", "clm": "CLM detour"}
+OBJECTIVE_COLOURS = {"mlm": "#636efa", "clm": "#ef553b"}  # the same in every run figure
 
 
 def layers_text(layers: list[int]) -> str:
@@ -80,7 +81,7 @@ def _tokens_html(res: dict, objective: str, top: float) -> str:
         spans.append(html.escape(gap))
         if value is None:
             why = "special token" if special else "opens the document: never predicted, as in training"
-            spans.append(f'<span style="color:#94a3b8" title="{why}">{html.escape(piece)}</span>')
+            spans.append(f'<span style="color:#94a3b8;margin-right:3px" title="{why}">{html.escape(piece)}</span>')
             continue
         bg, fg = _colour(value, top)
         tip = html.escape(f"{value:.2f} nats; the model expected {expected!r}")
@@ -141,19 +142,21 @@ def _over_the_run(fig: go.Figure, rows: list[dict], title: str, y_title: str) ->
     return fig
 
 
-def _line(x: list, y: list, name: str, dash: str, **kw) -> go.Scatter:
-    return go.Scatter(x=x, y=y, name=name, mode="lines+markers", line={"dash": dash}, **kw)
+def _line(x: list, y: list, name: str, objective: str, **kw) -> go.Scatter:
+    """CLM solid red, MLM dotted blue, in every figure over a run."""
+    line = {"dash": "solid" if objective == "clm" else "dot", "color": OBJECTIVE_COLOURS[objective]}
+    return go.Scatter(x=x, y=y, name=name, mode="lines+markers", line=line, **kw)
 
 
 def timeline_figure(points: list[dict], rows: list[dict], selected: int | None = None) -> go.Figure:
     """The run's held-out losses over tokens seen, its phase switches, a tick per saved model, the selected one."""
     fig = go.Figure()
     evals = [r for r in rows if r.get("type") == "eval"]
-    held_out = (("eval_mlm_loss", "held-out MLM loss (15%)", "dot"), ("eval_clm_loss", "held-out CLM loss", "solid"))
-    for key, name, dash in held_out:
-        got = [r for r in evals if r.get(key) is not None]
+    for objective, name in (("clm", "held-out CLM loss"), ("mlm", "held-out MLM loss (15% masked)")):
+        got = [r for r in evals if r.get(f"eval_{objective}_loss") is not None]
         if got:
-            fig.add_trace(_line([r["tokens_seen"] for r in got], [r[key] for r in got], name, dash))
+            x, y = [r["tokens_seen"] for r in got], [r[f"eval_{objective}_loss"] for r in got]
+            fig.add_trace(_line(x, y, name, objective))
     saved = [p for p in points if p.get("tokens_seen") is not None]
     fig.add_trace(
         go.Scatter(
@@ -181,10 +184,8 @@ def trace_figure(res: dict, rows: list[dict]) -> go.Figure:
     pts = [p for p in res["points"] if p.get("tokens_seen") is not None]
     x, labels = [p["tokens_seen"] for p in pts], [p["label"] for p in pts]
     fig = go.Figure()
-    for key, name, dash in (
-        ("clm_mean", "next token (causal)", "solid"),
-        ("mlm_mean", "masked (bidirectional)", "dot"),
-    ):
-        fig.add_trace(_line(x, [p[key] for p in pts], name, dash, text=labels,
-                            hovertemplate="%{text}<br>%{y:.2f} nats<extra>" + name + "</extra>"))  # fmt: skip
+    for objective, name in (("clm", "next token (causal)"), ("mlm", "masked (bidirectional)")):
+        y = [p[f"{objective}_mean"] for p in pts]
+        hover = "%{text}<br>%{y:.2f} nats<extra>" + name + "</extra>"
+        fig.add_trace(_line(x, y, name, objective, text=labels, hovertemplate=hover))
     return _over_the_run(fig, rows, "This text at every saved model: mean surprise per objective", "nats per token")
