@@ -173,8 +173,9 @@ def timeline_figure(points: list[dict], rows: list[dict], selected: int | None =
     if selected is not None and points[selected].get("tokens_seen") is not None:
         x = points[selected]["tokens_seen"]
         fig.add_vline(x=x, line={"color": "#111", "width": 3})
-        fig.add_annotation(x=x, y=0.5, yref="paper", text="you are here", showarrow=True, arrowhead=2, ax=-60, ay=0,
-                           bgcolor="rgba(255,255,255,0.8)")  # fmt: skip
+        right = x <= max(p["tokens_seen"] for p in saved) / 2  # the label on the roomier side of the line
+        fig.add_annotation(x=x, y=0.5, yref="paper", text="you are here", showarrow=True, arrowhead=2,
+                           ax=60 if right else -60, ay=0, bgcolor="rgba(255,255,255,0.8)")  # fmt: skip
     fig.update_layout(yaxis2={"overlaying": "y", "range": [0, 1], "visible": False})
     return _over_the_run(fig, rows, "The run: held-out losses, phase switch and saved models", "loss (nats)")
 
