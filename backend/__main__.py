@@ -16,6 +16,7 @@ COMMANDS = {
     "cka": "Layer x layer linear CKA between two models or runs.",
     "evaluate": "Fine-tune and evaluate models on NER / classification across seeds.",
     "fill-mask": "Top-k predictions for a masked sentence, one or more models.",
+    "explain": "What the objectives do: attention masks, per-token loss, a run's checkpoints.",
     "queue": "Run queued runs one after another (started detached by the app).",
     "replicate": "Mini replication of the paper's three findings, with a report.",
     "build-assets": "Rebuild the bundled tokenizer and tiny base model.",

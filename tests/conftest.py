@@ -125,3 +125,19 @@ def torchrun_train(run_dir: Path, port: int, nproc: int = 2, timeout: int = 600)
         text=True,
         timeout=timeout,
     )
+
+
+@pytest.fixture(scope="session")
+def detour_run_dir(tmp_path_factory, tiny_modernbert_dir) -> Path:
+    """A finished tiny clm_detour run with saved models in both phases: steps 2 and 4 (end-main) under CLM, 6 and 8
+    (end-decay, = final) under the MLM decay. Trained once per session, in its own runs folder and cache."""
+    from backend.runs.train import prepare_runs, train_run
+
+    root = tmp_path_factory.mktemp("detour_runs")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DETOUR_CACHE_DIR", str(root / ".cache"))
+        mp.setenv("DETOUR_RUNS_DIR", str(root))
+        sets = {"phases.main.steps": 4, "phases.decay.steps": 4, "logging.checkpoint_every": 2}
+        (run,) = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "scrub", recipe="clm_detour", **sets), root=root)
+        assert train_run(run)["state"] == "done"
+    return run

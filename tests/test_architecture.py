@@ -16,6 +16,7 @@ LAYERS = {  # package -> layer; an import may go sideways within a package or do
     "backend.analysis": 2,
     "backend.evaluation": 2,
     "backend.runs": 3,
+    "backend.explain": 3,
     "backend.bundle": 3,
     "backend.replication": 4,
     "backend.commands": 5,

@@ -1,0 +1,276 @@
+"""Detour tab: what the objectives change, for any model or run. The attention masks of each layer kind under MLM
+and under the CLM detour, the per-token surprise of 2-4 models under each objective, and both through a run's
+checkpoints with a slider. Thin wrappers over ``backend.explain`` (the functions behind ``python -m backend
+explain``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from app import check_model_spec, md_escape, model_choices, warn
+from backend.analysis import plots
+from backend.analysis.fill_mask import fill_mask
+from backend.core.errors import DetourError
+from backend.core.paths import DEFAULT_MODEL, runs_dir
+from backend.engine.rundir import read_metrics
+from backend.explain import attention_patterns, run_checkpoints, token_surprise
+from backend.explain.checkpoints import surprise_through_run
+from backend.explain.figures import layers_text, masks_figure, surprise_html, timeline_figure, trace_figure
+from backend.explain.masks import MAX_SEQ_LEN
+from backend.explain.surprise import MAX_TOKENS
+
+SLOTS = 4
+EXAMPLE_TEXT = "The patient was treated with intravenous furosemide and her blood pressure improved within two days."
+EXAMPLE_MASKED = "The patient was treated with intravenous [MASK] twice daily."
+
+INTRO = (
+    "The detour changes two things for a while: **what each token may look at** (the attention mask) and **what the "
+    "model is asked to predict** (the next token instead of a hidden one). Then the MLM decay changes both back. "
+    "Each view below computes this from the code the trainer runs, for any model or run."
+)
+MASKS_TEXT = (
+    "Each square is one attention pattern: row *i* is a token asking (the query), column *j* a token it may read "
+    "(the key); blue means allowed. Under **MLM** every token reads its neighbours on both sides. The **CLM detour** "
+    "hides everything to the right, so a token can only use what came before it: that is what makes predicting the "
+    "next token a real task. ModernBERT has two kinds of layer: *global* layers read the whole sequence, *local* "
+    "layers only a window around the token; the detour keeps that window and makes it causal too. These patterns "
+    "are read from the masks the layers receive in a real forward under the trainer's `causal_attention`, then "
+    "checked by pushing one token's input hard and watching which outputs move."
+)
+SURPRISE_TEXT = (
+    "Each token is coloured by how surprised the model is to see it, in nats (the training loss of that token: "
+    "0 = certain; the right end of the scale is a blind guess over the vocabulary). **Next token**: the model sees "
+    "only the tokens before, through the causal mask, as in the detour; the mean is exactly the trainer's CLM loss "
+    "on this text. **Masked**: each token is hidden on its own and guessed from both sides with the bidirectional "
+    "mask (the pseudo-log-likelihood, the per-token view of MLM). A model trained only with MLM does badly on the "
+    "first line (hover a token: under the causal mask it tends to repeat the token it sits on); the detour teaches "
+    "it the first line, and the MLM decay brings back the second."
+)
+SCRUB_TEXT = (
+    "Pick a run and drag the slider through its saved models, from the model it started from to the end. The plot "
+    "marks where the phase switches (CLM to the MLM decay in a detour run): watch the next-token line cool down "
+    "during the detour and the fill-mask guesses come back in the decay. More saved points: train with "
+    "`--set logging.checkpoint_every=N --set logging.keep_checkpoints=M`."
+)
+
+
+def show_masks(spec: str | None, seq_len=128) -> tuple:
+    """-> (heatmaps, message)."""
+    t0 = time.perf_counter()
+    try:
+        res = attention_patterns(check_model_spec(spec, "model"), int(seq_len))
+    except (DetourError, ValueError) as exc:
+        return None, warn(exc)
+    lines = [f"✓ **{md_escape(spec)}** ({res['model_type']}, {res['attn_implementation']}), {res['seq_len']} tokens, "
+             f"in {time.perf_counter() - t0:.1f} s"]  # fmt: skip
+    for k in res["kinds"]:
+        m, c = k["mlm_summary"], k["clm_summary"]
+        window = f", window {k['window']} (|q−k| ≤ {k['reach']})" if k["window"] else ""
+        mlm = f"{_span(m)} keys" + (", right side included" if m["sees_future"] else "")
+        clm = f"{_span(c)} keys" + (", right side included ⚠" if c["sees_future"] else ", nothing to its right")
+        lines.append(f"- **{k['name']}** ({layers_text(k['layers'])}){window}: MLM: each token reads {mlm}; "
+                     f"CLM detour: {clm}")  # fmt: skip
+    checks = [(k, o, k[f"{o}_measured"]) for k in res["kinds"] for o in ("mlm", "clm")]
+    bad = [f"{k['name']} {o.upper()}: {m['mismatches']} pairs differ" for k, o, m in checks if not m["agrees"]]
+    if bad:
+        lines.append("- ✗ measured pattern differs from the masks: " + "; ".join(bad))
+    else:
+        n = len(checks[0][2]["keys"])
+        lines.append(f"- measured: pushing the input at {n} key positions moved exactly the outputs these masks allow, "
+                     f"in every panel (layers {', '.join(str(k['layers'][0]) for k in res['kinds'])})")  # fmt: skip
+    return masks_figure(res), "\n".join(lines)
+
+
+def _span(summary: dict) -> str:
+    lo, hi = summary["keys_min"], summary["keys_max"]
+    return str(hi) if lo == hi else f"{lo} to {hi}"
+
+
+def _table(results: list[dict]) -> str:
+    rows = ["| model | next token (causal) | masked (bidirectional) |", "|---|---|---|"]
+    for r in results:
+        clm = "–" if r["clm_mean"] is None else f"{r['clm_mean']:.2f} nats ({r['clm_count']} tokens)"
+        mlm = "–" if r["mlm_mean"] is None else f"{r['mlm_mean']:.2f} nats ({r['mlm_count']} tokens)"
+        rows.append(f"| {md_escape(r['model'])} | {clm} | {mlm} |")
+    blind = max(r["blind_guess"] for r in results)
+    return "\n".join(rows) + f"\n\nA blind guess over the vocabulary costs {blind:.2f} nats."
+
+
+def show_surprise(text: str, specs: list[str | None]) -> tuple[str, str]:
+    """-> (coloured tokens as HTML, message with the means)."""
+    chosen = [(i, s.strip()) for i, s in enumerate(specs) if s and s.strip()]
+    if not chosen:
+        return "", "⚠ choose at least one model"
+    t0 = time.perf_counter()
+    try:
+        resolved = [check_model_spec(s, f"model {i + 1}") for i, s in chosen]
+        results = token_surprise(resolved, text, MAX_TOKENS)
+    except DetourError as exc:
+        return "", warn(exc)
+    for r, (_, s) in zip(results, chosen, strict=True):
+        r["model"] = s  # the name the user chose, not the resolved path
+    msg = _table(results) + f" Computed in {time.perf_counter() - t0:.1f} s."
+    if any(r["truncated"] for r in results):
+        msg += f" The text was cut to its first {MAX_TOKENS} tokens."
+    return surprise_html(results), msg
+
+
+def run_choices() -> list[str]:
+    return [c for c in model_choices() if (runs_dir() / c / "config.yaml").exists()]
+
+
+def load_run(run: str | None) -> tuple[dict, str]:
+    """-> ({"maximum", "value"} for the slider, message naming every saved model and each phase switch)."""
+    try:
+        res = run_checkpoints(_run_dir(run))
+    except DetourError as exc:
+        return {"maximum": 0, "value": 0}, warn(exc)
+    pts = res["points"]
+    if not pts:
+        return {"maximum": 0, "value": 0}, warn(f"run '{run}': no saved model yet")
+    msg = f"✓ {len(pts)} saved models in **{md_escape(run)}**: " + ", ".join(md_escape(p["label"]) for p in pts)
+    for i in res["switches"]:
+        msg += f"\n\nPhase switch between slider positions {i - 1} and {i}: {md_escape(pts[i]['label'])} is the first "
+        msg += f"model of phase {md_escape(pts[i]['phase'])}."
+    if res["advice"]:
+        msg += "\n\n⚠ " + md_escape(res["advice"])
+    return {"maximum": max(len(pts) - 1, 1), "value": 0}, msg
+
+
+def _run_dir(run: str | None) -> str:
+    spec = check_model_spec(run, "run")
+    if not (Path(spec) / "config.yaml").exists():
+        raise DetourError(f"run: '{run}' is not a run directory")
+    return spec
+
+
+def scrub(run: str | None, index, masked_text: str, text: str, top_k=5) -> tuple:
+    """-> (timeline, fill-mask bars or None, coloured tokens, message) for saved model ``index`` of ``run``. A bad
+    fill-mask sentence is reported under the other two views, which still show."""
+    t0 = time.perf_counter()
+    try:
+        run_dir = _run_dir(run)
+        res = run_checkpoints(run_dir)
+        pts = res["points"]
+        if not pts:
+            raise DetourError(f"run '{run}': no saved model yet")
+        i = min(max(int(index or 0), 0), len(pts) - 1)
+        point = pts[i]
+        surprise = token_surprise([point["model"]], text)[0]
+        surprise["model"] = point["label"]
+    except DetourError as exc:
+        return None, None, "", warn(exc)
+    fig = timeline_figure(pts, read_metrics(run_dir), selected=i)
+    try:
+        fill = fill_mask([point["model"]], masked_text, top_k=int(top_k))[0]
+        fill["model"] = f"fill-mask at {point['label']}"
+        bars, problem = plots.fill_mask_figure(fill), ""
+    except DetourError as exc:
+        bars, problem = None, "\n\n" + warn(exc)
+    phase = "the starting model, before any training" if point["tag"] == "start" else (
+        f"phase **{point['phase']}** ({(point['objective'] or '?').upper()}), step {point['step']}, "
+        f"{point['tokens_seen']:,} tokens seen")  # fmt: skip
+    took = time.perf_counter() - t0
+    msg = f"**{md_escape(point['label'])}** ({i + 1} of {len(pts)}): {phase}. Computed in {took:.1f} s." + problem
+    return fig, bars, surprise_html([surprise]), msg
+
+
+def trace(run: str | None, text: str) -> tuple:
+    """-> (the text's mean surprise per objective at every saved model of ``run``, message)."""
+    t0 = time.perf_counter()
+    try:
+        run_dir = _run_dir(run)
+        res = surprise_through_run(run_dir, text)
+    except DetourError as exc:
+        return None, warn(exc)
+    took = time.perf_counter() - t0
+    return trace_figure(res, read_metrics(run_dir)), f"✓ {len(res['points'])} saved models in {took:.1f} s"
+
+
+def default_models(choices: list[str]) -> list[str | None]:
+    """The base, then the newest detour/MLM pair's two runs: the three models a class compares."""
+    picks = [DEFAULT_MODEL] if DEFAULT_MODEL in choices else choices[:1]
+    pairs = [c.removesuffix("-detour") for c in choices if c.endswith("-detour")]
+    pairs = [p for p in pairs if f"{p}-mlm" in choices]
+    if pairs:
+        newest = max(pairs, key=lambda p: (runs_dir() / f"{p}-detour").stat().st_mtime)
+        picks += [f"{newest}-detour", f"{newest}-mlm"]
+    else:
+        picks += [c for c in choices if c not in picks][:2]
+    return (picks + [None] * SLOTS)[:SLOTS]
+
+
+def build(ctx) -> dict:
+    import gradio as gr
+
+    choices = model_choices()
+    defaults = default_models(choices)
+    runs = run_choices()
+    gr.Markdown(INTRO)
+    refresh = gr.Button("↻ Refresh the model and run lists", size="sm", elem_id="dt-refresh")
+
+    gr.Markdown("### 1 · The masks\n" + MASKS_TEXT)
+    with gr.Row():
+        m_model = gr.Dropdown(choices=choices, value=defaults[0], label="Model", allow_custom_value=True,
+                              elem_id="dt-mask-model")  # fmt: skip
+        m_len = gr.Slider(8, MAX_SEQ_LEN, value=128, step=8, label="sequence length (tokens)", elem_id="dt-mask-len")
+        m_btn = gr.Button("Show the masks", variant="primary", elem_id="dt-mask-btn")
+    m_msg = gr.Markdown("", elem_id="dt-mask-msg")
+    m_plot = gr.Plot(label="Attention patterns", elem_id="dt-mask-plot")
+
+    gr.Markdown("### 2 · Who predicts what\n" + SURPRISE_TEXT)
+    s_text = gr.Textbox(value=EXAMPLE_TEXT, label="Text", lines=2, max_lines=6, elem_id="dt-text")
+    with gr.Row():
+        s_models = [
+            gr.Dropdown(choices=choices, value=defaults[i], label=f"Model {i + 1}", allow_custom_value=True)
+            for i in range(SLOTS)
+        ]
+    s_btn = gr.Button("Show the surprise per token", variant="primary", elem_id="dt-surprise-btn")
+    s_msg = gr.Markdown("", elem_id="dt-surprise-msg")
+    s_html = gr.HTML("", elem_id="dt-surprise")
+
+    gr.Markdown("### 3 · Through a run\n" + SCRUB_TEXT)
+    detour_runs = [d for d in defaults[1:] if d and d.endswith("-detour")]
+    with gr.Row():
+        r_run = gr.Dropdown(choices=runs, value=(detour_runs or runs or [None])[0], label="Run",
+                            allow_custom_value=True, elem_id="dt-run")  # fmt: skip
+        r_load = gr.Button("Load its saved models", variant="primary", elem_id="dt-run-btn")
+    r_slider = gr.Slider(0, 1, value=0, step=1, label="saved model (drag to scrub)", elem_id="dt-scrub")
+    r_info = gr.Markdown("", elem_id="dt-run-msg")
+    with gr.Row():
+        r_masked = gr.Textbox(value=EXAMPLE_MASKED, label="Fill-mask sentence (one [MASK])", max_lines=2)
+        r_text = gr.Textbox(value=EXAMPLE_TEXT, label="Text for the per-token surprise", max_lines=3)
+    r_msg = gr.Markdown("", elem_id="dt-scrub-msg")
+    r_timeline = gr.Plot(label="The run", elem_id="dt-timeline")
+    with gr.Row(equal_height=False):
+        r_fill = gr.Plot(label="Fill-mask top-k", elem_id="dt-fill")
+        r_html = gr.HTML("", elem_id="dt-scrub-surprise")
+    t_btn = gr.Button("Trace this text through every saved model", elem_id="dt-trace-btn")
+    t_msg = gr.Markdown("", elem_id="dt-trace-msg")
+    t_plot = gr.Plot(label="This text through the run", elem_id="dt-trace")
+
+    def on_load(run):
+        slider, msg = load_run(run)
+        return gr.update(minimum=0, maximum=slider["maximum"], value=slider["value"]), msg
+
+    scrub_io = {"inputs": [r_run, r_slider, r_masked, r_text], "outputs": [r_timeline, r_fill, r_html, r_msg]}
+    busy = {"concurrency_limit": 1, "concurrency_id": "detour"}
+    m_btn.click(show_masks, inputs=[m_model, m_len], outputs=[m_plot, m_msg], api_name="detour_masks", **busy)
+    s_btn.click(lambda text, *specs: show_surprise(text, list(specs)), inputs=[s_text, *s_models],
+                outputs=[s_html, s_msg], api_name="detour_surprise", **busy)  # fmt: skip
+    r_load.click(on_load, inputs=[r_run], outputs=[r_slider, r_info], api_name="detour_run").then(
+        scrub, **scrub_io, **busy
+    )
+    r_slider.release(scrub, **scrub_io, api_name="detour_scrub", trigger_mode="always_last", **busy)
+    t_btn.click(trace, inputs=[r_run, r_text], outputs=[t_plot, t_msg], api_name="detour_trace", **busy)
+
+    def lists():
+        c = model_choices()
+        return [gr.update(choices=c)] * (1 + SLOTS) + [gr.update(choices=run_choices())]
+
+    refresh.click(lists, outputs=[m_model, *s_models, r_run], queue=False, api_visibility="private")
+    for d in (m_model, *s_models):
+        d.focus(lambda: gr.update(choices=model_choices()), outputs=[d], queue=False, api_visibility="private")
+    r_run.focus(lambda: gr.update(choices=run_choices()), outputs=[r_run], queue=False, api_visibility="private")
+    return {"mask_plot": m_plot, "surprise": s_html, "scrub": r_slider}

@@ -1,0 +1,80 @@
+"""The Detour tab's handlers on real tiny models and a real trained run, without a browser."""
+
+from __future__ import annotations
+
+import pytest
+
+from app import detour_tab
+
+
+@pytest.fixture(autouse=True)
+def app_env(monkeypatch, tiny_modernbert_dir, tiny_bert_dir, detour_run_dir):
+    monkeypatch.setenv("DETOUR_ALLOWED_ROOTS", f"{tiny_modernbert_dir}:{tiny_bert_dir}")
+    monkeypatch.setenv("DETOUR_RUNS_DIR", str(detour_run_dir.parent))  # the trained run is "scrub"
+
+
+def test_masks_view(tiny_modernbert_dir):
+    fig, msg = detour_tab.show_masks(str(tiny_modernbert_dir), 32)
+    assert msg.startswith("✓"), msg
+    assert len(fig.data) == 4  # (global, local) x (MLM, CLM)
+    glob_clm, local_clm = fig.data[1].z, fig.data[3].z
+    assert all(glob_clm[q][k] == (k <= q) for q in range(32) for k in range(32))
+    assert all(local_clm[q][k] == (0 <= q - k <= 8) for q in range(32) for k in range(32))
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles[0].startswith("global · layers 0, 2") and "causal AND window 16 (0 ≤ q−k ≤ 8)" in titles[3]
+    assert "**local** (layers 1, 3), window 16 (|q−k| ≤ 8)" in msg and "CLM detour: 1 to 9 keys" in msg
+    assert "moved exactly the outputs these masks allow" in msg
+    fig, msg = detour_tab.show_masks("/etc", 32)
+    assert fig is None and "outside" in msg
+    fig, msg = detour_tab.show_masks(str(tiny_modernbert_dir), 9999)
+    assert fig is None and "allowed 2-256" in msg
+
+
+def test_surprise_view_side_by_side(tiny_modernbert_dir, tiny_bert_dir):
+    html, msg = detour_tab.show_surprise(
+        "A <b>bold</b> claim & more.", [str(tiny_modernbert_dir), None, str(tiny_bert_dir), ""]
+    )
+    assert html.count("next token, causal mask") == 2 and html.count("masked, bidirectional") == 2
+    assert "&lt;" in html and "&gt;" in html and "<b>bold" not in html  # the text is escaped, never rendered
+    rows = [r for r in msg.splitlines() if r.startswith("| ") and "nats" in r]
+    assert len(rows) == 2 and "blind guess" in msg
+    html, msg = detour_tab.show_surprise("", [str(tiny_modernbert_dir)])
+    assert html == "" and "empty" in msg
+    html, msg = detour_tab.show_surprise("text", [None, ""])
+    assert "choose at least one model" in msg
+    html, msg = detour_tab.show_surprise("text", ["/etc"])
+    assert "outside" in msg
+
+
+def test_scrub_through_a_run():
+    assert "scrub" in detour_tab.run_choices()
+    slider, msg = detour_tab.load_run("scrub")
+    assert slider == {"maximum": 4, "value": 0}
+    assert "5 saved models" in msg and "Phase switch between slider positions 2 and 3" in msg
+    seen = []
+    for i in range(5):
+        timeline, fill, html, msg = detour_tab.scrub("scrub", i, detour_tab.EXAMPLE_MASKED, "The cell divides.")
+        assert msg.startswith("**"), msg
+        assert len(fill.data[0].x) == 5 and "next token, causal mask" in html
+        selected = [s for s in timeline.layout.shapes if s.line.width == 3]
+        assert [s.x0 for s in selected] == [512 * i]
+        assert any(s.x0 == 1024 for s in timeline.layout.shapes if s.line.dash == "dash")  # the CLM -> MLM switch
+        seen.append(html)
+    assert "phase **main** (CLM)" in detour_tab.scrub("scrub", 2, "The [MASK].", "x")[3]
+    assert "phase **decay** (MLM)" in detour_tab.scrub("scrub", 3, "The [MASK].", "x")[3]
+    assert len(set(seen)) == 5  # every saved model judges the text differently
+    timeline, fill, html, msg = detour_tab.scrub("scrub", 1, "no mask here", "x")
+    assert fill is None and "no mask token" in msg and timeline is not None and "step 2" in html  # the rest shows
+    _, _, _, msg = detour_tab.scrub("nope", 0, "The [MASK].", "x")
+    assert "not a" in msg
+
+
+def test_trace_a_text_through_the_run(detour_run_dir):
+    fig, msg = detour_tab.trace("scrub", "The cell divides.")
+    assert msg.startswith("✓ 5 saved models"), msg
+    assert [t.name for t in fig.data] == ["next token (causal)", "masked (bidirectional)"]
+    assert list(fig.data[0].x) == [0, 512, 1024, 1536, 2048]
+    assert all(v is not None and v > 0 for t in fig.data for v in t.y)
+    assert any(s.x0 == 1024 for s in fig.layout.shapes)  # the phase switch
+    fig, msg = detour_tab.trace("scrub", "")
+    assert fig is None and "empty" in msg
