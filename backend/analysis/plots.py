@@ -233,9 +233,21 @@ def trajectory_figure(
     return _layout(fig, title, x_title, "1 − CKA (same layer)")
 
 
-def weight_change_figure(layers: Sequence, change: Sequence[float], label: str = "") -> go.Figure:
-    fig = go.Figure(go.Bar(x=[str(v) for v in layers], y=list(change), marker_color=PALETTE[3]))
-    return _layout(fig, f"Relative weight change per layer {label}".strip(), "layer", "‖ΔW‖ / ‖W‖")
+def weight_change_figure(
+    layers: Sequence, change: Sequence[float], label_a: str = "A", label_b: str = "B"
+) -> go.Figure:
+    """Relative weight change from A to B per layer, ``||W_B - W_A|| / ||W_A||`` (A is the reference: the
+    direction of ``analysis.weight_change.relative_weight_change(a, b)``)."""
+    fig = go.Figure(
+        go.Bar(
+            x=[str(v) for v in layers],
+            y=list(change),
+            marker_color=PALETTE[3],
+            hovertemplate="%{x}: %{y:.4f}<extra></extra>",
+        )
+    )
+    title = f"Weight change from A ({label_a}) to B ({label_b}), relative to A"
+    return _layout(fig, title, "layer", "‖W_B − W_A‖ / ‖W_A‖")
 
 
 def fill_mask_figure(result: dict) -> go.Figure:

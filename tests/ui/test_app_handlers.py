@@ -230,8 +230,8 @@ def test_analyze_cka_weights_trajectory(tiny_modernbert_dir, tmp_path, isolated_
         (ck / "COMPLETE").write_text("")
     fig, wfig, msg = analyze_tab.compute_trajectory("traj", "", "demo", n_texts=6, max_len=32)
     assert msg.startswith("✓ 2 checkpoints"), msg
-    assert len(fig.data) == 5 and list(fig.data[0].x) == [2048, 4096]
-    assert fig.data[1].y[0] == pytest.approx(0.0, abs=1e-6)  # checkpoint 1 is the reference itself
+    assert len(fig.data) == 5 and list(fig.data[0].x) == [0, 2048, 4096]  # the base model at 0 tokens
+    assert fig.data[1].y[1] == pytest.approx(0.0, abs=1e-6)  # checkpoint 1 is the reference itself
     assert wfig is not None
 
 
