@@ -178,6 +178,7 @@ def test_fill_mask_side_by_side(tiny_modernbert_dir, tiny_bert_dir):
     assert figs[1] is None and figs[3] is None
     for f in (figs[0], figs[2]):
         assert len(f.data[0].x) == 4 and all(0 <= p <= 1 for p in f.data[0].x)
+    assert figs[0].layout.xaxis.range == figs[2].layout.xaxis.range  # one scale for every panel
     assert msg.count("binds the receptor") == 2
     figs, msg = fill_mask_tab.predict("No mask at all.", [str(tiny_bert_dir)], [False])
     assert figs == [None] and "no mask token" in msg and "&lt;mask&gt;" in msg
