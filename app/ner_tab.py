@@ -256,10 +256,16 @@ def build(ctx) -> dict:
             ev_btn = gr.Button("Run evaluation", variant="primary", elem_id="ner-ev-btn")
             stop_btn = gr.Button("Stop", scale=0, min_width=100)
         ev_msg = gr.Markdown("", elem_id="ner-ev-msg")
-        live_table = gr.Dataframe(
-            headers=LIVE_HEADERS, interactive=False, label="Per epoch, as it trains", elem_id="ner-ev-epochs"
+        live_table = gr.Dataframe(  # shown once an evaluation runs, like the log
+            headers=LIVE_HEADERS,
+            interactive=False,
+            label="Per epoch, as it trains",
+            elem_id="ner-ev-epochs",
+            visible=False,
         )
-        live_log = gr.Textbox(label="Log", lines=6, max_lines=12, interactive=False, elem_id="ner-ev-log")
+        live_log = gr.Textbox(
+            label="Log", lines=6, max_lines=12, interactive=False, elem_id="ner-ev-log", visible=False
+        )
     gr.HTML(head=WHOLE_WORDS_CSS)  # into the page's <head>, so the rule reaches the HighlightedText above
 
     def on_tag(text_, *dirs):
@@ -285,15 +291,11 @@ def build(ctx) -> dict:
 
     def on_eval(models, seeds, epochs, max_train):
         for live, final in evaluate_live(models, seeds, epochs, max_train):
+            shown = [gr.update(value=live.table(), visible=True), gr.update(value=live.log(), visible=True)]
             if final is None:
-                yield [
-                    f"**Running** · {md_escape(live.status)}",
-                    live.table(),
-                    live.log(),
-                    *[gr.skip()] * len(list_outs),
-                ]
+                yield [f"**Running** · {md_escape(live.status)}", *shown, *[gr.skip()] * len(list_outs)]
             else:
-                yield [final, live.table(), live.log(), *lists()]
+                yield [final, *shown, *lists()]
 
     ev = ev_btn.click(
         on_eval,
