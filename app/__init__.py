@@ -95,14 +95,21 @@ def check_corpus_spec(spec: str, what: str = "data.corpus") -> str:
     raise PathNotAllowed(what, spec, f"{what}: '{spec}' is not 'demo', an allowed file or folder, or a hub dataset id")
 
 
-def model_choices() -> list[str]:
-    """The models every tab's dropdown offers: the bundled ones, then each run with a checkpoint or a final model
-    (a run that has not saved anything yet would only fail to load)."""
-    from backend.engine.models import bundled_models
+def trained_runs() -> list:
+    """Runs that have saved a model (a checkpoint or ``final/``), newest first: a run that has not saved anything
+    yet would only fail to load."""
     from backend.engine.rundir import list_runs
 
-    runs = [r.name for r in list_runs(runs_dir()) if (r.path / "final").exists() or (r.path / "checkpoints").exists()]
-    return bundled_models() + runs
+    runs = [r for r in list_runs(runs_dir()) if (r.path / "final").exists() or (r.path / "checkpoints").exists()]
+    return sorted(runs, key=lambda r: r.status.get("created_at") or 0, reverse=True)
+
+
+def model_choices() -> list[str]:
+    """The models every tab's dropdown offers: the bundled ones, then each run that has saved a model, newest
+    first. Read again on every call: the tabs refresh their lists with it (``app.refresh.keep_fresh``)."""
+    from backend.engine.models import bundled_models
+
+    return bundled_models() + [r.name for r in trained_runs()]
 
 
 def md_escape(text: object) -> str:

@@ -4,12 +4,26 @@ Thin wrappers over ``backend.analysis.api`` (the functions behind ``python -m ba
 
 from __future__ import annotations
 
-from app import check_model_spec, check_path, model_choices, warn
+from pathlib import Path
+
+from app import check_model_spec, check_path, md_escape, model_choices, trained_runs, warn
 from backend.analysis import plots
 from backend.core.errors import DetourError
 from backend.core.paths import DEFAULT_MODEL, DEMO_CORPUS
 
 MAX_TEXTS = 500
+EXPLAIN = """
+- **CKA** (linear centered kernel alignment): both models read the same texts, and CKA says how alike two layers'
+  hidden states are, ignoring rotation and scale. 1 = the same representation, 0 = unrelated ones. The heatmap
+  pairs every layer of A with every layer of B.
+- **Divergence** = 1 − CKA of the *same* layer in A and B: how far training moved that layer apart (0 = unchanged).
+- **Seed-noise control** (optional): two MLM runs that differ only in their random seed drift apart a little too.
+  **Ratio** = divergence(A, B) / divergence(MLM seed 2, MLM seed 1): ≫ 1 means the objective moved the layer,
+  ≈ 1 means no more than that noise. The paper finds 5–44× in the low layers for CLM detour vs MLM; for that
+  ratio put the detour run in A and the MLM run in B.
+- **Weight change A → B** = ‖W_B − W_A‖ / ‖W_A‖ per block: how far B's weights are from A's, relative to A's.
+"""
+FEW_CHECKPOINTS = 2  # fewer checkpoints than this in the first 80% of a run's tokens: the curve has no shape
 
 
 def _texts(src: str | None) -> str:
@@ -37,6 +51,8 @@ def compute_cka(
 
     try:
         ma, mb = check_model_spec(a, "model A"), check_model_spec(b, "model B")
+        if ma == mb:
+            raise DetourError(f"model A and model B are both '{a}': choose two different models")
         control = None
         ca_, cb_ = (ctrl_a or "").strip(), (ctrl_b or "").strip()
         if ca_ and not cb_:
@@ -76,47 +92,130 @@ def compute_cka(
     return heat, div, rows, msg
 
 
+def default_models() -> tuple[str | None, str | None, str]:
+    """(A, B, note): the newest CLM-detour run as A and its MLM sibling (else the newest MLM run, else the base)
+    as B, the pairing the seed-noise ratio expects; without a detour run, the newest run against the base. With
+    only one model there is nothing to compare: B is None and the note says so."""
+    from backend.engine.rundir import read_config
+
+    runs = []
+    for r in trained_runs():
+        try:
+            cfg = read_config(r.path)
+        except (OSError, ValueError):
+            continue
+        runs.append((r.name, cfg.get("recipe"), (cfg.get("_meta") or {}).get("pair")))
+    base = DEFAULT_MODEL if DEFAULT_MODEL in model_choices() else None
+    detours = [r for r in runs if r[1] == "clm_detour"]
+    mlms = [r for r in runs if r[1] == "mlm"]
+    if detours:
+        a, _, pair = detours[0]
+        sibling = [name for name, _, p in mlms if pair and p == pair]
+        b = (sibling or [name for name, _, _ in mlms] or [base])[0]
+    elif runs:
+        a, b = runs[0][0], base
+    else:
+        a, b = base, None
+    if b is None or b == a:
+        only = a or "no model"
+        return a, None, f"Only one model is available ({only}): train a run on the Launch tab to compare it."
+    return a, b, ""
+
+
+def default_run(a: str | None, runs: list[str]) -> str | None:
+    """The trajectory's default run: model A when it is a run (the newest detour run), else the newest run."""
+    return a if a in runs else (runs[0] if runs else None)
+
+
 def compute_trajectory(
     run: str, reference: str | None, texts: str | None, n_texts=50, max_len=128, progress=None
 ) -> tuple:
-    """-> (divergence-over-checkpoints figure, weight-change-over-checkpoints figure or None, message)."""
+    """-> (divergence-over-checkpoints figure, weight-change-over-checkpoints figure or None, message).
+
+    The run's starting model is the point at 0 tokens; a run with too few checkpoints gets a hint to keep more."""
     from backend.analysis.api import cka_trajectory
+    from backend.engine.rundir import read_config, read_status
 
     try:
         run_spec = check_model_spec(run, "run")
-        from pathlib import Path
-
         if not (Path(run_spec) / "config.yaml").exists():
             raise DetourError(f"run: '{run}' is not a run directory")
-        ref = (reference or "").strip()
-        if not ref:
-            from backend.engine.rundir import read_config
-
-            ref = read_config(run_spec)["model"]["name"]
-        res = cka_trajectory(
-            run_spec,
-            check_model_spec(ref, "reference"),
-            _texts(texts),
-            n_texts=_n(n_texts, 2, MAX_TEXTS, "texts"),
-            max_len=_n(max_len, 8, 512, "max length"),
-            progress=progress,
-        )
+        cfg = read_config(run_spec)
+        ref = (reference or "").strip() or cfg["model"]["name"]
+        ref_spec = check_model_spec(ref, "reference")
+        texts_src, n, length = _texts(texts), _n(n_texts, 2, MAX_TEXTS, "texts"), _n(max_len, 8, 512, "max length")
+        res = cka_trajectory(run_spec, ref_spec, texts_src, n_texts=n, max_len=length, progress=progress)
+        start, note = start_point(cfg["model"]["name"], ref_spec, res, texts_src, n, length)
     except DetourError as exc:
         return None, None, warn(exc)
-    tags = [f"{p.get('tag') or ''} {p.get('phase') or ''}".strip() for p in res["points"]]
-    fig = plots.trajectory_figure(res["tokens_seen"], res["divergence"], res["layers"], tags=tags)
+    points = [{"tokens_seen": 0, "tag": "start", "phase": cfg["model"]["name"]}] if start else []
+    points += res["points"]
+    x = [p.get("tokens_seen") for p in points]
+    tags = [f"{p.get('tag') or ''} {p.get('phase') or ''}".strip() for p in points]
+    div = ([start["divergence"]] if start else []) + res["divergence"]
+    fig = plots.trajectory_figure(x, div, res["layers"], tags=tags)
     wfig = None
     if res.get("weight_change") and all(w is not None for w in res["weight_change"]):
-        wl = res["weight_layers"]
-        rows = [[w.get(k) if isinstance(w, dict) else w[i] for i, k in enumerate(wl)] for w in res["weight_change"]]
-        wfig = plots.trajectory_figure(res["tokens_seen"], rows, wl, tags=tags)
+        weights = ([start["weight_change"]] if start else []) + res["weight_change"]
+        have = [i for i, w in enumerate(weights) if w is not None]  # the start's may be missing (other shapes)
+        wfig = plots.trajectory_figure(
+            [x[i] for i in have], [weights[i] for i in have], res["weight_layers"], tags=[tags[i] for i in have]
+        )
         wfig.update_layout(
             title={"text": "Relative weight change from the reference across checkpoints"}, yaxis_title="‖ΔW‖ / ‖W‖"
         )
-    return fig, wfig, f"✓ {len(res['points'])} checkpoints against {ref} in {res['elapsed_s']:.1f} s"
+    msg = f"✓ {len(res['points'])} checkpoints against {md_escape(ref)} in {res['elapsed_s']:.1f} s"
+    hint = few_checkpoints_hint(res["points"], cfg, read_status(run_spec))
+    return fig, wfig, "\n\n".join(m for m in (msg, note, hint) if m)
+
+
+def start_point(
+    base: str, ref_spec: str, traj: dict, texts: str, n_texts: int, max_len: int
+) -> tuple[dict | None, str]:
+    """The run's starting model as the trajectory's point at 0 tokens: ``{"divergence", "weight_change"}``
+    against the reference (shaped like the points of ``traj``), and a note when it cannot be had. Against
+    itself both are zero by definition, so nothing is computed."""
+    from backend.analysis.api import cka_between, weight_change_between
+
+    try:
+        base_spec = check_model_spec(base, "the run's starting model")
+        if base_spec == ref_spec:
+            return {"divergence": [0.0] * len(traj["layers"]), "weight_change": [0.0] * len(traj["weight_layers"])}, ""
+        res = cka_between(base_spec, ref_spec, texts, n_texts=n_texts, max_len=max_len)
+        if len(res["layers_a"]) != len(traj["layers"]) or res.get("divergence") is None:
+            return None, f"no point at 0 tokens: '{md_escape(base)}' and the reference differ in depth"
+        try:
+            weights = weight_change_between(ref_spec, base_spec)["layers"]
+        except DetourError:
+            weights = None
+        return {"divergence": res["divergence"], "weight_change": weights}, ""
+    except DetourError as exc:
+        return None, f"no point at 0 tokens: {md_escape(exc)}"
+
+
+def few_checkpoints_hint(points: list[dict], cfg: dict, status: dict) -> str:
+    """A hint when fewer than ``FEW_CHECKPOINTS`` checkpoints fall in the first 80% of the run's tokens: the
+    trajectory then only shows where the run ended, not when its layers moved."""
+    total = status.get("total_tokens") or max((p.get("tokens_seen") or 0 for p in points), default=0)
+    early = [p for p in points if p.get("tokens_seen") is not None and p["tokens_seen"] <= 0.8 * total]
+    if not total or len(early) >= FEW_CHECKPOINTS:
+        return ""
+    log = cfg.get("logging", {})
+    steps = status.get("total_steps")
+    every = max(1, (steps or 10) // 10)
+    found = f"Only {len(early)} checkpoint{'s' if len(early) > 1 else ''}" if early else "No checkpoint"
+    return (
+        f"ℹ {found} in the first 80% of this run's {total:,} tokens, so the curve shows where the run ended, "
+        f"not when its layers moved. To see the path, train with a lower "
+        f"`logging.checkpoint_every` (this run: {log.get('checkpoint_every')} steps"
+        + (f" of {steps}" if steps else "")
+        + f"; e.g. {every}) and a higher `logging.keep_checkpoints` (this run: {log.get('keep_checkpoints')}; "
+        f"e.g. 10): older periodic checkpoints are deleted, phase ends are always kept."
+    )
 
 
 def compute_weight_change(a: str, b: str) -> tuple:
+    """-> (figure, message): ``||W_B - W_A|| / ||W_A||`` per layer, the change from A (the reference) to B."""
     from backend.analysis.api import weight_change_between
 
     try:
@@ -125,26 +224,23 @@ def compute_weight_change(a: str, b: str) -> tuple:
         return None, warn(exc)
     names = ["embeddings", *res["layer_names"], "head"]
     values = [res["embeddings"], *res["layers"], res["head"]]
-    fig = plots.weight_change_figure(names, values, f"({b} vs {a})")
-    return fig, f"✓ total relative change {res['total']:.4f}"
+    fig = plots.weight_change_figure(names, values, a, b)
+    return fig, f"✓ weight change from A to B, relative to A: {res['total']:.4f} over all parameters"
 
 
 def build(ctx) -> dict:
     import gradio as gr
 
+    from app.refresh import keep_fresh
+
     choices = model_choices()
+    a0, b0, note0 = default_models()
     runs = [c for c in choices if c != DEFAULT_MODEL]
+    with gr.Accordion("What CKA, divergence and the seed-noise control mean", open=not runs, elem_id="an-explain"):
+        gr.Markdown(EXPLAIN)
     with gr.Row():
-        a = gr.Dropdown(
-            choices=choices,
-            value=runs[0] if runs else DEFAULT_MODEL,
-            label="Model A (rows)",
-            allow_custom_value=True,
-            elem_id="an-a",
-        )
-        b = gr.Dropdown(
-            choices=choices, value=DEFAULT_MODEL, label="Model B (columns)", allow_custom_value=True, elem_id="an-b"
-        )
+        a = gr.Dropdown(choices=choices, value=a0, label="Model A (rows)", allow_custom_value=True, elem_id="an-a")
+        b = gr.Dropdown(choices=choices, value=b0, label="Model B (columns)", allow_custom_value=True, elem_id="an-b")
     with gr.Accordion("Seed-noise control (optional): ratio = div(A, B) / div(MLM seed 2, MLM seed 1)", open=False):
         with gr.Row():
             ca = gr.Dropdown(choices=choices, value=None, label="MLM seed 1 (blank = model B)", allow_custom_value=True)
@@ -157,7 +253,9 @@ def build(ctx) -> dict:
         max_len = gr.Number(value=128, precision=0, label="max length (paper: 512)")
     with gr.Row():
         cka_btn = gr.Button("Compute CKA", variant="primary", elem_id="an-cka-btn")
-        wc_btn = gr.Button("Weight change A → B")
+        wc_btn = gr.Button("Weight change A → B", elem_id="an-wc-btn")
+        refresh = gr.Button("Refresh models", scale=0, min_width=200)
+    note = gr.Markdown(note0, elem_id="an-note")
     msg = gr.Markdown("", elem_id="an-msg")
     with gr.Row():
         heat = gr.Plot(label="CKA heatmap", elem_id="an-heat")
@@ -165,17 +263,19 @@ def build(ctx) -> dict:
     table = gr.Dataframe(
         headers=["layer", "CKA", "divergence", "control", "ratio"], interactive=False, label="Per layer"
     )
-    wc_plot = gr.Plot(label="Weight change per layer")
+    wc_plot = gr.Plot(label="Weight change per layer", elem_id="an-wc")
     gr.Markdown("### Trajectory over a run's checkpoints")
     with gr.Row():
-        run = gr.Dropdown(choices=runs, value=runs[0] if runs else None, label="Run", allow_custom_value=True)
+        run = gr.Dropdown(
+            choices=runs, value=default_run(a0, runs), label="Run", allow_custom_value=True, elem_id="an-run"
+        )
         ref = gr.Dropdown(
             choices=choices, value=None, label="Reference (blank = the run's starting model)", allow_custom_value=True
         )
-        traj_btn = gr.Button("Trajectory")
-    traj_msg = gr.Markdown("")
+        traj_btn = gr.Button("Trajectory", elem_id="an-traj-btn")
+    traj_msg = gr.Markdown("", elem_id="an-traj-msg")
     with gr.Row():
-        traj_plot = gr.Plot(label="Divergence across checkpoints")
+        traj_plot = gr.Plot(label="Divergence across checkpoints", elem_id="an-traj")
         traj_w = gr.Plot(label="Weight change across checkpoints")
 
     def on_cka(a_, b_, ca_, cb_, t_, n_, l_, progress=gr.Progress()):
@@ -208,12 +308,21 @@ def build(ctx) -> dict:
         concurrency_id="analysis",
         api_name="trajectory",
     )
-    for d in (a, b, ca, cb, ref):
-        d.focus(lambda: gr.update(choices=model_choices()), outputs=[d], queue=False, api_visibility="private")
-    run.focus(
-        lambda: gr.update(choices=[c for c in model_choices() if c != DEFAULT_MODEL]),
-        outputs=[run],
-        queue=False,
-        api_visibility="private",
-    )
-    return {"heat": heat, "div": div}
+
+    def lists(a_, b_, run_):
+        """Every model list read again; an empty A, B or run gets the default, and the note says when there is
+        only one model."""
+        ch = model_choices()
+        da, db, note_ = default_models()
+        run_ch = [c for c in ch if c != DEFAULT_MODEL]
+        a_, b_ = a_ or da, b_ or (db if db != a_ else None)
+        return [
+            gr.update(choices=ch, value=a_),
+            gr.update(choices=ch, value=b_),
+            *[gr.update(choices=ch) for _ in (ca, cb, ref)],
+            gr.update(choices=run_ch, value=run_ or default_run(da, run_ch)),
+            "" if b_ else note_,
+        ]
+
+    keep_fresh(lists, [a, b, ca, cb, ref, run, note], inputs=[a, b, run], button=refresh)
+    return {"heat": heat, "div": div, "lists": lists}

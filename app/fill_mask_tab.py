@@ -22,7 +22,7 @@ def predict(text: str, specs: list[str | None], trust: list[bool], top_k: int = 
     chosen = [(i, s.strip()) for i, s in enumerate(specs) if s and s.strip()]
     if not chosen:
         return [None] * len(specs), "⚠ choose at least one model"
-    figs: list = [None] * len(specs)
+    results: dict[int, dict] = {}
     notes = []
     for i, spec in chosen:
         try:
@@ -32,14 +32,19 @@ def predict(text: str, specs: list[str | None], trust: list[bool], top_k: int = 
             notes.append(warn(f"slot {i + 1}: {exc}"))
             continue
         res["model"] = spec if len(spec) <= 40 else "…" + spec[-39:]
-        figs[i] = plots.fill_mask_figure(res)
+        results[i] = res
         top = res["predictions"][0]
-        notes.append(f"**{md_escape(spec)}**: `{top['sequence']}` ({top['prob']:.1%})")
+        notes.append(f"**{md_escape(spec)}**: `{top['sequence']}` ({top['prob']:{plots.PROB_FORMAT}})")
+    figs: list = [None] * len(specs)
+    for i, fig in zip(results, plots.fill_mask_figures(list(results.values())), strict=True):
+        figs[i] = fig
     return figs, "\n\n".join(notes)
 
 
 def build(ctx) -> dict:
     import gradio as gr
+
+    from app.refresh import keep_fresh
 
     choices = model_choices()
     defaults = [DEFAULT_MODEL if DEFAULT_MODEL in choices else (choices[0] if choices else None)]
@@ -55,6 +60,7 @@ def build(ctx) -> dict:
     with gr.Row():
         top_k = gr.Slider(1, 20, value=5, step=1, label="top-k")
         go_btn = gr.Button("Fill the mask", variant="primary", elem_id="fm-btn")
+        refresh = gr.Button("Refresh models", scale=0, min_width=200)
     specs, trusts, outs = [], [], []
     with gr.Row(equal_height=False):
         for i in range(SLOTS):
@@ -84,6 +90,10 @@ def build(ctx) -> dict:
         concurrency_limit=2,
         api_name="fill_mask",
     )
-    for s in specs:
-        s.focus(lambda: gr.update(choices=model_choices()), outputs=[s], queue=False, api_visibility="private")
-    return {"text": text, "button": go_btn, "plots": outs, "message": msg}
+
+    def lists():
+        ch = model_choices()
+        return [gr.update(choices=ch) for _ in specs]
+
+    keep_fresh(lists, specs, button=refresh)
+    return {"text": text, "button": go_btn, "plots": outs, "message": msg, "lists": lists}

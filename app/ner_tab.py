@@ -5,13 +5,17 @@ the function behind ``python -m backend evaluate``)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
-from app import check_model_spec, check_path, evals_dir, model_choices, warn
+from app import check_model_spec, check_path, evals_dir, md_escape, model_choices, warn
 from backend.core.errors import DetourError
 
 SLOTS = 4
 EXAMPLE = "Patients with type 2 diabetes received metformin at Massachusetts General Hospital."
+# gr.HighlightedText sets ``word-break: break-all`` on its text, so a segment that reaches the end of a line is cut
+# anywhere ("receive|d", "Gener|al"); in this tab lines break between words (a word longer than a line still wraps).
+WHOLE_WORDS_CSS = "<style>.ner-spans .textfield { word-break: normal; overflow-wrap: anywhere; }</style>"
 
 
 def finetuned() -> list[dict]:
@@ -85,7 +89,8 @@ F1_HEADERS = ["evaluation", "task", "model", "metric", "mean %", "std %", "seeds
 
 
 def run_evaluation(models: list[str], seeds: str, epochs, max_train, progress=None) -> str:
-    """Fine-tune the chosen models on the bundled NER demo (or the runner's default data) across seeds."""
+    """Fine-tune the chosen models on the bundled NER demo (or the runner's default data) across seeds;
+    ``progress(event)`` gets the runner's progress events."""
     from backend.evaluation.runner import evaluate_models
 
     try:
@@ -100,20 +105,114 @@ def run_evaluation(models: list[str], seeds: str, epochs, max_train, progress=No
             labels=[Path(m).name for m in models if m],
             epochs=int(epochs),
             max_train_examples=int(max_train) if max_train else None,
-            progress=(lambda ev: progress(ev.get("fraction", 0), desc=ev.get("message", ""))) if progress else None,
+            progress=progress,
         )
     except (DetourError, ValueError) as exc:
         return warn(exc)
     return f"✓ evaluation {Path(res['out_dir']).name}: {res['status']}"
 
 
+LIVE_HEADERS = ["run", "model", "seed", "epoch", "dev F1 %", "train loss", "skipped steps", "best epoch"]
+_DEV = re.compile(r"dev (\w+) ([\d.]+) \(best epoch (\d+)\)")
+
+
+class LiveEvaluation:
+    """The runner's progress events as the page shows them while an evaluation runs: one row per finished epoch
+    (dev F1, train loss, skipped steps), a log of what each fine-tune did, and a status line with the ETA."""
+
+    def __init__(self):
+        self.rows: list[list] = []
+        self.lines: list[str] = []
+        self.status = "starting…"
+
+    def add(self, ev: dict) -> None:
+        msg = ev.get("message", "")
+        self.status = msg
+        if ev.get("event") == "epoch":
+            self.rows.append(self._epoch_row(ev))
+        if ev.get("event") != "step":
+            self.lines.append(msg.split(" | ")[0])
+
+    @staticmethod
+    def _epoch_row(ev: dict) -> list:
+        """The numbers from the event's fields; the runner of this version puts dev F1 and the best epoch only in
+        its message, so they are read from there when the fields are absent."""
+        dev, best = ev.get("dev_metric"), ev.get("best_epoch")
+        m = _DEV.search(ev.get("message", ""))
+        if dev is None and m:
+            dev = float(m.group(2)) / 100
+        if best is None and m:
+            best = int(m.group(3))
+        loss, skipped = ev.get("train_loss"), ev.get("skipped_steps")
+        return [
+            f"{ev.get('run')}/{ev.get('runs')}",
+            ev.get("model", ""),
+            ev.get("seed"),
+            f"{ev.get('epoch')}/{ev.get('epochs')}",
+            None if dev is None else round(100 * dev, 2),
+            None if loss is None else round(loss, 4),
+            skipped,
+            best,
+        ]
+
+    def table(self) -> dict | None:
+        """The rows for a gr.Dataframe, without the columns no event filled (a runner that reports no train loss
+        gets no empty train-loss column)."""
+        if not self.rows:
+            return None
+        keep = [j for j in range(len(LIVE_HEADERS)) if j < 4 or any(r[j] is not None for r in self.rows)]
+        return {"headers": [LIVE_HEADERS[j] for j in keep], "data": [[r[j] for j in keep] for r in self.rows]}
+
+    def log(self) -> str:
+        return "\n".join(self.lines)
+
+
+def evaluate_live(models, seeds, epochs, max_train):
+    """Run ``run_evaluation`` in a thread and yield ``(LiveEvaluation, None)`` whenever a progress event arrives,
+    then ``(LiveEvaluation, final message)``. Closing the generator (the page went away, or Stop) stops the
+    evaluation at its next progress event; what finished is kept (results status 'stopped')."""
+    import queue
+    import threading
+
+    from backend.evaluation.runner import EvaluationStopped
+
+    events: queue.Queue = queue.Queue()
+    stop = threading.Event()
+    done: list[str] = []
+
+    def on_event(ev: dict) -> None:
+        if stop.is_set():
+            raise EvaluationStopped("stopped from the page")
+        events.put(ev)
+
+    def work() -> None:
+        try:
+            done.append(run_evaluation(models, seeds, epochs, max_train, progress=on_event))
+        except Exception as exc:  # noqa: BLE001 - said on the page; a thread's exception would vanish
+            done.append(warn(f"the evaluation failed: {type(exc).__name__}: {exc}"))
+        finally:
+            events.put(None)
+
+    live = LiveEvaluation()
+    threading.Thread(target=work, name="ner-evaluation", daemon=True).start()
+    try:
+        while (ev := events.get()) is not None:
+            live.add(ev)
+            yield live, None
+        yield live, done[0]
+    finally:
+        stop.set()
+
+
 def build(ctx) -> dict:
     import gradio as gr
+
+    from app.refresh import keep_fresh
 
     choices = finetuned_choices()
     text = gr.Textbox(value=EXAMPLE, label="Text", lines=3, elem_id="ner-text")
     with gr.Row():
-        refresh = gr.Button("Refresh models", scale=0, min_width=160)
+        refresh = gr.Button("Refresh models", scale=0, min_width=200, elem_id="ner-refresh")
         go_btn = gr.Button("Tag entities", variant="primary", elem_id="ner-btn")
     slots, outs = [], []
     with gr.Row(equal_height=False):
@@ -125,28 +224,49 @@ def build(ctx) -> dict:
                         value=choices[i][1] if i < min(2, len(choices)) else None,
                         label=f"Fine-tuned model {i + 1}",
                         elem_id=f"ner-model-{i}",
-                        allow_custom_value=True,  # models appear after the page was built; paths are checked
+                        allow_custom_value=True,  # paths are checked by the handler
                     )
                 )
                 outs.append(
                     gr.HighlightedText(
                         label=f"Entities, model {i + 1}",
                         combine_adjacent=False,
-                        show_legend=True,
+                        show_legend=False,
+                        show_inline_category=True,  # the entity type on the span itself
                         elem_id=f"ner-out-{i}",
+                        elem_classes=["ner-spans"],
                     )
                 )
     msg = gr.Markdown("")
     gr.Markdown("### Evaluations (test F1, mean over seeds)")
     table = gr.Dataframe(value=f1_table() or None, headers=F1_HEADERS, interactive=False)
-    with gr.Accordion("Run an evaluation (NER demo set)", open=False):
+    with gr.Accordion("Run an evaluation (NER demo set)", open=False, elem_id="ner-eval"):
         with gr.Row():
-            ev_models = gr.Dropdown(choices=model_choices(), multiselect=True, label="Models", allow_custom_value=True)
+            ev_models = gr.Dropdown(
+                choices=model_choices(),
+                multiselect=True,
+                label="Models",
+                allow_custom_value=True,
+                elem_id="ner-ev-models",
+            )
             ev_seeds = gr.Textbox(value="0", label="Seeds", max_lines=1)
             ev_epochs = gr.Number(value=2, precision=0, label="Epochs (paper: 20)")
             ev_max = gr.Number(value=200, precision=0, label="Max training sentences (blank = all)")
-        ev_btn = gr.Button("Run evaluation")
-        ev_msg = gr.Markdown("")
+        with gr.Row():
+            ev_btn = gr.Button("Run evaluation", variant="primary", elem_id="ner-ev-btn")
+            stop_btn = gr.Button("Stop", scale=0, min_width=100)
+        ev_msg = gr.Markdown("", elem_id="ner-ev-msg")
+        live_table = gr.Dataframe(  # shown once an evaluation runs, like the log
+            headers=LIVE_HEADERS,
+            interactive=False,
+            label="Per epoch, as it trains",
+            elem_id="ner-ev-epochs",
+            visible=False,
+        )
+        live_log = gr.Textbox(
+            label="Log", lines=6, max_lines=12, interactive=False, elem_id="ner-ev-log", visible=False
+        )
+    gr.HTML(head=WHOLE_WORDS_CSS)  # into the page's <head>, so the rule reaches the HighlightedText above
 
     def on_tag(text_, *dirs):
         vals, m = tag(text_, list(dirs))
@@ -161,22 +281,30 @@ def build(ctx) -> dict:
         api_name="ner_tag",
     )
 
-    def on_refresh():
+    def lists():
+        """Every list this tab shows, read again: the fine-tuned models, the models to evaluate, the F1 table."""
         ch = finetuned_choices()
-        return [*[gr.update(choices=ch) for _ in slots], f1_table() or None]
+        return [*[gr.update(choices=ch) for _ in slots], gr.update(choices=model_choices()), f1_table() or None]
 
-    refresh.click(on_refresh, outputs=[*slots, table], api_name="ner_refresh")
+    list_outs = [*slots, ev_models, table]
+    keep_fresh(lists, list_outs, button=refresh)
 
-    def on_eval(models, seeds, epochs, max_train, progress=gr.Progress()):
-        m = run_evaluation(models, seeds, epochs, max_train, progress=progress)
-        return [m, *on_refresh()]
+    def on_eval(models, seeds, epochs, max_train):
+        for live, final in evaluate_live(models, seeds, epochs, max_train):
+            shown = [gr.update(value=live.table(), visible=True), gr.update(value=live.log(), visible=True)]
+            if final is None:
+                yield [f"**Running** · {md_escape(live.status)}", *shown, *[gr.skip()] * len(list_outs)]
+            else:
+                yield [final, *shown, *lists()]
 
-    ev_btn.click(
+    ev = ev_btn.click(
         on_eval,
         inputs=[ev_models, ev_seeds, ev_epochs, ev_max],
-        outputs=[ev_msg, *slots, table],
+        outputs=[ev_msg, live_table, live_log, *list_outs],
         concurrency_limit=1,
         concurrency_id="analysis",
+        show_progress="minimal",
         api_name="ner_evaluate",
     )
-    return {"text": text, "outs": outs}
+    stop_btn.click(None, cancels=[ev])
+    return {"text": text, "outs": outs, "lists": lists}

@@ -141,7 +141,43 @@ def launch_quick(name: str = "quick", extra_args: list[str] | None = None) -> tu
         raise DetourError(f"'{name}' is already running (pid {read_state(out).get('pid')}); wait for it to finish")
     resolve_settings("quick")  # raises a clear error (base model not built, data absent) before anything starts
     proc = start_detached(out, "quick", extra_args)
-    return f"Started the quick preset in `{out}` (pid {proc.pid}); about 10 minutes. The status below updates.", name
+    return f"Started the quick preset in `{out}` (pid {proc.pid}). {time_note()} The status below updates.", name
+
+
+def quick_duration() -> tuple[float, str]:
+    """(seconds, how they were had) for the quick preset: the step times of the newest finished quick
+    replication on this machine when there is one (what it really took), else the plan's estimate."""
+    from backend.replication.plan import PRESETS, estimate
+    from backend.replication.replicate import read_markers, read_state
+
+    for name in list_reports():
+        d = reports_dir() / name
+        st = read_state(d)
+        if st.get("state") == "done" and st.get("preset") == "quick":
+            took = sum(m.get("elapsed_s") or 0 for k, m in read_markers(d).items() if not k.endswith(".failed"))
+            if took > 0:
+                return took, "measured"
+    return estimate(PRESETS["quick"])["total_s"], "estimated"
+
+
+def _minutes(seconds: float) -> str:
+    return f"~{max(1, round(seconds / 60))} min"
+
+
+def time_note() -> str:
+    """Where the launch button's time comes from, in one sentence."""
+    seconds, how = quick_duration()
+    if how == "measured":
+        return f"The last quick replication here took {int(seconds) // 60} min {int(seconds) % 60:02d} s."
+    return f"The plan estimates {_minutes(seconds)} on 2 CPU cores (`--plan` prints the breakdown)."
+
+
+EMPTY = (
+    "**No report yet.** A report is a small replication of the paper on this machine: it trains a CLM-detour run, "
+    "an MLM run and their controls from the bundled base, compares their layers (CKA) and their NER scores, and "
+    "says in plain words whether each finding replicated. Make one with **{button}** above, or from a terminal: "
+    "`python -m backend replicate --preset quick`."
+)
 
 
 # --- UI -----------------------------------------------------------------------------------------
@@ -149,12 +185,16 @@ def launch_quick(name: str = "quick", extra_args: list[str] | None = None) -> tu
 
 def build(ctx) -> dict:
     """Create the tab's components inside the current ``gr.Blocks`` / ``gr.Tab`` context and wire them (``ctx``:
-    the app's settings, like every tab's ``build``; this one needs none)."""
+    the app's settings, like every tab's ``build``; this one needs none). With no report, the tab is one message
+    and the launch button; the report view appears once there is a report."""
     import gradio as gr
+
+    from app.refresh import keep_fresh
 
     names = list_reports()
     first = names[0] if names else None
     v0 = load_view(first)
+    button = f"Run the quick preset ({_minutes(quick_duration()[0])})"
     gr.Markdown(
         "Mini replications of the paper's three findings (`python -m backend replicate --preset quick|mini`). "
         "Each report states what was measured, what the paper found and whether it replicated, in plain words."
@@ -165,47 +205,68 @@ def build(ctx) -> dict:
             value=first,
             label="Report",
             elem_id="rep-pick",
-            allow_custom_value=True,  # reports appear after the page was built; handlers accept names only
+            allow_custom_value=True,  # handlers accept names only
             scale=3,
+            visible=bool(names),
         )
         refresh_btn = gr.Button("Refresh", scale=1, min_width=120)
-        launch_btn = gr.Button("Run the quick preset (~10 min)", variant="primary", scale=2, elem_id="rep-launch")
-    launch_msg = gr.Markdown("", elem_id="rep-launch-msg")
-    status = gr.Markdown(v0["status"], elem_id="rep-status")
-    with gr.Accordion("Log (replicate.log, tail)", open=False):
-        log_box = gr.Code(value=v0["log"], lines=14, interactive=False, elem_id="rep-log")
-    files = gr.File(
-        value=v0["files"] or None,
-        label="report.html / report.json",
-        file_count="multiple",
-        interactive=False,
-        elem_id="rep-files",
+        launch_btn = gr.Button(button, variant="primary", scale=2, elem_id="rep-launch")
+    gr.Markdown(
+        f"{time_note()} The quick preset shows the pipeline; `--preset mini` (about an hour) is the one to read "
+        "results from.",
+        elem_id="rep-time",
     )
-    summary = gr.Markdown(v0["summary"], elem_id="rep-summary")
-    plots = []
-    for key, label in FIGURES:
-        plots.append(gr.Plot(value=v0["figures"][key], label=label, elem_id=f"rep-fig-{key}"))
+    launch_msg = gr.Markdown("", elem_id="rep-launch-msg")
+    empty = gr.Markdown(EMPTY.format(button=button), visible=not names, elem_id="rep-empty")
+    with gr.Column(visible=bool(names)) as view_col:
+        status = gr.Markdown(v0["status"], elem_id="rep-status")
+        with gr.Accordion("Log (replicate.log, tail)", open=False):
+            log_box = gr.Code(value=v0["log"], lines=14, interactive=False, elem_id="rep-log")
+        files = gr.File(
+            value=v0["files"] or None,
+            label="report.html / report.json",
+            file_count="multiple",
+            interactive=False,
+            elem_id="rep-files",
+            visible=bool(v0["files"]),
+        )
+        summary = gr.Markdown(v0["summary"], elem_id="rep-summary")
+        plots = []
+        for key, label in FIGURES:
+            fig = v0["figures"][key]
+            plots.append(gr.Plot(value=fig, label=label, elem_id=f"rep-fig-{key}", visible=fig is not None))
     timer = gr.Timer(POLL_S, active=True)
     seen = gr.State({"name": first, "report_mtime": _mtime(first)})
 
     def show(name):
+        """The whole view of report ``name``: only what exists is shown (no empty boxes)."""
         v = load_view(name)
         state = {"name": name, "report_mtime": _mtime(name)}
-        return [v["status"], v["log"], v["files"] or None, v["summary"], *[v["figures"][k] for k, _ in FIGURES], state]
+        figs = [gr.update(value=v["figures"][k], visible=v["figures"][k] is not None) for k, _ in FIGURES]
+        return [
+            v["status"],
+            v["log"],
+            gr.update(value=v["files"] or None, visible=bool(v["files"])),
+            v["summary"],
+            *figs,
+            state,
+            gr.update(visible=bool(name)),
+            gr.update(visible=not name),
+        ]
 
-    view_outs = [status, log_box, files, summary, *plots, seen]
+    view_outs = [status, log_box, files, summary, *plots, seen, view_col, empty]
 
     def poll(name, state):
         """Status and log every tick; the whole view again only when the report file changed."""
         st, log = status_text(name)
         if name and state.get("name") == name and _mtime(name) != state.get("report_mtime"):
             return show(name)
-        return [st, log, *([gr.skip()] * (len(view_outs) - 3)), state]
+        return [st, log, *([gr.skip()] * (len(view_outs) - 2))]
 
-    def refresh(name):
+    def listing(name):
         names_now = list_reports()
         value = name if name in names_now else (names_now[0] if names_now else None)
-        return [gr.update(choices=names_now, value=value), *show(value)]
+        return [gr.update(choices=names_now, value=value, visible=bool(names_now)), *show(value)]
 
     def launch():
         try:
@@ -213,15 +274,24 @@ def build(ctx) -> dict:
         except DetourError as exc:
             return [f"**Not started:** {exc}", gr.skip(), *([gr.skip()] * len(view_outs))]
         names_now = list_reports()
-        return [msg, gr.update(choices=names_now, value=name), *show(name)]
+        return [msg, gr.update(choices=names_now, value=name, visible=True), *show(name)]
 
     pick.change(show, inputs=[pick], outputs=view_outs, show_progress="hidden", api_name="report_view")
-    refresh_btn.click(refresh, inputs=[pick], outputs=[pick, *view_outs], api_name="reports_refresh")
+    keep_fresh(listing, [pick, *view_outs], inputs=[pick], button=refresh_btn)
     launch_btn.click(launch, outputs=[launch_msg, pick, *view_outs], api_name="replicate_quick")
     timer.tick(
         poll, inputs=[pick, seen], outputs=view_outs, show_progress="hidden", queue=False, api_visibility="private"
     )
-    return {"pick": pick, "summary": summary, "plots": plots, "timer": timer, "launch": launch_btn}
+    return {
+        "pick": pick,
+        "summary": summary,
+        "plots": plots,
+        "timer": timer,
+        "launch": launch_btn,
+        "empty": empty,
+        "view": view_col,
+        "listing": listing,
+    }
 
 
 def _mtime(name: str | None) -> float | None:

@@ -299,24 +299,53 @@ def trajectory_figure(
     return _layout(fig, title, x_title, "1 − CKA (same layer)")
 
 
-def weight_change_figure(layers: Sequence, change: Sequence[float], label: str = "") -> go.Figure:
-    fig = go.Figure(go.Bar(x=[str(v) for v in layers], y=list(change), marker_color=PALETTE[3]))
-    return _layout(fig, f"Relative weight change per layer {label}".strip(), "layer", "‖ΔW‖ / ‖W‖")
-
-
-def fill_mask_figure(result: dict) -> go.Figure:
-    """Top-k tokens with probabilities as horizontal bars (best on top)."""
-    preds = result.get("predictions", [])
+def weight_change_figure(
+    layers: Sequence, change: Sequence[float], label_a: str = "A", label_b: str = "B"
+) -> go.Figure:
+    """Relative weight change from A to B per layer, ``||W_B - W_A|| / ||W_A||`` (A is the reference: the
+    direction of ``analysis.weight_change.relative_weight_change(a, b)``)."""
     fig = go.Figure(
         go.Bar(
-            x=[p["prob"] for p in preds][::-1],
-            y=[f"{i + 1}. {repr(p['token'])[1:-1] or '∅'}" for i, p in enumerate(preds)][::-1],
-            orientation="h",
-            text=[f"{p['prob']:.1%}" if p["prob"] >= 0.01 else f"{p['prob']:.3%}" for p in preds][::-1],
-            textposition="auto",
-            marker_color=PALETTE[0],
+            x=[str(v) for v in layers],
+            y=list(change),
+            marker_color=PALETTE[3],
+            hovertemplate="%{x}: %{y:.4f}<extra></extra>",
         )
     )
-    top = max([p["prob"] for p in preds] or [1.0])
-    fig.update_xaxes(range=[0, min(1.0, max(0.02, top * 1.25))], tickformat=".1%" if top < 0.05 else ".0%")
+    title = f"Weight change from A ({label_a}) to B ({label_b}), relative to A"
+    return _layout(fig, title, "layer", "‖W_B − W_A‖ / ‖W_A‖")
+
+
+PROB_FORMAT = ".1%"  # every fill-mask number: bars, axis ticks and hover
+
+
+def fill_mask_figure(result: dict, x_max: float | None = None) -> go.Figure:
+    """Top-k tokens with probabilities as horizontal bars (best on top), as percentages with one decimal.
+    ``x_max`` fixes the probability axis (``fill_mask_figures`` gives every panel the same one)."""
+    preds = result.get("predictions", [])
+    probs = [p["prob"] for p in preds]
+    fig = go.Figure(
+        go.Bar(
+            x=probs[::-1],
+            y=[f"{i + 1}. {repr(p['token'])[1:-1] or '∅'}" for i, p in enumerate(preds)][::-1],
+            orientation="h",
+            text=[f"{p:{PROB_FORMAT}}" for p in probs][::-1],
+            textposition="outside",
+            cliponaxis=False,
+            marker_color=PALETTE[0],
+            hovertemplate=f"%{{y}}: %{{x:{PROB_FORMAT}}}<extra></extra>",
+        )
+    )
+    fig.update_xaxes(range=[0, x_max or prob_axis_max(probs)], tickformat=PROB_FORMAT, nticks=5)
     return _layout(fig, str(result.get("model", "")), "probability", "", height=80 + 32 * max(len(preds), 1))
+
+
+def prob_axis_max(probs: Sequence[float]) -> float:
+    """The probability axis end: room for the largest bar and its label, at most 100%."""
+    return min(1.0, max(0.02, max(probs, default=1.0) * 1.25))
+
+
+def fill_mask_figures(results: Sequence[dict]) -> list[go.Figure]:
+    """One panel per model on one shared probability axis, so bars compare across models."""
+    x_max = prob_axis_max([p["prob"] for r in results for p in r.get("predictions", [])])
+    return [fill_mask_figure(r, x_max) for r in results]

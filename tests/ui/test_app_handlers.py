@@ -178,6 +178,7 @@ def test_fill_mask_side_by_side(tiny_modernbert_dir, tiny_bert_dir):
     assert figs[1] is None and figs[3] is None
     for f in (figs[0], figs[2]):
         assert len(f.data[0].x) == 4 and all(0 <= p <= 1 for p in f.data[0].x)
+    assert figs[0].layout.xaxis.range == figs[2].layout.xaxis.range  # one scale for every panel
     assert msg.count("binds the receptor") == 2
     figs, msg = fill_mask_tab.predict("No mask at all.", [str(tiny_bert_dir)], [False])
     assert figs == [None] and "no mask token" in msg and "&lt;mask&gt;" in msg
@@ -230,8 +231,8 @@ def test_analyze_cka_weights_trajectory(tiny_modernbert_dir, tmp_path, isolated_
         (ck / "COMPLETE").write_text("")
     fig, wfig, msg = analyze_tab.compute_trajectory("traj", "", "demo", n_texts=6, max_len=32)
     assert msg.startswith("✓ 2 checkpoints"), msg
-    assert len(fig.data) == 5 and list(fig.data[0].x) == [2048, 4096]
-    assert fig.data[1].y[0] == pytest.approx(0.0, abs=1e-6)  # checkpoint 1 is the reference itself
+    assert len(fig.data) == 5 and list(fig.data[0].x) == [0, 2048, 4096]  # the base model at 0 tokens
+    assert fig.data[1].y[1] == pytest.approx(0.0, abs=1e-6)  # checkpoint 1 is the reference itself
     assert wfig is not None
 
 

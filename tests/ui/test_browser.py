@@ -99,6 +99,11 @@ def test_page_launch_plot_fill_mask(tmp_path, isolated_runs_dir, tiny_modernbert
                 page.get_by_role("tab", name=tab).click()
                 page.wait_for_timeout(1000)
                 page.screenshot(path=str(shots / f"{tab.lower()}.png"), full_page=True)
+            # NER highlights break lines between words: the tab's rule is in the page and on every output
+            assert page.evaluate(
+                "() => [...document.querySelectorAll('head style')].some(s => s.textContent.includes('.ner-spans'))"
+            )
+            assert "ner-spans" in page.get_attribute("#ner-out-0", "class")
             browser.close()
         wait_for(lambda: (isolated_runs_dir / "browser-run" / "status.json").exists(), 5, "status")
     finally:

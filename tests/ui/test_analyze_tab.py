@@ -1,0 +1,105 @@
+"""Analyze tab: sensible default models, weight change labelled the way it is computed, and a trajectory that
+starts at the base model and says when the run kept too few checkpoints."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+
+from app import analyze_tab
+from backend.analysis.weight_change import relative_weight_change
+from backend.core import atomic
+from backend.engine import rundir
+from backend.engine.config import default_config
+from tests.conftest import TINY_MODERNBERT, save_tiny_model
+
+
+@pytest.fixture(autouse=True)
+def app_env(tmp_path, monkeypatch, tiny_modernbert_dir):
+    monkeypatch.setenv("DETOUR_ALLOWED_ROOTS", str(tiny_modernbert_dir))
+
+
+def saved_run(root, name: str, recipe: str, pair: str | None = None, created: float | None = None):
+    d = root / name
+    (d / "final").mkdir(parents=True)
+    cfg = {**default_config(), "name": name, "recipe": recipe}
+    if pair:
+        cfg["_meta"] = {"pair": pair, "role": "detour" if recipe == "clm_detour" else "mlm"}
+    atomic.write_yaml(d / "config.yaml", cfg)
+    rundir.write_status(d, state="done", created_at=created or time.time())
+    return d
+
+
+def test_default_models_never_compare_a_model_with_itself(isolated_runs_dir):
+    a, b, note = analyze_tab.default_models()
+    assert (a, b) == ("detour-tiny-en", None) and "Only one model" in note
+
+    saved_run(isolated_runs_dir, "lonely", "mlm", created=1)
+    assert analyze_tab.default_models() == ("lonely", "detour-tiny-en", "")  # a run against the base
+
+    saved_run(isolated_runs_dir, "old-detour", "clm_detour", pair="old", created=2)
+    saved_run(isolated_runs_dir, "old-mlm", "mlm", pair="old", created=3)
+    saved_run(isolated_runs_dir, "new-detour", "clm_detour", pair="new", created=4)
+    saved_run(isolated_runs_dir, "new-mlm", "mlm", pair="new", created=5)
+    saved_run(isolated_runs_dir, "other-mlm", "mlm", created=6)
+    # A = the newest detour run, B = its own MLM sibling (the pairing the seed-noise ratio expects)
+    assert analyze_tab.default_models() == ("new-detour", "new-mlm", "")
+
+
+def test_same_model_twice_is_refused(tiny_modernbert_dir):
+    *_, msg = analyze_tab.compute_cka(str(tiny_modernbert_dir), str(tiny_modernbert_dir), None, None, "demo")
+    assert "choose two different models" in msg
+
+
+def test_weight_change_is_from_a_to_b_as_labelled(tiny_modernbert_dir, isolated_runs_dir):
+    other = save_tiny_model(isolated_runs_dir / "other", TINY_MODERNBERT, seed=5)
+    fig, msg = analyze_tab.compute_weight_change(str(tiny_modernbert_dir), str(other))
+    title = fig.layout.title.text
+    assert title.index(f"A ({tiny_modernbert_dir})") < title.index(f"B ({other})") and "relative to A" in title
+    assert fig.layout.yaxis.title.text == "‖W_B − W_A‖ / ‖W_A‖"
+    a_to_b = relative_weight_change(str(tiny_modernbert_dir), str(other))
+    b_to_a = relative_weight_change(str(other), str(tiny_modernbert_dir))
+    assert list(fig.data[0].y[1:-1]) == pytest.approx(a_to_b["layers"])  # the norm of A divides: A is the reference
+    assert list(fig.data[0].y[1:-1]) != pytest.approx(b_to_a["layers"])
+
+
+def run_with_checkpoints(root, base, steps_and_models, total_steps: int, tokens_per_step: int = 256):
+    d = root / "traj"
+    d.mkdir(parents=True)
+    cfg = {**default_config(), "name": "traj", "recipe": "clm_detour"}
+    cfg["model"]["name"] = str(base)
+    atomic.write_yaml(d / "config.yaml", cfg)
+    total = total_steps * tokens_per_step
+    rundir.write_status(d, state="done", step=total_steps, total_steps=total_steps, total_tokens=total)
+    for step, src in steps_and_models:
+        ck = d / "checkpoints" / f"step-{step:08d}"
+        shutil.copytree(src, ck / "model")
+        state = {"step": step, "tokens_seen": tokens_per_step * step, "phase": "main", "tag": None}
+        atomic.write_json(ck / "trainer_state.json", state)
+        (ck / "COMPLETE").write_text("")
+    return d
+
+
+def test_trajectory_starts_at_the_base_and_hints_at_more_checkpoints(tiny_modernbert_dir, isolated_runs_dir):
+    other = save_tiny_model(isolated_runs_dir / "other", TINY_MODERNBERT, seed=5)
+    run_with_checkpoints(isolated_runs_dir, tiny_modernbert_dir, [(19, other), (20, other)], total_steps=20)
+    fig, wfig, msg = analyze_tab.compute_trajectory("traj", "", "demo", n_texts=6, max_len=32)
+    assert msg.startswith("✓ 2 checkpoints"), msg
+    assert list(fig.data[0].x) == [0, 19 * 256, 20 * 256]  # the base model is the point at 0 tokens
+    assert all(t.y[0] == 0 for t in fig.data) and all(t.y[0] == 0 for t in wfig.data)  # against itself
+    assert fig.data[1].y[1] > 0
+    assert "`logging.checkpoint_every`" in msg and "(this run: 100 steps of 20; e.g. 2)" in msg
+    assert "`logging.keep_checkpoints`" in msg
+
+    # another reference: the base's own divergence from it is computed, not assumed
+    fig, _, msg = analyze_tab.compute_trajectory("traj", str(other), "demo", n_texts=6, max_len=32)
+    assert list(fig.data[0].x)[0] == 0 and fig.data[1].y[0] > 0 and fig.data[1].y[2] == pytest.approx(0, abs=1e-6)
+
+
+def test_a_well_checkpointed_trajectory_gets_no_hint(tiny_modernbert_dir, isolated_runs_dir):
+    other = save_tiny_model(isolated_runs_dir / "other", TINY_MODERNBERT, seed=5)
+    run_with_checkpoints(isolated_runs_dir, tiny_modernbert_dir, [(5, other), (10, other), (20, other)], 20)
+    _, _, msg = analyze_tab.compute_trajectory("traj", "", "demo", n_texts=6, max_len=32)
+    assert msg.startswith("✓ 3 checkpoints") and "checkpoint_every" not in msg

@@ -1,0 +1,95 @@
+"""NER tab: the evaluation's per-epoch numbers reach the page while it trains, and tagged entities are whole words
+with their type."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from app import ner_tab
+
+
+@pytest.fixture(autouse=True)
+def app_env(tmp_path, monkeypatch, tiny_bert_dir):
+    monkeypatch.setenv("DETOUR_ALLOWED_ROOTS", str(tiny_bert_dir))
+    monkeypatch.setenv("DETOUR_EVALS_DIR", str(tmp_path / "evals"))
+
+
+def test_live_evaluation_shows_each_epochs_dev_f1_as_it_trains(tiny_bert_dir):
+    seen = []
+    for live, final in ner_tab.evaluate_live([str(tiny_bert_dir)], "0", epochs=2, max_train=16):
+        seen.append((len(live.rows), final))
+    assert seen[-1][1].startswith("✓"), seen[-1][1]
+    assert [n for n, final in seen if final is None][-1] == 2  # both epochs were on the page before the end
+    assert any(final is None and n == 1 for n, final in seen)  # the first one while the second still trained
+
+    metrics = json.loads(next(Path(ner_tab.evals_dir()).glob("*/models/*/seed-0/metrics.json")).read_text())
+    rows = live.rows
+    assert [r[3] for r in rows] == ["1/2", "2/2"]
+    assert [r[4] for r in rows] == [round(100 * h["dev_f1"], 2) for h in metrics["history"]]
+    assert rows[-1][7] == metrics["best_epoch"]
+    assert "epoch 2/2" in live.log() and "test f1" in live.log()
+    shown = live.table()
+    assert shown["headers"][:5] == ["run", "model", "seed", "epoch", "dev F1 %"] and "best epoch" in shown["headers"]
+    assert all(any(row[j] is not None for row in shown["data"]) for j in range(len(shown["headers"])))
+
+
+def test_stopping_the_page_stops_the_evaluation(tiny_bert_dir):
+    gen = ner_tab.evaluate_live([str(tiny_bert_dir)], "0 1", epochs=3, max_train=16)
+    live, final = next(gen)
+    assert final is None
+    gen.close()  # what gradio does when the page goes away or Stop is pressed
+    results = next(Path(ner_tab.evals_dir()).glob("*/results.json"))
+    for _ in range(600):  # the runner stops at its next progress event and writes its results
+        res = json.loads(results.read_text())
+        if res.get("status") == "stopped":
+            break
+        time.sleep(0.1)
+    assert res["status"] == "stopped"
+
+
+@pytest.mark.slow  # fine-tunes the bundled base until it has learnt two sentences (~1-2 min on 2 shared cores)
+def test_entities_are_whole_words_with_their_type(tmp_path):
+    """Words of several subwords ('diabetes' = 4, 'metformin' = 3 with the bundled tokenizer) are highlighted whole,
+    a B- then I- entity is one span, and the span's label is the entity type."""
+    from transformers import AutoTokenizer
+
+    from backend.core.paths import BUNDLED_TOKENIZER_DIR
+    from backend.evaluation.runner import evaluate_models
+
+    tok = AutoTokenizer.from_pretrained(BUNDLED_TOKENIZER_DIR)
+    assert all(len(tok.tokenize(f" {w}")) > 1 for w in ("diabetes", "metformin", "carcinoma"))
+    sentences = [
+        "Patients/O with/O type/B-Disease 2/I-Disease diabetes/I-Disease received/O metformin/B-Chemical ./O",
+        "The/O patient/O received/O cisplatin/B-Chemical for/O ovarian/B-Disease carcinoma/I-Disease ./O",
+    ]
+    text = "\n\n".join("\n".join(w.replace("/", "\t") for w in s.split()) for s in sentences) + "\n"
+    data = tmp_path / "ner"
+    data.mkdir()
+    for split in ("train", "dev", "test"):
+        (data / f"{split}.tsv").write_text(text)
+    evaluate_models(
+        ["detour-tiny-en"], task="ner", data=str(data), seeds=[0], epochs=30, lr=1e-3, batch_size=2,
+        out_dir=ner_tab.evals_dir() / "memo", progress=lambda ev: None,
+    )  # fmt: skip
+    model = str(ner_tab.evals_dir() / "memo" / "models" / "detour-tiny-en" / "seed-0")
+
+    vals, msg = ner_tab.tag("Patients with type 2 diabetes received metformin.", [model])
+    assert vals[0] == [
+        ("Patients with ", None),
+        ("type 2 diabetes", "Disease"),
+        (" received ", None),
+        ("metformin", "Chemical"),
+        (".", None),
+    ], msg
+    vals, _ = ner_tab.tag("The patient received cisplatin for ovarian carcinoma.", [model])
+    assert vals[0] == [
+        ("The patient received ", None),
+        ("cisplatin", "Chemical"),
+        (" for ", None),
+        ("ovarian carcinoma", "Disease"),
+        (".", None),
+    ]

@@ -1,0 +1,64 @@
+"""Reports tab: one message and one button when there is no report (not eight empty boxes), the report view once
+there is one, and a launch button whose time is what the quick preset takes."""
+
+from __future__ import annotations
+
+import json
+
+import gradio as gr
+import pytest
+
+from app import reports_tab
+from backend.core import paths
+from backend.replication.plan import PRESETS, estimate
+
+
+@pytest.fixture(autouse=True)
+def reports_root(tmp_path, monkeypatch):
+    root = tmp_path / "reports"
+    monkeypatch.setenv(paths.REPORTS_ENV, str(root))
+    return root
+
+
+def finished_quick(root, name: str, step_seconds: list[float]):
+    d = root / name
+    (d / "steps").mkdir(parents=True)
+    (d / "status.json").write_text(json.dumps({"state": "done", "preset": "quick", "pid": None}))
+    for i, s in enumerate(step_seconds):
+        (d / "steps" / f"step{i}.json").write_text(json.dumps({"step": f"step{i}", "elapsed_s": s}))
+    (d / "steps" / "ner.failed.json").write_text(json.dumps({"step": "ner", "elapsed_s": 999}))  # retried: not counted
+    return d
+
+
+def build():
+    with gr.Blocks() as demo:
+        with gr.Tab("Reports"):
+            parts = reports_tab.build(None)
+    return demo, parts
+
+
+def test_no_report_is_one_message_and_the_button(reports_root):
+    _, parts = build()
+    assert parts["empty"].visible and "No report yet" in parts["empty"].value
+    assert "python -m backend replicate --preset quick" in parts["empty"].value
+    assert not parts["view"].visible and not parts["pick"].visible  # no empty boxes, no empty list
+    minutes = round(estimate(PRESETS["quick"])["total_s"] / 60)
+    assert parts["launch"].value == f"Run the quick preset (~{minutes} min)"
+    assert parts["launch"].value in parts["empty"].value
+
+    (reports_root / "later").mkdir(parents=True)  # a report started after the page was built
+    (reports_root / "later" / "status.json").write_text(json.dumps({"state": "failed", "error": "x"}))
+    out = parts["listing"](None)
+    pick, *view = out
+    assert pick["value"] == "later" and pick["visible"]
+    assert view[-2]["visible"] and not view[-1]["visible"]  # the report view shown, the empty message hidden
+    plots = view[4 : 4 + len(reports_tab.FIGURES)]
+    assert all(p["visible"] is False for p in plots)  # a report without figures shows no figure boxes
+
+
+def test_the_button_says_what_the_last_quick_run_took(reports_root):
+    finished_quick(reports_root, "quick", [110.0, 240.0, 19.0])  # 369 s = 6 min 9 s
+    assert reports_tab.quick_duration() == (369.0, "measured")
+    _, parts = build()
+    assert parts["launch"].value == "Run the quick preset (~6 min)"
+    assert "took 6 min 09 s" in reports_tab.time_note()

@@ -1,0 +1,84 @@
+"""Model and report lists stay current: what is made after the page was built appears on page load, on tab select
+and on the tab's refresh button (the NER tab's evaluation list once never did)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+
+from app import main
+from backend.core import atomic, paths
+from backend.engine import rundir
+from backend.engine.config import default_config
+
+
+@pytest.fixture(autouse=True)
+def app_env(tmp_path, monkeypatch, tiny_bert_dir):
+    monkeypatch.setenv("DETOUR_ALLOWED_ROOTS", str(tiny_bert_dir))
+    monkeypatch.setenv("DETOUR_UPLOADS_DIR", str(tmp_path / "uploads"))
+    monkeypatch.setenv("DETOUR_EVALS_DIR", str(tmp_path / "evals"))
+    monkeypatch.setenv(paths.REPORTS_ENV, str(tmp_path / "reports"))
+
+
+def saved_run(root, name: str, model_dir, recipe: str = "clm_detour", pair: str | None = None):
+    """A finished run directory whose final/ model is ``model_dir``."""
+    d = root / name
+    d.mkdir(parents=True)
+    cfg = {**default_config(), "name": name, "recipe": recipe}
+    if pair:
+        cfg["_meta"] = {"pair": pair, "role": "detour" if recipe == "clm_detour" else "mlm"}
+    atomic.write_yaml(d / "config.yaml", cfg)
+    rundir.write_status(d, state="done", created_at=time.time())
+    shutil.copytree(model_dir, d / "final")
+    return d
+
+
+def refresher(demo, component):
+    """The one function that sends ``component`` new choices, and the events that run it."""
+    found = [
+        f for f in demo.fns.values() if component in f.outputs and f.fn is not None and f.api_visibility == "private"
+    ]
+    found = [f for f in found if {ev for _, ev in f.targets} >= {"load", "select", "click"}]
+    assert len(found) == 1, [(f.name, f.targets) for f in found]
+    return found[0]
+
+
+def tab_id(demo, tab_name: str) -> int:
+    return next(b._id for b in demo.blocks.values() if getattr(b, "id", None) == tab_name)
+
+
+def test_ner_evaluation_list_shows_a_run_made_after_build(isolated_runs_dir, tiny_bert_dir):
+    demo = main.build_app(main.AppContext())
+    ev_models = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "ner-ev-models")
+    fn = refresher(demo, ev_models)
+    targets = {(bid, ev) for bid, ev in fn.targets}
+    assert (demo._id, "load") in targets and (tab_id(demo, "ner"), "select") in targets
+
+    saved_run(isolated_runs_dir, "late-run", tiny_bert_dir)  # made after the page was built
+    updates = fn.fn()
+    new = updates[fn.outputs.index(ev_models)]
+    assert "late-run" in new["choices"]
+
+
+def test_analyze_and_fill_mask_lists_refresh_and_fill_defaults(isolated_runs_dir, tiny_bert_dir):
+    demo = main.build_app(main.AppContext())
+    by_id = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}
+    fn = refresher(demo, by_id["an-b"])
+    assert (tab_id(demo, "analyze"), "select") in set(fn.targets)
+    # built with the bundled base only: nothing to compare, and the page says so
+    assert by_id["an-b"].value is None and "Only one model" in by_id["an-note"].value
+
+    saved_run(isolated_runs_dir, "x-detour", tiny_bert_dir, "clm_detour", pair="x")
+    saved_run(isolated_runs_dir, "x-mlm", tiny_bert_dir, "mlm", pair="x")
+    out = fn.fn("detour-tiny-en", None, None)  # the page's values: A = base, B and run empty
+    values = dict(zip([o.elem_id for o in fn.outputs], out, strict=True))
+    assert {"x-detour", "x-mlm"} <= set(values["an-a"]["choices"])
+    assert values["an-a"]["value"] == "detour-tiny-en"  # a chosen model is kept
+    assert values["an-b"]["value"] == "x-mlm"  # an empty one gets the default
+    assert values["an-run"]["value"] == "x-detour" and values["an-note"] == ""
+
+    fm = refresher(demo, by_id["fm-model-1"])
+    assert (tab_id(demo, "fill-mask"), "select") in set(fm.targets)
+    assert "x-mlm" in fm.fn()[fm.outputs.index(by_id["fm-model-1"])]["choices"]
