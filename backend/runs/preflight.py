@@ -13,6 +13,7 @@ import torch
 from backend.core.errors import ConfigError, DataError
 from backend.detour.attention import check_causal_supported
 from backend.detour.recipe import build_phases, split_pair
+from backend.engine import model_files
 from backend.engine.data import iter_documents, pack, split_documents, tokenize_documents
 from backend.engine.models import load_config, load_tokenizer, resolve_model, resolve_tokenizer
 from backend.engine.tokenstore import cached_info
@@ -37,19 +38,26 @@ def cpp_compiler() -> str | None:
 
 
 def check(cfg: dict, check_data: bool = True) -> dict:
-    """Raise a DetourError for anything that would fail after the run started. Returns facts found."""
+    """Raise a DetourError for anything that would fail after the run started. Returns facts found, with
+    ``warnings`` (things that train but deserve a look).
+
+    ``check_data`` (launch, ``validate``): also read the corpus and compare a run model's files with their
+    manifest; without it (the Launch form, as you type) only the cheap checks run."""
     m = cfg["model"]
     if m["name"] != "from_scratch":
-        mconf = load_config(resolve_model(m["name"]), m["trust_remote_code"])
+        source = resolve_model(m["name"])
+        mconf = load_config(source, m["trust_remote_code"])
         if cfg["recipe"] in ("clm_detour", "pair"):
             check_causal_supported(mconf)
+        if source.kind != "hub":  # weights present and whole (a hub model is fetched when training starts)
+            model_files.check(source.path, source.spec, checksums=check_data)
         n_layers = int(mconf.num_hidden_layers)
     else:
         from transformers import AutoConfig
 
         arch = dict(m["from_scratch"])
         try:
-            AutoConfig.for_model(arch.pop("model_type", "modernbert"), **arch)
+            mconf = AutoConfig.for_model(arch.pop("model_type", "modernbert"), **arch)
         except Exception as exc:
             raise ConfigError("model.from_scratch", m["from_scratch"], f"not a valid architecture ({exc})") from exc
         n_layers = int(m["from_scratch"].get("num_hidden_layers", 0))
@@ -72,10 +80,49 @@ def check(cfg: dict, check_data: bool = True) -> dict:
     tok = tokenizer_for(cfg)
     if tok.mask_token_id is None:
         raise ConfigError("model.tokenizer", m["tokenizer"] or m["name"], "the tokenizer has no mask token")
-    facts = {"num_layers": n_layers}
+    pad_id = tok.pad_token_id if m["name"] == "from_scratch" else mconf.pad_token_id  # from_scratch: the tokenizer's
+    warning = check_positions(mconf, cfg["train"]["seq_len"], pad_id)
+    facts = {"num_layers": n_layers, "warnings": [warning] if warning else []}
     if check_data:
         facts.update(_check_batch_fills(cfg, tok))
     return facts
+
+
+ABSOLUTE_POSITIONS = ("bert", "roberta", "camembert", "xlm-roberta", "distilbert", "electra", "albert")
+PADDING_OFFSET = ("roberta", "camembert", "xlm-roberta")  # position ids start after the padding id
+
+
+def check_positions(mconf, seq_len: int, pad_token_id: int | None = None) -> str | None:
+    """A sequence longer than the model's learned position table fails at the first step (BERT family: "The
+    expanded size of the tensor (256) must match the existing size (128)"): refused here. Rotary positions
+    (ModernBERT) run past ``max_position_embeddings``, untrained that far: a warning, returned."""
+    max_pos = getattr(mconf, "max_position_embeddings", None)
+    model_type = getattr(mconf, "model_type", "")
+    if not isinstance(max_pos, int):
+        return None
+    rotary = model_type == "modernbert" or getattr(mconf, "rope_parameters", None) or hasattr(mconf, "rope_theta")
+    if rotary:
+        if seq_len > max_pos:
+            return (
+                f"train.seq_len {seq_len} is beyond the model's max_position_embeddings {max_pos}: its rotary "
+                "positions extend past it, but the model never saw positions that far"
+            )
+        return None
+    absolute = model_type in ABSOLUTE_POSITIONS and getattr(mconf, "position_embedding_type", "absolute") == "absolute"
+    if not absolute:
+        return None
+    offset = (pad_token_id or 0) + 1 if model_type in PADDING_OFFSET else 0
+    if seq_len > max_pos - offset:
+        skipped = (
+            f", of which the first {offset} are never used: position ids start after the padding id" if offset else ""
+        )
+        raise ConfigError(
+            "train.seq_len",
+            seq_len,
+            f"the model ({model_type}) has {max_pos - offset} learned absolute positions (max_position_embeddings "
+            f"{max_pos}{skipped}); use train.seq_len <= {max_pos - offset}",
+        )
+    return None
 
 
 def _check_batch_fills(cfg: dict, tok) -> dict:
