@@ -98,12 +98,16 @@ def load_config(path: str | Path | dict | None = None, overrides: list[str] | tu
         _merge(cfg, copy.deepcopy(path))
     elif path is not None:
         p = Path(path)
-        if not p.exists():
-            raise ConfigError("config", str(path), "no such file")
+        if not p.is_file():
+            raise ConfigError("config", str(path), "is a folder; give a YAML file" if p.is_dir() else "no such file")
         try:
-            raw = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+            raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError("config", str(path), f"unreadable ({type(exc).__name__}: {exc})") from exc
         except yaml.YAMLError as exc:
-            raise ConfigError("config", str(path), f"not valid YAML ({exc})") from exc
+            raise ConfigError("config", str(path), f"not valid YAML ({' '.join(str(exc).split())})") from exc
+        if raw is None:  # an empty file would silently train the defaults
+            raise ConfigError("config", str(path), "the file is empty; omit it to use the defaults")
         if not isinstance(raw, dict):
             raise ConfigError("config", str(path), "the top level must be a mapping")
         _merge(cfg, raw)

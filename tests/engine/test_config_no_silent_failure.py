@@ -73,3 +73,13 @@ def test_pair_name_must_fit_with_its_suffix():
         load_config({"name": "n" * 95, "recipe": "pair"})
     assert e.value.key == "name" and "at most 93" in str(e.value) and "-detour" in str(e.value)
     load_config({"name": "n" * 93, "recipe": "pair"})
+
+
+@pytest.mark.parametrize("content, words", [(None, "is a folder"), ("", "the file is empty"), ("a: [1,\n", "YAML")])
+def test_a_config_file_that_is_a_folder_empty_or_malformed_is_one_named_error(tmp_path, content, words):
+    p = tmp_path / "c.yaml"
+    p.mkdir() if content is None else p.write_text(content)
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert e.value.key == "config" and str(p) in str(e.value) and words in str(e.value)
+    assert "\n" not in str(e.value)  # one line in the CLI

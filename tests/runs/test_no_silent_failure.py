@@ -296,3 +296,45 @@ def test_an_old_final_model_without_manifest_still_loads_with_a_note(trained_run
     clear_cache()
     with pytest.raises(DetourError, match=f"{weights} is truncated"):
         fill_mask([str(run)], "The [MASK] binds.", top_k=2)
+
+
+# --- other inputs the CLI and the app read ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("content, words", [(b"\x00\x01binary" * 50, "binary"), (b"Too short.", "shorter than one")])
+def test_a_held_out_file_that_is_binary_or_too_short_is_refused_before_the_run_exists(
+    content, words, tmp_path, tiny_modernbert_dir, isolated_runs_dir
+):
+    """An empty held-out set logged a held-out loss of 0 at every evaluation; a binary one trained on garbage."""
+    held = tmp_path / "held.txt"
+    held.write_bytes(content)
+    with pytest.raises(DetourError) as e:
+        prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "held", recipe="mlm", **{"data.heldout_file": str(held)}))
+    assert str(e.value).startswith("data.heldout_file:") and words in str(e.value)
+    assert not (isolated_runs_dir / "held").exists()
+
+
+def test_from_scratch_layers_default_to_the_architecture_for_freeze_checks():
+    """Without num_hidden_layers a BERT has 12 blocks: freezing 0-7 is valid (it was refused as '0 layers')."""
+    from backend.runs.preflight import check
+
+    arch = {"model_type": "bert", "hidden_size": 32, "intermediate_size": 32, "num_attention_heads": 2}
+    cfg = load_config(
+        {
+            "recipe": "pretrain",
+            "model": {"name": "from_scratch", "from_scratch": arch, "tokenizer": "detour-tiny-en"},
+            "phases": {"main": {"freeze": {"layers": "0-7"}}},
+        }
+    )
+    assert check(cfg, check_data=False)["num_layers"] == 12
+
+
+@pytest.mark.parametrize("content, words", [(b"\x00\x01\x02" * 400, "binary"), (b"caf\xe9 au lait\n" * 5, "UTF-8")])
+def test_cka_texts_that_are_not_text_are_refused(content, words, tmp_path):
+    """A binary file used to give 'wrote cka.json' from decoded garbage (errors='replace')."""
+    from backend.analysis.api import read_texts
+
+    f = tmp_path / "texts.txt"
+    f.write_bytes(content)
+    with pytest.raises(DetourError, match=words):
+        read_texts(f)
