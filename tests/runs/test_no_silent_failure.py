@@ -235,7 +235,7 @@ def test_rotary_positions_beyond_the_trained_length_warn_instead(tiny_modernbert
 # --- 5. specific errors instead of tracebacks: run configs, run models --------------------------------------------
 
 
-@pytest.mark.parametrize("content", ["", "train: [1, 2\n", "- just\n- a list\n"])
+@pytest.mark.parametrize("content", ["", "train: [1, 2\n", "- just\n- a list\n"], ids=["empty", "malformed", "a-list"])
 def test_resume_with_an_empty_or_malformed_config_names_the_file_and_marks_the_run_failed(
     content, trained_run, isolated_runs_dir
 ):
@@ -301,7 +301,11 @@ def test_an_old_final_model_without_manifest_still_loads_with_a_note(trained_run
 # --- other inputs the CLI and the app read ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("content, words", [(b"\x00\x01binary" * 50, "binary"), (b"Too short.", "shorter than one")])
+@pytest.mark.parametrize(
+    "content, words",
+    [(b"\x00\x01binary" * 50, "binary"), (b"Too short.", "shorter than one")],
+    ids=["binary", "too-short"],
+)
 def test_a_held_out_file_that_is_binary_or_too_short_is_refused_before_the_run_exists(
     content, words, tmp_path, tiny_modernbert_dir, isolated_runs_dir
 ):
@@ -329,7 +333,11 @@ def test_from_scratch_layers_default_to_the_architecture_for_freeze_checks():
     assert check(cfg, check_data=False)["num_layers"] == 12
 
 
-@pytest.mark.parametrize("content, words", [(b"\x00\x01\x02" * 400, "binary"), (b"caf\xe9 au lait\n" * 5, "UTF-8")])
+@pytest.mark.parametrize(
+    "content, words",
+    [(b"\x00\x01\x02" * 400, "binary"), (b"caf\xe9 au lait\n" * 5, "UTF-8")],
+    ids=["binary", "latin-1"],
+)
 def test_cka_texts_that_are_not_text_are_refused(content, words, tmp_path):
     """A binary file used to give 'wrote cka.json' from decoded garbage (errors='replace')."""
     from backend.analysis.api import read_texts
