@@ -10,6 +10,7 @@ Layer indices: see :mod:`backend.analysis.hidden_states` (index 0 = embedding ou
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import random
@@ -56,22 +57,28 @@ def load_text_pool(src: str | Path | Sequence[str]) -> tuple[list[str], str]:
             raise DataError(f"texts '{src}': no such file (give a .txt file, one text per line, or a .jsonl file)")
         label = str(path)
         texts = []
-        with open(path, encoding="utf-8", errors="replace") as f:
-            if path.suffix.lower() == ".jsonl":
-                for lineno, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise DataError(f"texts '{src}': line {lineno} is not valid JSON ({exc.msg})") from exc
-                    text = row.get("text") if isinstance(row, dict) else None
-                    if not isinstance(text, str):
-                        raise DataError(f"texts '{src}': line {lineno} has no string 'text' field")
-                    if text.strip():
-                        texts.append(text.strip())
-            else:
-                texts = [line.strip() for line in f if line.strip()]
+        raw = path.read_bytes()
+        if b"\x00" in raw:
+            raise DataError(f"texts '{src}': looks binary (NUL bytes); expected UTF-8 text")
+        try:
+            lines = list(io.StringIO(raw.decode("utf-8"), newline=None))  # the lines a text-mode file gives
+        except UnicodeDecodeError as exc:
+            raise DataError(f"texts '{src}': not UTF-8 text (byte {exc.start}); save it as UTF-8") from exc
+        if path.suffix.lower() == ".jsonl":
+            for lineno, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise DataError(f"texts '{src}': line {lineno} is not valid JSON ({exc.msg})") from exc
+                text = row.get("text") if isinstance(row, dict) else None
+                if not isinstance(text, str):
+                    raise DataError(f"texts '{src}': line {lineno} has no string 'text' field")
+                if text.strip():
+                    texts.append(text.strip())
+        else:
+            texts = [line.strip() for line in lines if line.strip()]
     if not texts:
         raise DataError(f"texts '{label}': no non-empty text")
     return texts, label

@@ -103,6 +103,8 @@ def _predict(spec: str, text: str, top_k: int, trust_remote_code: bool) -> dict:
     with torch.inference_mode():
         logits = model(**{k: v for k, v in enc.items() if k in ("input_ids", "attention_mask")}).logits[0, pos]
     probs = torch.softmax(logits.float(), dim=-1)
+    if not torch.isfinite(probs).all():  # NaN would print as 'nan%' and sort anywhere
+        raise FillMaskError(f"fill-mask: model '{spec}' gives NaN or infinite scores: its weights are not finite")
     k = max(1, min(int(top_k), probs.numel()))
     top = torch.topk(probs, k)
     preds = []

@@ -13,7 +13,6 @@ parameters together: ``sqrt(Σ ||b - a||²) / sqrt(Σ ||a||²)``.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from pathlib import Path
 import torch
 
 from backend.core.errors import ModelSpecError
+from backend.engine import model_files
 from backend.engine.models import ModelSource, resolve_model
 
 _PREFIXES = ("model.", "bert.", "roberta.")
@@ -63,17 +63,6 @@ def _model_dir(source: ModelSource) -> Path:
         ) from exc
 
 
-def safetensors_files(model_dir: Path, label: str) -> list[Path]:
-    index = model_dir / "model.safetensors.index.json"
-    if index.exists():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [model_dir / s for s in shards]
-    files = sorted(model_dir.glob("*.safetensors"))
-    if not files:
-        raise ModelSpecError(f"model '{label}': no .safetensors weights in {model_dir} (only safetensors are read)")
-    return files
-
-
 class WeightReader:
     """Lazy name -> tensor access over a model folder's safetensors files (names normalised)."""
 
@@ -83,7 +72,8 @@ class WeightReader:
         self._where: dict[str, tuple[Path, str]] = {}
         from safetensors import safe_open
 
-        for f in safetensors_files(self.dir, self.source.spec):
+        model_files.check(self.dir, self.source.spec)  # whole, and a run's final/ or checkpoint as it was written
+        for f in model_files.weight_files(self.dir, self.source.spec):
             with safe_open(str(f), framework="pt") as h:
                 for key in h.keys():
                     self._where[normalize_name(key)] = (f, key)

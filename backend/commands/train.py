@@ -35,7 +35,10 @@ def run(args) -> int:
     overrides = list(args.overrides) + ([f"name={args.name}"] if args.name else [])
     cfg = load_config(args.config, overrides)
     command = [sys.executable, "-m", "backend", "train"] + sys.argv[2:] if sys.argv[1:2] == ["train"] else None
-    dirs = prepare_runs(cfg, root=Path(args.runs_dir) if args.runs_dir else None, command=command, claim=True)
+    root = Path(args.runs_dir) if args.runs_dir else None
+    dirs = prepare_runs(
+        cfg, root=root, command=command, claim=True, warn=lambda w: print(f"warning: {w}", file=sys.stderr)
+    )
     worst = 0
     for d in dirs:
         print(f"== {d}", flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from backend.commands import add_overrides
 
@@ -19,7 +20,10 @@ def run(args) -> int:
 
     cfg = load_config(args.config, args.overrides)
     facts = check(cfg)
+    warnings = facts.pop("warnings", [])
     if args.print:
         print(config_to_yaml(cfg, annotated=True))
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
     print(f"ok: {cfg['recipe']} on {cfg['data']['corpus']} ({facts})")
     return 0

@@ -21,3 +21,13 @@ class DataError(DetourError):
 
 class CheckpointError(DetourError):
     pass
+
+
+class RunStartedError(DetourError):
+    """A run directory that has already trained was asked to start again: runs are never retrained in place."""
+
+
+class NonFiniteError(DetourError):
+    """Training met NaN or infinity (loss, gradient norm, held-out loss, weights). The run stops as ``failed``
+    before anything computed from it is saved; the message names the step, the values and the last good
+    checkpoint to resume from."""

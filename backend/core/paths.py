@@ -26,7 +26,8 @@ RUNS_ENV, REPORTS_ENV, EVALS_ENV, UPLOADS_ENV = (
     "DETOUR_UPLOADS_DIR",
 )
 CACHE_ENV = "DETOUR_CACHE_DIR"
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")  # a run or report name: one plain folder name
+MAX_NAME_LEN = 100
+NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{MAX_NAME_LEN - 1}}}")  # a run or report name: one plain folder
 
 
 def _root(env: str, default: str) -> Path:
@@ -60,7 +61,7 @@ def cache_dir() -> Path:
 
 def is_plain_name(name: object) -> bool:
     """A name that is one folder: letters, digits, '_', '-', '.'; no '/', no '..', not hidden."""
-    return isinstance(name, str) and bool(NAME.match(name)) and ".." not in name
+    return isinstance(name, str) and bool(NAME.fullmatch(name)) and ".." not in name  # fullmatch: '$' allows a "\n"
 
 
 def shared_data(name: str) -> Path | None:

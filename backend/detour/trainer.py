@@ -29,7 +29,7 @@ from backend.detour.recipe import (
     set_lr,
     tokens_per_step,
 )
-from backend.engine import checkpoint, trackers
+from backend.engine import checkpoint, finite, model_files, trackers
 from backend.engine.data import batch_indices
 from backend.engine.models import transformer_blocks
 from backend.engine.precision import full_state_dict, make_accelerator
@@ -45,7 +45,8 @@ def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, sh
     step0 = _start_step(s, resume)
     trackers.start_run(s.accelerator, cfg, s.run_dir, resume=step0 > 0, log=log)  # logging.report_to, if any
     if step0 == 0:  # where every recipe starts from: the same number for both runs of a pair
-        s.emit({"type": "eval", "step": 0, "phase": s.phases[0].name, "tokens_seen": 0, **evaluate(s)})
+        ev = finite.check(s.run_dir, 0, "held-out evaluation", **evaluate(s))
+        s.emit({"type": "eval", "step": 0, "phase": s.phases[0].name, "tokens_seen": 0, **ev})
     s.lm.train()
     current, frozen = -1, []
     for step in range(step0, s.total_steps):
@@ -57,12 +58,14 @@ def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, sh
         set_lr(s.optimizer, lr)
         loss = _train_step(s, phase, step, frozen)
         done = step + 1
+        finite.check(s.run_dir, done, "training values", loss=loss, grad_norm=s.grad_norm)
         s.log_acc = {"loss": s.log_acc["loss"] + loss, "n": s.log_acc["n"] + 1}
         if done % s.log_cfg["log_every"] == 0 or done == s.total_steps:
             _log_train(s, phase, done, lr)
         phase_end = ps + 1 == phase.steps
         if done % s.log_cfg["eval_every"] == 0 or phase_end:
-            s.emit({"type": "eval", "step": done, "phase": phase.name, "tokens_seen": done * s.tps, **evaluate(s)})
+            ev = finite.check(s.run_dir, done, "held-out evaluation", **evaluate(s))
+            s.emit({"type": "eval", "step": done, "phase": phase.name, "tokens_seen": done * s.tps, **ev})
         stop = _agree(s, should_stop())
         if phase_end:
             _save(s, done, tag=f"end-{phase.name}")
@@ -99,7 +102,8 @@ def _train_step(s: _State, phase: Phase, step: int, frozen: list[torch.nn.Parame
     s.grad_norm = s.accelerator.clip_grad_norm_(trainable, s.train_cfg["max_grad_norm"] or math.inf)
     s.optimizer.step()
     s.optimizer.zero_grad(set_to_none=True)
-    return s.accelerator.reduce(loss_sum, reduction="mean").item()
+    loss, s.grad_norm = finite.as_floats(s.accelerator.reduce(loss_sum, reduction="mean"), s.grad_norm)  # one sync
+    return loss
 
 
 # --- setup and bookkeeping ---------------------------------------------------------------------------------
@@ -228,18 +232,21 @@ def _agree(s: _State, stop: bool) -> bool:
 
 
 def _save(s: _State, step: int, tag: str | None = None) -> None:
+    finite.check_weights(s.accelerator, s.hf, s.run_dir, step)  # every checkpoint is one a resume can go on from
     state = {"step": step, "tokens_seen": step * s.tps, "phase": s.phases[locate(s.phases, max(step - 1, 0))[0]].name,
              "tag": tag, "log_acc": s.log_acc, "total_steps": s.total_steps}  # fmt: skip
     checkpoint.save(s.accelerator, s.lm, s.tokenizer, s.run_dir, step, state, s.log_cfg["keep_checkpoints"])
 
 
 def _save_final(s: _State) -> None:
+    finite.check_weights(s.accelerator, s.hf, s.run_dir, s.total_steps)
     full = full_state_dict(s.accelerator, s.lm)  # FSDP: gathered on every rank first
     if s.main:
         tmp = s.run_dir / ".final.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         s.hf.save_pretrained(tmp, safe_serialization=True, state_dict=full)
         s.tokenizer.save_pretrained(tmp)
+        model_files.seal(tmp)  # manifest.json: loaders verify final/ against it
         atomic.replace_dir(tmp, s.run_dir / "final")
     s.accelerator.wait_for_everyone()
     trackers.finish(s.accelerator)

@@ -37,26 +37,26 @@ def write_manifest(ckpt: Path) -> None:
     atomic.write_json(ckpt / MANIFEST, files)
 
 
-def verify(ckpt: Path) -> None:
-    """Raise CheckpointError naming the first missing, truncated or altered file."""
+def verify(ckpt: Path, what: str | None = None) -> None:
+    """Raise CheckpointError naming the first missing, truncated or altered file (``what`` starts the message;
+    a run's sealed ``final/`` is checked here too)."""
+    what = what or f"checkpoint {ckpt}"
     mpath = ckpt / MANIFEST
     if not (ckpt / "COMPLETE").exists():
-        raise CheckpointError(f"checkpoint {ckpt}: incomplete (no COMPLETE marker)")
+        raise CheckpointError(f"{what}: incomplete (no COMPLETE marker)")
     try:
         manifest = json.loads(mpath.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"checkpoint {ckpt}: unreadable {mpath.name} ({exc})") from exc
+        raise CheckpointError(f"{what}: unreadable {mpath.name} ({exc})") from exc
     for rel, meta in manifest.items():
         f = ckpt / rel
         if not f.exists():
-            raise CheckpointError(f"checkpoint {ckpt}: missing file {f}")
+            raise CheckpointError(f"{what}: missing file {f}")
         if f.stat().st_size != meta["size"]:
             size = f.stat().st_size
-            raise CheckpointError(
-                f"checkpoint {ckpt}: file {f} is truncated or altered ({size} bytes, expected {meta['size']})"
-            )
+            raise CheckpointError(f"{what}: file {f} is truncated or altered ({size} bytes, expected {meta['size']})")
         if _sha256(f) != meta["sha256"]:
-            raise CheckpointError(f"checkpoint {ckpt}: file {f} is corrupt (sha256 mismatch)")
+            raise CheckpointError(f"{what}: file {f} is corrupt (sha256 mismatch)")
 
 
 def save(accelerator, lm, tokenizer, run_dir: Path, step: int, state: dict, keep: int) -> Path:

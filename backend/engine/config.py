@@ -8,6 +8,7 @@ to check that a path exists) and every error names the key, the bad value and wh
 from __future__ import annotations
 
 import copy
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -15,17 +16,21 @@ from typing import Any
 import yaml
 
 from backend.core.errors import ConfigError
-from backend.core.paths import is_plain_name
+from backend.core.paths import MAX_NAME_LEN, is_plain_name
 from backend.engine import schema
 from backend.engine.schema import BY_KEY, SCHEMA
 from backend.engine.trackers import parse_report_to
+
+PAIR_SUFFIX = "-detour"  # the longer of the two names a pair adds (recipe.split_pair): '-detour', '-mlm'
 
 
 def check_run_name(name: str) -> str:
     """Run names become folder names: no '/', no '..', no hidden names."""
     if not is_plain_name(name):
         raise ConfigError(
-            "name", name, "use 1-100 letters, digits, '_', '-' or '.', starting with a letter or digit (no '/' or '..')"
+            "name",
+            name,
+            f"use 1-{MAX_NAME_LEN} letters, digits, '_', '-' or '.', starting with a letter or digit (no '/' or '..')",
         )
     return name
 
@@ -94,12 +99,16 @@ def load_config(path: str | Path | dict | None = None, overrides: list[str] | tu
         _merge(cfg, copy.deepcopy(path))
     elif path is not None:
         p = Path(path)
-        if not p.exists():
-            raise ConfigError("config", str(path), "no such file")
+        if not p.is_file():
+            raise ConfigError("config", str(path), "is a folder; give a YAML file" if p.is_dir() else "no such file")
         try:
-            raw = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+            raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError("config", str(path), f"unreadable ({type(exc).__name__}: {exc})") from exc
         except yaml.YAMLError as exc:
-            raise ConfigError("config", str(path), f"not valid YAML ({exc})") from exc
+            raise ConfigError("config", str(path), f"not valid YAML ({' '.join(str(exc).split())})") from exc
+        if raw is None:  # an empty file would silently train the defaults
+            raise ConfigError("config", str(path), "the file is empty; omit it to use the defaults")
         if not isinstance(raw, dict):
             raise ConfigError("config", str(path), "the top level must be a mapping")
         _merge(cfg, raw)
@@ -120,8 +129,12 @@ def check_key(k: schema.Key, v):
             raise ConfigError(k.key, v, "a value is required here")
     if k.kind in ("int", "float"):
         integer = k.kind == "int"
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ConfigError(k.key, v, f"expected {'an integer' if integer else 'a number'}")
+        if isinstance(v, float) and not math.isfinite(v):  # NaN fails every comparison: the range check misses it
+            raise ConfigError(k.key, v, f"expected a finite number in {k.range_text()}")
+        if integer and isinstance(v, float) and not v.is_integer():
+            raise ConfigError(k.key, v, "expected an integer")
         if (k.lo is not None and (v < k.lo or (k.lo_open and v == k.lo))) or (
             k.hi is not None and (v > k.hi or (k.hi_open and v == k.hi))
         ):
@@ -141,7 +154,24 @@ def check_key(k: schema.Key, v):
         raise ConfigError(k.key, v, "expected two numbers in [0, 1), e.g. [0.9, 0.98]")
     if k.kind == "path" and v is not None and not Path(v).exists():
         raise ConfigError(k.key, v, "no such file")
+    if k.kind == "mapping" and v is not None:
+        if not isinstance(v, dict):
+            raise ConfigError(k.key, v, "expected a mapping of architecture keys, e.g. {num_hidden_layers: 4}")
+        for sub, x in _non_finite(v, k.key):
+            raise ConfigError(sub, x, "expected a finite number")
     return v
+
+
+def _non_finite(node, key: str):
+    """(dotted key, value) of every NaN or infinity inside a nested mapping or list."""
+    if isinstance(node, float) and not math.isfinite(node):
+        yield key, node
+    elif isinstance(node, dict):
+        for name, x in node.items():
+            yield from _non_finite(x, f"{key}.{name}")
+    elif isinstance(node, list):
+        for i, x in enumerate(node):
+            yield from _non_finite(x, f"{key}[{i}]")
 
 
 def parse_layer_range(value, key: str, num_layers: int | None = None) -> list[int]:
@@ -180,6 +210,13 @@ def validate_config(cfg: dict) -> dict:
             node = node[p]
         node[leaf] = check_key(k, node.get(leaf, k.default))
     check_run_name(cfg["name"])
+    if cfg["recipe"] == "pair" and len(cfg["name"]) + len(PAIR_SUFFIX) > MAX_NAME_LEN:
+        raise ConfigError(
+            "name",
+            cfg["name"],
+            f"a pair trains '<name>-detour' and '<name>-mlm', and a run name has at most {MAX_NAME_LEN} characters: "
+            f"this one has {len(cfg['name'])}, use at most {MAX_NAME_LEN - len(PAIR_SUFFIX)}",
+        )
     m, d, t, ph = cfg["model"], cfg["data"], cfg["train"], cfg["phases"]
     if not isinstance(m["name"], str) or not m["name"].strip():
         raise ConfigError("model.name", m["name"], BY_KEY["model.name"].help)

@@ -16,6 +16,7 @@ import torch
 
 from backend.core.errors import ModelSpecError
 from backend.core.paths import BUNDLED_MODELS_DIR, DEFAULT_MODEL
+from backend.engine import model_files
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 
@@ -148,6 +149,8 @@ def _load(
     trust_remote_code: bool = False,
     **kwargs,
 ):
+    if source.kind != "hub":  # a truncated or altered weight file is named here, not deep inside transformers
+        model_files.check(source.path, source.spec)
     with _loading(source, f"could not load weights from {source.path}"):
         return auto_cls.from_pretrained(
             source.path,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.core import atomic
+from backend.core.errors import ConfigError
 from backend.core.paths import runs_dir
 from backend.core.process import pid_alive
 from backend.engine.config import with_defaults
@@ -51,10 +52,23 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
 
 
 def read_config(run_dir: str | Path) -> dict:
-    """The run's config.yaml, completed with defaults for keys newer than the run."""
+    """The run's config.yaml, completed with defaults for keys newer than the run. A missing, empty or malformed
+    file is a ConfigError naming it (the run cannot be trained or resumed from it)."""
     import yaml
 
-    return with_defaults(yaml.safe_load((Path(run_dir) / "config.yaml").read_text()))
+    path = Path(run_dir) / "config.yaml"
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(
+            "config", str(path), f"unreadable ({type(exc).__name__}: {' '.join(str(exc).split())})"
+        ) from exc
+    if not isinstance(raw, dict) or not raw:
+        what = "the file is empty" if raw is None else f"the file holds a {type(raw).__name__}"
+        raise ConfigError(
+            "config", str(path), f"{what}; expected the run's config (a mapping: name, recipe, model, ...)"
+        )
+    return with_defaults(raw)
 
 
 @dataclass
@@ -89,6 +103,24 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     if not d.exists():
         return []
     return [c for c in sorted(d.glob("step-*")) if (c / "COMPLETE").exists()]
+
+
+def trained_so_far(run_dir: str | Path) -> dict | None:
+    """None for a run that has not trained yet (nothing a restart would lose); else what it has: ``finished``
+    (final/ written or state done), ``step`` and ``checkpoint`` (its newest complete checkpoint), ``state``."""
+    run_dir = Path(run_dir)
+    state = RunInfo(run_dir.name, run_dir, read_status(run_dir)).state  # a killed 'running' reads 'failed'
+    cks = list_checkpoints(run_dir)
+    finished = state == "done" or (run_dir / "final").exists()
+    if not finished and not cks:
+        return None
+    newest = cks[-1].name if cks else None
+    return {
+        "finished": finished,
+        "state": state,
+        "checkpoint": newest,
+        "step": int(newest.split("-")[-1]) if newest else 0,
+    }
 
 
 def checkpoint_state(ckpt: str | Path) -> dict:

@@ -13,6 +13,7 @@ import torch
 from backend.core.errors import ConfigError, DataError
 from backend.detour.attention import check_causal_supported
 from backend.detour.recipe import build_phases, split_pair
+from backend.engine import model_files
 from backend.engine.data import iter_documents, pack, split_documents, tokenize_documents
 from backend.engine.models import load_config, load_tokenizer, resolve_model, resolve_tokenizer
 from backend.engine.tokenstore import cached_info
@@ -25,36 +26,36 @@ def tokenizer_for(cfg: dict):
     return load_tokenizer(resolve_tokenizer(spec), trust_remote_code=m["trust_remote_code"])
 
 
-def num_layers(cfg: dict) -> int:
-    m = cfg["model"]
-    if m["name"] == "from_scratch":
-        return int(m["from_scratch"].get("num_hidden_layers", 0))
-    return int(load_config(resolve_model(m["name"]), m["trust_remote_code"]).num_hidden_layers)
-
-
 def cpp_compiler() -> str | None:
     """What torch.compile's CPU backend (inductor) would build its kernels with, if anything."""
     return os.environ.get("CXX") or next((c for c in ("g++", "clang++", "c++") if shutil.which(c)), None)
 
 
 def check(cfg: dict, check_data: bool = True) -> dict:
-    """Raise a DetourError for anything that would fail after the run started. Returns facts found."""
+    """Raise a DetourError for anything that would fail after the run started. Returns facts found, with
+    ``warnings`` (things that train but deserve a look).
+
+    ``check_data`` (launch, ``validate``): also read the corpus and compare a run model's files with their
+    manifest; without it (the Launch form, as you type) only the cheap checks run."""
     m = cfg["model"]
     check_installed(cfg["logging"]["report_to"])  # a missing tracker package fails here, before any run directory
     if m["name"] != "from_scratch":
-        mconf = load_config(resolve_model(m["name"]), m["trust_remote_code"])
+        source = resolve_model(m["name"])
+        mconf = load_config(source, m["trust_remote_code"])
         if cfg["recipe"] in ("clm_detour", "pair"):
             check_causal_supported(mconf)
+        if source.kind != "hub":  # weights present and whole (a hub model is fetched when training starts)
+            model_files.check(source.path, source.spec, checksums=check_data)
         n_layers = int(mconf.num_hidden_layers)
     else:
         from transformers import AutoConfig
 
         arch = dict(m["from_scratch"])
         try:
-            AutoConfig.for_model(arch.pop("model_type", "modernbert"), **arch)
+            mconf = AutoConfig.for_model(arch.pop("model_type", "modernbert"), **arch)
         except Exception as exc:
             raise ConfigError("model.from_scratch", m["from_scratch"], f"not a valid architecture ({exc})") from exc
-        n_layers = int(m["from_scratch"].get("num_hidden_layers", 0))
+        n_layers = int(mconf.num_hidden_layers)  # the architecture's default when the mapping leaves it out
     if cfg["train"]["compile"] and cpp_compiler() is None:
         if not torch.cuda.is_available():
             raise ConfigError(
@@ -74,20 +75,65 @@ def check(cfg: dict, check_data: bool = True) -> dict:
     tok = tokenizer_for(cfg)
     if tok.mask_token_id is None:
         raise ConfigError("model.tokenizer", m["tokenizer"] or m["name"], "the tokenizer has no mask token")
-    facts = {"num_layers": n_layers}
+    pad_id = tok.pad_token_id if m["name"] == "from_scratch" else mconf.pad_token_id  # from_scratch: the tokenizer's
+    warning = check_positions(mconf, cfg["train"]["seq_len"], pad_id)
+    facts = {"num_layers": n_layers, "warnings": [warning] if warning else []}
     if check_data:
         facts.update(_check_batch_fills(cfg, tok))
     return facts
 
 
+ABSOLUTE_POSITIONS = ("bert", "roberta", "camembert", "xlm-roberta", "distilbert", "electra", "albert")
+PADDING_OFFSET = ("roberta", "camembert", "xlm-roberta")  # position ids start after the padding id
+
+
+def check_positions(mconf, seq_len: int, pad_token_id: int | None = None) -> str | None:
+    """A sequence longer than the model's learned position table fails at the first step (BERT family: "The
+    expanded size of the tensor (256) must match the existing size (128)"): refused here. Rotary positions
+    (ModernBERT) run past ``max_position_embeddings``, untrained that far: a warning, returned."""
+    max_pos = getattr(mconf, "max_position_embeddings", None)
+    model_type = getattr(mconf, "model_type", "")
+    if not isinstance(max_pos, int):
+        return None
+    rotary = model_type == "modernbert" or getattr(mconf, "rope_parameters", None) or hasattr(mconf, "rope_theta")
+    if rotary:
+        if seq_len > max_pos:
+            return (
+                f"train.seq_len {seq_len} is beyond the model's max_position_embeddings {max_pos}: its rotary "
+                "positions extend past it, but the model never saw positions that far"
+            )
+        return None
+    absolute = model_type in ABSOLUTE_POSITIONS and getattr(mconf, "position_embedding_type", "absolute") == "absolute"
+    if not absolute:
+        return None
+    offset = (pad_token_id or 0) + 1 if model_type in PADDING_OFFSET else 0
+    if seq_len > max_pos - offset:
+        skipped = (
+            f", of which the first {offset} are never used: position ids start after the padding id" if offset else ""
+        )
+        raise ConfigError(
+            "train.seq_len",
+            seq_len,
+            f"the model ({model_type}) has {max_pos - offset} learned absolute positions (max_position_embeddings "
+            f"{max_pos}{skipped}); use train.seq_len <= {max_pos - offset}",
+        )
+    return None
+
+
 def _check_batch_fills(cfg: dict, tok) -> dict:
-    """The training split fills one batch: from a built token store if there is one, else by streaming the
-    corpus only until one batch is certainly filled (the whole corpus is read only when it is small)."""
+    """The training split fills one batch and the held-out text one sequence (an empty held-out set would log a
+    held-out loss of 0): from a built token store if there is one, else by streaming the corpus only until one
+    batch is certainly filled (the whole corpus is read only when it is small; a held-out file always is)."""
     d = cfg["data"]
     seq_len, bs = cfg["train"]["seq_len"], cfg["train"]["batch_size"]
+
+    def n_rows(docs: list[str]) -> int:
+        return len(pack(tokenize_documents(docs, tok), seq_len, tok.cls_token_id, tok.sep_token_id))
+
     cached = cached_info(d, tok, seq_len)
+    n_held = None  # unknown without reading a large corpus whole: training refuses an empty split itself
     if cached is not None:
-        n_seq, documents = cached["train_sequences"], cached["documents"]
+        n_seq, documents, n_held = cached["train_sequences"], cached["documents"], cached.get("heldout_sequences")
     else:
         frac = 0.0 if d["heldout_file"] else d["heldout_fraction"]
         need = 4 * bs * (seq_len - 1) / (1 - frac)  # ~2 characters per token at most: a 4x margin, held-out docs aside
@@ -98,13 +144,30 @@ def _check_batch_fills(cfg: dict, tok) -> dict:
             if got > need:
                 complete = False
                 break
-        # the whole (small) corpus: its exact training split; else a prefix big enough with any held-out share
-        train_docs = split_documents(sample, frac)[0] if complete and not d["heldout_file"] else sample
-        n_seq = len(pack(tokenize_documents(train_docs, tok), seq_len, tok.cls_token_id, tok.sep_token_id))
+        # the whole (small) corpus: its exact split; else a prefix big enough with any held-out share
+        if complete and not d["heldout_file"]:
+            train_docs, held_docs = split_documents(sample, frac)
+            n_held = n_rows(held_docs)
+        else:
+            train_docs = sample
+        n_seq = n_rows(train_docs)
         documents = len(sample) if complete else f">= {len(sample)} (read until one batch was certainly filled)"
+        if d["heldout_file"]:
+            try:
+                n_held = n_rows(list(iter_documents(d["heldout_file"], d["text_column"])))
+            except DataError as exc:  # the reader names the corpus key
+                raise DataError(str(exc).replace("data.corpus", "data.heldout_file", 1)) from exc
     if n_seq < bs:
         raise DataError(
             f"data.corpus: {d['corpus']} gives {n_seq} training sequences of {seq_len} tokens, fewer than one "
             f"batch ({bs}); use more text, a smaller train.batch_size or a shorter train.seq_len"
+        )
+    if n_held == 0:
+        key, what = (
+            ("data.heldout_file", d["heldout_file"]) if d["heldout_file"] else ("data.heldout_fraction", d["corpus"])
+        )
+        raise DataError(
+            f"{key}: the held-out text of {what} is shorter than one sequence of {seq_len} tokens (its loss would "
+            f"read 0); use more held-out text, a larger data.heldout_fraction or a shorter train.seq_len"
         )
     return {"documents": documents}

@@ -9,21 +9,23 @@ from __future__ import annotations
 import copy
 import os
 import shlex
+import shutil
 import signal
 import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 from backend import __version__
 from backend.core import atomic
-from backend.core.errors import ConfigError, DetourError
+from backend.core.errors import ConfigError, DetourError, RunStartedError
 from backend.core.paths import runs_dir
 from backend.core.process import FileLock
 from backend.detour.recipe import split_pair
 from backend.engine.config import check_run_name, validate_config
-from backend.engine.rundir import read_config, suggest_name, write_status
+from backend.engine.rundir import read_config, suggest_name, trained_so_far, write_status
 
 
 def check_names_free(cfg: dict, root: Path) -> None:
@@ -40,12 +42,16 @@ def check_names_free(cfg: dict, root: Path) -> None:
 
 
 def prepare_runs(
-    cfg: dict, root: Path | None = None, command: list[str] | None = None, claim: bool = False
+    cfg: dict,
+    root: Path | None = None,
+    command: list[str] | None = None,
+    claim: bool = False,
+    warn: Callable[[str], None] = lambda _: None,
 ) -> list[Path]:
     """Validate, preflight and create run directories (state ``queued``). Never overwrites.
 
     ``claim=True`` (the CLI, which trains the runs itself) records this pid so the app's queue worker
-    leaves them alone while this process lives.
+    leaves them alone while this process lives. ``warn`` receives preflight's warnings (the run still starts).
     """
     from backend.runs.preflight import check
 
@@ -53,11 +59,11 @@ def prepare_runs(
     root = Path(root) if root else runs_dir()
     runs = split_pair(cfg)
     check_names_free(cfg, root)
-    check(cfg)
-    out = []
-    for role, c in runs:
-        d = root / c["name"]
-        d.mkdir(parents=True)
+    facts = check(cfg)
+    for w in facts.get("warnings", []):
+        warn(w)
+    out = _claim_names(root, [c["name"] for _, c in runs], cfg["name"])
+    for (role, c), d in zip(runs, out, strict=True):
         c["_meta"] = {
             **c.get("_meta", {}),
             "command": command or [sys.executable, "-m", "backend", "train", "--run-dir", str(d)],
@@ -71,8 +77,28 @@ def prepare_runs(
         write_status(
             d, state="queued", error=None, created_at=time.time(), pid=None, claimed_by=os.getpid() if claim else None
         )
-        out.append(d)
     return out
+
+
+def _claim_names(root: Path, names: list[str], asked: str) -> list[Path]:
+    """Create the run folders, all or none: ``mkdir`` is the atomic claim on a name, so of two launches of one
+    new name at once the second gets the "already exists" error here (the check before preflight is only early)."""
+    made: list[Path] = []
+    try:
+        for name in names:
+            d = root / name
+            try:
+                d.mkdir(parents=True)
+            except FileExistsError:
+                raise ConfigError(
+                    "name", asked, f"a run named '{name}' already exists; try '{suggest_name(asked, root)}'"
+                ) from None
+            made.append(d)
+    except BaseException:
+        for d in made:  # empty folders this call made (the pair's first run): the name stays free
+            shutil.rmtree(d, ignore_errors=True)
+        raise
+    return made
 
 
 class _StopFlag:
@@ -114,15 +140,41 @@ def _load_model(cfg: dict):
     return model, tok
 
 
+def _config_to_train(run_dir: Path, resume: bool, rank0: bool) -> dict:
+    """The run's config, or a DetourError before training touches anything: an unreadable config.yaml (the run is
+    marked failed with the error: a killed run's 'running' too), or a run that has trained already and was not
+    asked to resume (left as it is: retraining it in place would truncate its metrics and lose its checkpoints)."""
+    try:
+        cfg = read_config(run_dir)
+    except ConfigError as exc:
+        if rank0:
+            write_status(run_dir, state="failed", error=str(exc), finished_at=time.time())
+        raise
+    if not resume and (trained := trained_so_far(run_dir)) is not None:
+        again = (
+            f"to train its config again as a new run: python -m backend train {run_dir / 'config.yaml'} "
+            f"--name {suggest_name(run_dir.name, run_dir.parent)}"
+        )
+        if trained["finished"]:
+            raise RunStartedError(
+                f"run '{run_dir.name}' has finished (final/ is written) and runs are never retrained in place; {again}"
+            )
+        raise RunStartedError(
+            f"run '{run_dir.name}' has already trained to step {trained['step']} ({trained['state']}, newest "
+            f"checkpoint {trained['checkpoint']}) and runs are never retrained in place; to continue it: "
+            f"python -m backend train --run-dir {run_dir} --resume; {again}"
+        )
+    return cfg
+
+
 def train_run(run_dir: str | Path, resume: bool = False) -> dict:
     """Train one prepared run directory; status.json records running/done/failed/cancelled."""
     from backend.detour.trainer import run_training
     from backend.engine.models import quiet_transformers
     from backend.engine.precision import bf16_warning, resolve_precision
+    from backend.runs.preflight import check_positions
 
     run_dir = Path(run_dir)
-    cfg = read_config(run_dir)
-    meta = cfg.pop("_meta", {})
     rank0 = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
     lock = (
         FileLock(run_dir / ".train.lock", f"run {run_dir.name}", "{what}: already being trained by pid {pid}")
@@ -131,6 +183,13 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
     )
     if lock is not None:
         lock.acquire()  # one trainer per run directory, whoever launched it
+    try:
+        cfg = _config_to_train(run_dir, resume, rank0)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    meta = cfg.pop("_meta", {})
     stop = _StopFlag()
     stop.install()
     # The queue worker already points stdout at train.log (DETOUR_STDOUT_IS_LOG=1); from a terminal we tee.
@@ -167,6 +226,8 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
             atomic.write_yaml(run_dir / "config.yaml", {**asked, "_meta": meta})
         with quiet_transformers():
             model, tok = _load_model(cfg)
+            if warning := check_positions(model.config, cfg["train"]["seq_len"], model.config.pad_token_id):
+                log(f"warning: {warning}")
             state = run_training(cfg, run_dir, model, tok, resume=resume, should_stop=stop, log=log)
         error = None if state == "done" else f"stopped by {stop.signal}; resume to continue"
     except (Exception, KeyboardInterrupt) as exc:
