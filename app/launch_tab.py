@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from app import check_corpus_spec, check_model_spec, check_path, model_choices, uploads_dir, warn
+from app import check_corpus_spec, check_model_spec, check_path, md_escape, model_choices, uploads_dir, warn
 from backend.core.errors import ConfigError, DetourError
 from backend.core.paths import runs_dir
 from backend.engine import schema
@@ -181,14 +181,15 @@ def error_key(exc: Exception) -> str | None:
     return None
 
 
-def preflight(cfg: dict) -> None:
-    """Model-level checks that need no data and no network (model resolves, freeze ranges fit the model)."""
+def preflight(cfg: dict) -> list[str]:
+    """Model-level checks that need no data and no network (model resolves, freeze ranges fit the model, seq_len fits
+    its positions). Returns preflight's warnings (e.g. a rotary model beyond the length it was trained on)."""
     from backend.engine.models import resolve_model
     from backend.runs.preflight import check
 
     if cfg["model"]["name"] != "from_scratch" and resolve_model(cfg["model"]["name"]).kind == "hub":
-        return  # checked at launch: no network while typing
-    check(cfg, check_data=False)
+        return []  # checked at launch: no network while typing
+    return list(check(cfg, check_data=False).get("warnings", []))
 
 
 def validate_form(values: list, deep: bool = True) -> dict:
@@ -205,11 +206,12 @@ def validate_form(values: list, deep: bool = True) -> dict:
         "errors": {},
         "message": "",
     }
+    warnings: list[str] = []
     try:
         cfg, seeds = values_to_config(values)
         if deep:
             jobs.check_names_free(cfg, runs_dir(), seeds or None)  # the check Launch would make, as you type
-            preflight(cfg)
+            warnings = preflight(cfg)
     except (DetourError, ValueError) as exc:
         key = error_key(exc)
         msg = str(exc)
@@ -225,7 +227,7 @@ def validate_form(values: list, deep: bool = True) -> dict:
         yaml=config_to_yaml(cfg),
         python=prev["python"] + seed_note,
         accelerate=prev["accelerate"] + seed_note,
-        message="✓ config valid",
+        message="✓ config valid" + "".join(f"\n\n⚠ warning: {md_escape(w)}" for w in warnings),
     )
     return out
 

@@ -94,3 +94,21 @@ def test_report_to_is_a_multiselect_from_the_schema(tiny_modernbert_dir):
         assert (
             list(res["errors"]) == ["logging.report_to"] and "pip install wandb" in res["errors"]["logging.report_to"]
         )
+
+
+def test_sequence_length_beyond_the_positions_is_refused_or_warned_in_the_form(
+    tiny_modernbert_dir, tiny_bert_dir, monkeypatch
+):
+    """Issue 18: absolute positions refuse a longer seq_len under the field, naming both numbers; a rotary model
+    beyond its trained length gets a warning beside "config valid" (the run may still start)."""
+    monkeypatch.setenv("DETOUR_ALLOWED_ROOTS", f"{tiny_modernbert_dir}:{tiny_bert_dir}")
+    from transformers import AutoConfig
+
+    bert_limit = AutoConfig.from_pretrained(tiny_bert_dir).max_position_embeddings
+    res = launch_tab.validate_form(form(tiny_bert_dir, train__seq_len=2 * bert_limit))
+    assert not res["ok"] and list(res["errors"]) == ["train.seq_len"]
+    assert str(2 * bert_limit) in res["errors"]["train.seq_len"] and str(bert_limit) in res["errors"]["train.seq_len"]
+    limit = AutoConfig.from_pretrained(tiny_modernbert_dir).max_position_embeddings
+    res = launch_tab.validate_form(form(tiny_modernbert_dir, train__seq_len=2 * limit))
+    assert res["ok"] and "warning" in res["message"] and str(limit) in res["message"]
+    assert "warning" not in launch_tab.validate_form(form(tiny_modernbert_dir))["message"]
