@@ -413,8 +413,17 @@ class _Runner:
             msg = f"{job.tag}: epoch {ev['epoch']}/{ev['epochs']}"
             if ev["event"] == "epoch":
                 msg += f" dev {ev['metric']} {_pct(ev['dev_metric'])} (best epoch {ev['best_epoch']})"
+            if ev["skipped"]:
+                msg += f", {ev['skipped']} steps skipped (non-finite loss or gradients)"
             self.meter.report(
-                ev["event"], msg, base_units + frac_epoch, **job.where(), epoch=ev["epoch"], epochs=ev["epochs"]
+                ev["event"],
+                msg,
+                base_units + frac_epoch,
+                **job.where(),
+                epoch=ev["epoch"],
+                epochs=ev["epochs"],
+                step=ev.get("step"),
+                skipped=ev["skipped"],
             )
 
         meta = {
@@ -461,6 +470,7 @@ def _run_record(metrics: dict, resumed: bool) -> dict:
         "finished_at",
     )
     rec = {k: metrics.get(k) for k in keep}
+    rec["skipped_steps"] = (metrics.get("skipped_steps") or {}).get("total", 0)
     rec["resumed"] = resumed
     return rec
 
