@@ -3,7 +3,7 @@ every epoch, the best epoch (by the dev metric, ties broken by dev loss) restore
 fine-tuned model saved with its tokenizer, ``label_map.json`` and ``metrics.json`` (written last, atomically,
 so a folder with ``metrics.json`` is complete).
 
-Plain PyTorch loop through Accelerate: CPU for small models, the GPU (bf16 when supported) when there is one.
+Plain PyTorch loop through Accelerate, in the precision the runner resolved (``backend.engine.precision``).
 A step whose loss or gradient norm is not finite is skipped (no optimizer or LR update, gradients dropped) and
 counted, like the steps fp16's GradScaler skips; the counts go to the progress events and ``metrics.json``, and a
 seed fails once more than ``MAX_SKIPPED_FRACTION`` of its steps (at least ``MIN_SKIP_BUDGET``) were skipped:
@@ -108,6 +108,16 @@ def effective_max_len(requested: int, tokenizer, config) -> int:
     return max(8, min(limits))
 
 
+def precision_from_mixed(mixed: str) -> str:
+    """Accelerate's mixed_precision (no|bf16|fp16) in ``train.precision``'s words (fp32|bf16|fp16)."""
+    return {"no": "fp32"}.get(str(mixed), str(mixed))
+
+
+def accelerator_precision(accelerator) -> dict:
+    """The precision record for an accelerator that came without one (a caller's own)."""
+    return {"requested": None, "resolved": precision_from_mixed(accelerator.mixed_precision), "why": "given"}
+
+
 def _param_groups(model, weight_decay: float):
     decay, no_decay = [], []
     for name, p in model.named_parameters():
@@ -162,7 +172,7 @@ class SkippedSteps:
                 f"{self.nonfinite_grad}, fp16 overflows {self.fp16_overflow}), more than the {self.budget} allowed "
                 f"({MAX_SKIPPED_FRACTION:.0%} of {total_steps} steps, at least {MIN_SKIP_BUDGET}); the first at epoch "
                 f"{f['epoch']} step {f['step']} ({f['reason']} {f['value']}, batch length {f['seq_len']}). "
-                "Try --mixed-precision no or a lower --lr"
+                "Try --precision fp32 or a lower --lr"
             )
 
     def as_dict(self) -> dict:
@@ -212,6 +222,7 @@ def finetune(
     meta: dict | None = None,
     progress: Callable[[dict], None] | None = None,
     accelerator=None,
+    precision: dict | None = None,
     trust_remote_code: bool = False,
     keep_model: bool = True,
 ) -> dict:
@@ -219,6 +230,7 @@ def finetune(
 
     Writes ``out_dir`` (model, tokenizer, label_map.json, metrics.json) and returns the metrics dict.
     ``progress`` gets ``{"event": "step"|"epoch", ..., "skipped": steps skipped so far}`` dicts.
+    ``precision``: ``{requested, resolved, why}`` as the runner resolved it (recorded in metrics.json).
     """
     from accelerate.utils import set_seed
     from torch.utils.data import DataLoader
@@ -331,7 +343,7 @@ def finetune(
             "n_test": sizes["test"],
             "train_time_s": round(time.time() - t0, 2),
             "device": str(device),
-            "mixed_precision": accelerator.mixed_precision,
+            "precision": precision or accelerator_precision(accelerator),
             "optimizer_steps": total_steps - skips.total,
             "skipped_steps": skips.as_dict(),
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -4,10 +4,11 @@ ModernBERT's local (sliding-window) layers let a query see the keys within ``loc
 right-padded batch, a padding query more than that past its sequence's last real token sees no key at all: its row
 of the mask is empty. Fine-tuning batches are full of them: one long sentence padded against short ones at
 ``max_len`` 256 gives thousands of empty rows per local layer. Kernels disagree on an empty row. torch's CPU kernels
-and the CUDA memory-efficient kernel return 0 with a finite logsumexp; cuDNN attention, which torch picks first for
-bf16/fp16 with a mask on an H100 (cuDNN >= 9.15.1), keeps a logsumexp of -inf, and its backward turns such a row
-into NaN in dQ for some sequence lengths (pytorch#196678: ``seq_len % 128 == 64``). One NaN gradient, clipped, makes
-every weight NaN and the next loss NaN: issue 18 (bf16 on an H100, max_len 256 and 512, never fp32, never on CPU).
+(and the CUDA memory-efficient one) return 0 with a finite logsumexp, so CPU trains. On an H100, torch tries cuDNN
+attention first for bf16/fp16 with a mask (fp32 never reaches it); its logsumexp for an empty row is -inf, and its
+backward is reported to turn such rows into NaN dQ for some lengths (pytorch#196678, ``seq_len % 128 == 64``). That
+matches issue 18 (NaN in bf16 on an H100 at max_len 256 and 512, never in fp32, never on CPU), but it is inferred:
+no GPU was at hand to confirm the kernel. One NaN gradient, clipped, makes every weight NaN and the next loss NaN.
 
 Rather than trust every kernel with empty rows, this removes them: each query may also attend to itself. A real
 query's row already holds itself, so its row, its output and every gradient are unchanged (bit-identical, tested);

@@ -104,6 +104,8 @@ def results_markdown(results: dict) -> str:
         "Fine-tuning: " + ", ".join(f"{k} {v}" for k, v in hp.items() if v is not None) + ".",
         "",
     ]
+    if prec := results.get("precision"):
+        lines += [f"Precision: {prec['resolved']} (asked: {prec['requested']}; {prec['why']}).", ""]
     for note in results.get("data_notes", []):
         lines.append(f"Note: {note}")
     if results.get("data_notes"):

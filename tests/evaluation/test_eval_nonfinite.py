@@ -1,5 +1,6 @@
 """Non-finite steps are skipped, counted and reported (progress events, metrics.json, results.json/md), never hidden;
-too many fail the seed with a clear error."""
+too many fail the seed with a clear error. The evaluation speaks ``train.precision``'s vocabulary and still resumes
+folders whose metrics.json recorded the old ``mixed_precision``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from backend.__main__ import main as cli
+from backend.core.errors import ConfigError
 from backend.core.paths import DEMO_NER_DIR
 from backend.engine.precision import make_accelerator
 from backend.evaluation import runner as runner_mod
@@ -65,7 +68,7 @@ def poison_runs(monkeypatch, **poison):
 def test_skipped_steps_are_counted_and_reported_everywhere(tmp_path, tiny_modernbert_dir, monkeypatch):
     poison_runs(monkeypatch, grad_steps={2}, loss_steps={4})
     events = []
-    kw = dict(progress=events.append, labels=["tiny"])
+    kw = dict(precision="fp32", progress=events.append, labels=["tiny"])
     res = evaluate_models([str(tiny_modernbert_dir)], "ner", DEMO_NER_DIR, [0], tmp_path, **kw, **HP)
     assert res["status"] == "complete"
     run = res["models"][0]["runs"][0]
@@ -95,7 +98,7 @@ def test_too_many_skipped_steps_fail_the_seed_with_a_clear_error(tmp_path, tiny_
     poison_runs(monkeypatch, grad_steps=set(range(1, 100)))
     hp = {**HP, "epochs": 2, "batch_size": 4}  # 24 steps: the budget is the minimum, 10
     model = [str(tiny_modernbert_dir)]
-    res = evaluate_models(model, "ner", DEMO_NER_DIR, [0], tmp_path, labels=["tiny"], **hp)
+    res = evaluate_models(model, "ner", DEMO_NER_DIR, [0], tmp_path, precision="fp32", labels=["tiny"], **hp)
     assert res["status"] == "complete_with_failures"
     err = res["failures"][0]["error"]
     assert err.startswith("NonFiniteTraining: 11 steps skipped for non-finite values (loss 0, gradients 11")
@@ -154,3 +157,33 @@ def test_fp16_gradscaler_skips_are_counted(tiny_modernbert_dir):
     handle.remove()
     assert acc.scaler.get_scale() == 2.0**9
     assert train_step(acc, model, opt, sched, batch, 1.0)[1] is None
+
+
+def test_precision_vocabulary_and_resume_from_mixed_precision(tmp_path, tiny_modernbert_dir, capsys):
+    args = ([str(tiny_modernbert_dir)], "ner", str(DEMO_NER_DIR), [0], tmp_path)
+    res = evaluate_models(*args, precision="fp32", labels=["tiny"], **HP)
+    assert res["precision"] == {"requested": "fp32", "resolved": "fp32", "why": "asked for explicitly"}
+    metrics_path = tmp_path / "models" / "tiny" / "seed-0" / "metrics.json"
+    m = json.loads(metrics_path.read_text())
+    assert m["precision"] == res["precision"] and "mixed_precision" not in m
+    assert "Precision: fp32 (asked: fp32; asked for explicitly)." in (tmp_path / "results.md").read_text()
+
+    # a folder finished by the older version: metrics.json had Accelerate's mixed_precision; it still resumes
+    del m["precision"], m["skipped_steps"], m["optimizer_steps"]
+    m["mixed_precision"] = "no"
+    metrics_path.write_text(json.dumps(m))
+    res = evaluate_models(*args, precision="fp32", labels=["tiny"], **HP)
+    run = res["models"][0]["runs"][0]
+    assert run["resumed"] and run["precision"]["resolved"] == "fp32" and run["skipped_steps"] == 0
+
+    with pytest.raises(ConfigError, match=r"'precision': got 'no'; use one of: auto, fp32, bf16, fp16"):
+        evaluate_models(*args, precision="no", **HP)
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="fp16 needs a CUDA GPU"):
+            evaluate_models(*args, precision="fp16", **HP)
+    base = ["evaluate", "--models", str(tiny_modernbert_dir), "--out", str(tmp_path / "cli")]
+    assert cli([*base, "--mixed-precision", "no"]) == 2
+    assert "renamed --precision: auto | fp32 | bf16 | fp16 (no is fp32)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli([*base, "--precision", "half"])
+    assert "invalid choice: 'half'" in capsys.readouterr().err
