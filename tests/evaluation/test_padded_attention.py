@@ -148,6 +148,25 @@ def test_real_positions_are_bit_identical_with_the_fix(impl):
     assert (batch["labels"][~batch["attention_mask"].bool()] == IGNORE).all()  # padding carries no loss
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (issue 18 was seen on an H100)")
+@pytest.mark.parametrize("seq_len", [128, 192, 256, 320, 448, 512])
+def test_gpu_bf16_steps_on_padded_batches_are_finite(seq_len):
+    """On the GPU, under torch's default sdpa kernel choice (cuDNN first on an H100): a bf16 training step on a
+    batch padded to ``seq_len`` (lengths % 128 == 64 included) has a finite loss and finite gradients."""
+    task, source, batch = long_and_short_batch()
+    n = batch["input_ids"].shape[1]
+    pad = {"input_ids": task.pad_id, "attention_mask": 0, "labels": IGNORE}
+    if seq_len <= n:
+        batch = {k: v[1:, :seq_len] for k, v in batch.items()}  # the short sentences only
+    batch = {k: torch.nn.functional.pad(v, (0, seq_len - v.shape[1]), value=pad[k]).cuda() for k, v in batch.items()}
+    model = task.load_model(source).cuda()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = model(**batch)
+    out.loss.backward()
+    assert torch.isfinite(out.loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
 def test_with_diagonal_handles_both_mask_kinds_and_leaves_others():
     allowed = torch.tensor([[True, False, False], [False, False, False], [False, False, False]])[None, None]
     assert with_diagonal(allowed)[0, 0].tolist() == [[True, False, False], [False, True, False], [False, False, True]]
