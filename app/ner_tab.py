@@ -5,7 +5,6 @@ the function behind ``python -m backend evaluate``)."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from app import check_model_spec, check_path, evals_dir, md_escape, model_choices, warn
@@ -113,7 +112,6 @@ def run_evaluation(models: list[str], seeds: str, epochs, max_train, progress=No
 
 
 LIVE_HEADERS = ["run", "model", "seed", "epoch", "dev F1 %", "train loss", "skipped steps", "best epoch"]
-_DEV = re.compile(r"dev (\w+) ([\d.]+) \(best epoch (\d+)\)")
 
 
 class LiveEvaluation:
@@ -135,14 +133,8 @@ class LiveEvaluation:
 
     @staticmethod
     def _epoch_row(ev: dict) -> list:
-        """The numbers from the event's fields; the runner of this version puts dev F1 and the best epoch only in
-        its message, so they are read from there when the fields are absent."""
+        """The numbers from the event's fields (``evaluation.runner`` forwards the fine-tune's epoch event)."""
         dev, best = ev.get("dev_metric"), ev.get("best_epoch")
-        m = _DEV.search(ev.get("message", ""))
-        if dev is None and m:
-            dev = float(m.group(2)) / 100
-        if best is None and m:
-            best = int(m.group(3))
         loss, skipped = ev.get("train_loss"), ev.get("skipped_steps")
         return [
             f"{ev.get('run')}/{ev.get('runs')}",

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from backend.core.errors import ConfigError
+from backend.engine.schema import PRECISIONS
 
 
 def _seeds(value: str):
@@ -63,7 +64,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--tags-column", help="NER hub datasets (default: ner_tags, tags or labels)")
     p.add_argument("--no-keep-models", action="store_true", help="do not save the fine-tuned models (metrics only)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code from the hub")
-    p.add_argument("--mixed-precision", choices=["no", "bf16", "fp16"], help="default: bf16 on a GPU that has it")
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="auto",
+        help="as train.precision: auto (default) is bf16 on a CUDA GPU with bf16 and on CPUs where bf16 is really "
+        "faster, else fp32; fp16 needs a GPU",
+    )
+    p.add_argument("--mixed-precision", help=argparse.SUPPRESS)  # the old name: refused with the new one's values
     p.add_argument(
         "--report-to",
         help="experiment trackers that also get each seed's scores and the summary, comma-separated: tensorboard, "
@@ -78,6 +86,10 @@ def run(args) -> int:
         raise ConfigError("labels", args.labels, f"give one label per model ({len(args.models)})")
     if args.task == "ner" and args.label_separator:
         raise ConfigError("label-separator", args.label_separator, "only for --task classification")
+    if args.mixed_precision is not None:
+        raise ConfigError(
+            "mixed-precision", args.mixed_precision, "renamed --precision: auto | fp32 | bf16 | fp16 (no is fp32)"
+        )
     results = evaluate_models(
         args.models,
         args.task,
@@ -92,7 +104,7 @@ def run(args) -> int:
         tags_column=args.tags_column,
         trust_remote_code=args.trust_remote_code,
         keep_models=not args.no_keep_models,
-        mixed_precision=args.mixed_precision,
+        precision=args.precision,
         report_to=args.report_to,
         epochs=args.epochs,
         lr=args.lr,

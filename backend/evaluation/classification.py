@@ -323,11 +323,13 @@ class ClsTask:
         return {sp.name: len(sp) for sp in self.data.splits()}
 
     def load_model(self, source, trust_remote_code: bool = False):
+        """The encoder with a new head, ready for padded batches (``padded_attention``: no empty attention rows)."""
         from transformers import AutoModelForSequenceClassification
 
         from backend.engine.models import _load
+        from backend.evaluation.padded_attention import padding_attends_to_itself
 
-        return _load(
+        model = _load(
             AutoModelForSequenceClassification,
             source,
             trust_remote_code=trust_remote_code,
@@ -336,6 +338,8 @@ class ClsTask:
             label2id=self.label2id,
             problem_type="multi_label_classification" if self.multi_label else "single_label_classification",
         )
+        padding_attends_to_itself(model)
+        return model
 
     @torch.no_grad()
     def evaluate(self, model, split: str, batch_size: int, device, autocast=None) -> dict:

@@ -3,7 +3,11 @@ every epoch, the best epoch (by the dev metric, ties broken by dev loss) restore
 fine-tuned model saved with its tokenizer, ``label_map.json`` and ``metrics.json`` (written last, atomically,
 so a folder with ``metrics.json`` is complete).
 
-Plain PyTorch loop through Accelerate: CPU for small models, the GPU (bf16 when supported) when there is one.
+Plain PyTorch loop through Accelerate, in the precision the runner resolved (``backend.engine.precision``).
+A step whose loss or gradient norm is not finite is skipped (no optimizer or LR update, gradients dropped) and
+counted, like the steps fp16's GradScaler skips; the counts go to the progress events and ``metrics.json``, and a
+seed fails once more than ``MAX_SKIPPED_FRACTION`` of its steps (at least ``MIN_SKIP_BUDGET``) were skipped:
+a handful of fp16 overflows while the scaler calibrates is normal, a run that keeps producing NaN is not.
 """
 
 from __future__ import annotations
@@ -14,12 +18,13 @@ import os
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from backend.core import atomic
-from backend.core.errors import ConfigError
+from backend.core.errors import ConfigError, DetourError
 from backend.engine.models import quiet_transformers
 from backend.engine.precision import make_accelerator
 
@@ -53,6 +58,9 @@ DEFAULT_HPARAMS = {
     },
 }
 METRICS = {"ner": ("f1", "macro_f1", "token_accuracy"), "classification": ("macro_f1", "micro_f1", "accuracy")}
+MAX_SKIPPED_FRACTION = 0.05  # of a seed's optimizer steps
+MIN_SKIP_BUDGET = 10  # fp16's GradScaler may skip a few steps while it finds its scale
+SKIP_EXAMPLES = 10  # skipped steps described in metrics.json
 
 
 def resolve_hparams(task: str, **overrides) -> dict:
@@ -100,6 +108,16 @@ def effective_max_len(requested: int, tokenizer, config) -> int:
     return max(8, min(limits))
 
 
+def precision_from_mixed(mixed: str) -> str:
+    """Accelerate's mixed_precision (no|bf16|fp16) in ``train.precision``'s words (fp32|bf16|fp16)."""
+    return {"no": "fp32"}.get(str(mixed), str(mixed))
+
+
+def accelerator_precision(accelerator) -> dict:
+    """The precision record for an accelerator that came without one (a caller's own)."""
+    return {"requested": None, "resolved": precision_from_mixed(accelerator.mixed_precision), "why": "given"}
+
+
 def _param_groups(model, weight_decay: float):
     decay, no_decay = [], []
     for name, p in model.named_parameters():
@@ -119,6 +137,80 @@ def _better(cur: dict, best: dict | None, metric: str) -> bool:
     return (la if la == la else math.inf) < (lb if lb == lb else math.inf)
 
 
+class NonFiniteTraining(DetourError):
+    """Too many steps of one fine-tune had a non-finite loss or gradient."""
+
+
+@dataclass
+class SkippedSteps:
+    """The steps a fine-tune did not apply, by reason, and the first few of them (where, what, batch length)."""
+
+    budget: int
+    nonfinite_loss: int = 0
+    nonfinite_grad: int = 0
+    fp16_overflow: int = 0  # GradScaler found inf/NaN gradients: it skipped the step and lowered its scale
+    first: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def for_run(cls, total_steps: int) -> SkippedSteps:
+        return cls(budget=max(MIN_SKIP_BUDGET, math.ceil(MAX_SKIPPED_FRACTION * total_steps)))
+
+    @property
+    def total(self) -> int:
+        return self.nonfinite_loss + self.nonfinite_grad + self.fp16_overflow
+
+    def record(self, reason: str, value: float, epoch: int, step: int, seq_len: int, total_steps: int) -> None:
+        """Count one skipped step; raise NonFiniteTraining once more than ``budget`` were skipped."""
+        setattr(self, reason, getattr(self, reason) + 1)
+        if len(self.first) < SKIP_EXAMPLES:
+            shown = value if math.isfinite(value) else str(value)  # JSON has no NaN/inf
+            self.first.append({"epoch": epoch, "step": step, "reason": reason, "value": shown, "seq_len": seq_len})
+        if self.total > self.budget:
+            f = self.first[0]
+            raise NonFiniteTraining(
+                f"{self.total} steps skipped for non-finite values (loss {self.nonfinite_loss}, gradients "
+                f"{self.nonfinite_grad}, fp16 overflows {self.fp16_overflow}), more than the {self.budget} allowed "
+                f"({MAX_SKIPPED_FRACTION:.0%} of {total_steps} steps, at least {MIN_SKIP_BUDGET}); the first at epoch "
+                f"{f['epoch']} step {f['step']} ({f['reason']} {f['value']}, batch length {f['seq_len']}). "
+                "Try --precision fp32 or a lower --lr"
+            )
+
+    def as_dict(self) -> dict:
+        return {
+            "total": self.total,
+            "nonfinite_loss": self.nonfinite_loss,
+            "nonfinite_grad": self.nonfinite_grad,
+            "fp16_overflow": self.fp16_overflow,
+            "budget": self.budget,
+            "first": self.first,
+        }
+
+
+def train_step(accelerator, model, optimizer, scheduler, batch, grad_clip: float) -> tuple[float, str | None, float]:
+    """One optimizer step -> (loss, the reason it was skipped or None, the value that made it skip).
+
+    A non-finite loss is not backpropagated; a non-finite gradient norm (bf16/fp32) is not applied: the gradients
+    are dropped, so AdamW's moments and the LR schedule only see real updates. Under fp16 the GradScaler decides
+    (it must see the overflow to lower its scale) and ``step_was_skipped`` says what it did.
+    """
+    optimizer.zero_grad(set_to_none=True)
+    loss = model(**batch).loss
+    value = float(loss.detach().item())
+    if not math.isfinite(value):
+        return value, "nonfinite_loss", value
+    accelerator.backward(loss)
+    # max_norm inf when clipping is off: the norm is still measured, the gradients are multiplied by 1.0 (exact)
+    norm = float(accelerator.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else math.inf))
+    if not math.isfinite(norm) and accelerator.scaler is None:
+        optimizer.zero_grad(set_to_none=True)
+        return value, "nonfinite_grad", norm
+    optimizer.step()
+    scheduler.step()  # Accelerate's scheduler wrapper does not step after a step the GradScaler skipped
+    skipped = accelerator.scaler is not None and optimizer.step_was_skipped
+    optimizer.zero_grad(set_to_none=True)
+    return value, ("fp16_overflow" if skipped else None), norm
+
+
 def finetune(
     task,
     source,
@@ -130,13 +222,15 @@ def finetune(
     meta: dict | None = None,
     progress: Callable[[dict], None] | None = None,
     accelerator=None,
+    precision: dict | None = None,
     trust_remote_code: bool = False,
     keep_model: bool = True,
 ) -> dict:
     """Fine-tune ``source`` on ``task`` (a NerTask / ClsTask built with this model's tokenizer) with ``seed``.
 
     Writes ``out_dir`` (model, tokenizer, label_map.json, metrics.json) and returns the metrics dict.
-    ``progress`` gets ``{"event": "step"|"epoch", ...}`` dicts.
+    ``progress`` gets ``{"event": "step"|"epoch", ..., "skipped": steps skipped so far}`` dicts.
+    ``precision``: ``{requested, resolved, why}`` as the runner resolved it (recorded in metrics.json).
     """
     from accelerate.utils import set_seed
     from torch.utils.data import DataLoader
@@ -171,27 +265,22 @@ def finetune(
     device = accelerator.device
 
     history, best, best_state, best_epoch = [], None, None, 0
+    skips = SkippedSteps.for_run(total_steps)
     last_emit = 0.0
     try:
         for epoch in range(1, hp["epochs"] + 1):
             te = time.time()
             model.train()
-            loss_sum, n_batches = 0.0, 0
+            loss_sum, n_batches, skipped_before = 0.0, 0, skips.total
             for step, batch in enumerate(loader, start=1):
-                out = model(**batch)
-                loss = out.loss
-                if not torch.isfinite(loss):
-                    raise RuntimeError(f"non-finite training loss ({loss.item()}) at epoch {epoch} step {step}")
-                accelerator.backward(loss)
-                if hp["grad_clip"] > 0:
-                    accelerator.clip_grad_norm_(model.parameters(), hp["grad_clip"])
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                loss_sum += float(loss.detach().item())
-                n_batches += 1
+                loss, reason, value = train_step(accelerator, model, optimizer, scheduler, batch, hp["grad_clip"])
+                if reason is not None:
+                    skips.record(reason, value, epoch, step, int(batch["input_ids"].shape[1]), total_steps)
+                if math.isfinite(loss):
+                    loss_sum += loss
+                    n_batches += 1
                 now = time.time()
-                if now - last_emit > 2.0:
+                if now - last_emit > 2.0 or reason is not None:  # a skipped step is reported at once
                     last_emit = now
                     emit(
                         {
@@ -200,6 +289,7 @@ def finetune(
                             "epochs": hp["epochs"],
                             "step": step,
                             "steps_per_epoch": steps_per_epoch,
+                            "skipped": skips.total,
                         }
                     )
             unwrapped = accelerator.unwrap_model(model)
@@ -209,6 +299,7 @@ def finetune(
                 "train_loss": loss_sum / max(1, n_batches),
                 "dev_loss": dev.get("loss"),
                 f"dev_{metric}": dev[metric],
+                "skipped_steps": skips.total - skipped_before,
                 "time_s": round(time.time() - te, 3),
             }
             history.append(row)
@@ -225,6 +316,7 @@ def finetune(
                     "best_epoch": best_epoch,
                     "train_loss": row["train_loss"],
                     "epoch_s": row["time_s"],
+                    "skipped": skips.total,
                 }
             )
 
@@ -251,7 +343,9 @@ def finetune(
             "n_test": sizes["test"],
             "train_time_s": round(time.time() - t0, 2),
             "device": str(device),
-            "mixed_precision": accelerator.mixed_precision,
+            "precision": precision or accelerator_precision(accelerator),
+            "optimizer_steps": total_steps - skips.total,
+            "skipped_steps": skips.as_dict(),
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "model_dir": str(out_dir),
             "saved_model": keep_model,

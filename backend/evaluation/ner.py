@@ -211,11 +211,13 @@ class NerTask:
         return {sp.name: len(sp) for sp in self.data.splits()}
 
     def load_model(self, source, trust_remote_code: bool = False):
+        """The encoder with a new head, ready for padded batches (``padded_attention``: no empty attention rows)."""
         from transformers import AutoModelForTokenClassification
 
         from backend.engine.models import _load
+        from backend.evaluation.padded_attention import padding_attends_to_itself
 
-        return _load(
+        model = _load(
             AutoModelForTokenClassification,
             source,
             trust_remote_code=trust_remote_code,
@@ -223,6 +225,8 @@ class NerTask:
             id2label=self.id2label,
             label2id=self.label2id,
         )
+        padding_attends_to_itself(model)
+        return model
 
     @torch.no_grad()
     def evaluate(self, model, split: str, batch_size: int, device, autocast=None) -> dict:

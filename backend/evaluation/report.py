@@ -104,6 +104,8 @@ def results_markdown(results: dict) -> str:
         "Fine-tuning: " + ", ".join(f"{k} {v}" for k, v in hp.items() if v is not None) + ".",
         "",
     ]
+    if prec := results.get("precision"):
+        lines += [f"Precision: {prec['resolved']} (asked: {prec['requested']}; {prec['why']}).", ""]
     for note in results.get("data_notes", []):
         lines.append(f"Note: {note}")
     if results.get("data_notes"):
@@ -145,6 +147,11 @@ def results_markdown(results: dict) -> str:
                 f"| {_cell(c['a'])} | {_cell(c['b'])} | {c['n']} | {d} | {_ci(c['ci95_t'])} | "
                 f"{_ci(c['ci95_bootstrap'])} | {c['wins_b']} / {c['wins_a']} / {c['ties']} |"
             )
+    skipped = [(e["label"], r) for e in results["models"] for r in e["runs"] if r.get("skipped_steps")]
+    if skipped:
+        lines += ["", "## Skipped steps (non-finite loss or gradients; see each run's metrics.json)", ""]
+        for label, r in skipped:
+            lines.append(f"- {_cell(label)}, seed {r['seed']}: {r['skipped_steps']} steps skipped")
     if results.get("failures"):
         lines += ["", "## Failed runs", ""]
         for f in results["failures"]:

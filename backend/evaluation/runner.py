@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 from backend.core.errors import ConfigError, DetourError
 from backend.core.paths import DEMO_NER_DIR, evals_dir
 from backend.engine import trackers
-from backend.engine.precision import make_accelerator
+from backend.engine.precision import bf16_warning, make_accelerator, resolve_precision
+from backend.engine.schema import PRECISIONS
 from backend.evaluation import TASKS
 from backend.evaluation.datafiles import subsample
-from backend.evaluation.finetune import effective_max_len, finetune, resolve_hparams
+from backend.evaluation.finetune import effective_max_len, finetune, precision_from_mixed, resolve_hparams
 from backend.evaluation.report import refresh, write_results
 
 if TYPE_CHECKING:
@@ -127,13 +128,16 @@ def evaluate_models(
     progress: Callable[[dict], None] | None = None,
     trust_remote_code: bool = False,
     keep_models: bool = True,
-    mixed_precision: str | None = None,
+    precision: str = "auto",
     report_to: list[str] | str | None = None,
     **hparams,
 ) -> dict:
     """Fine-tune every model with every seed on ``task`` and compare them. Returns the results dict (also written
     to ``out_dir/results.json`` and ``results.md``). ``hparams``: epochs, lr, weight_decay, batch_size, max_len,
-    warmup_ratio, grad_clip, eval_batch_size, max_train_examples, max_eval_examples, metric. ``report_to``:
+    warmup_ratio, grad_clip, eval_batch_size, max_train_examples, max_eval_examples, metric.
+    ``precision``: auto | fp32 | bf16 | fp16, resolved as ``train.precision`` is (``resolve_precision``: auto is bf16
+    on a CUDA GPU with bf16 and on CPUs where bf16 is really faster, else fp32); recorded as
+    ``precision: {requested, resolved, why}`` in results.json and every metrics.json. ``report_to``:
     experiment trackers (``logging.report_to``'s names) that get each seed's scores and the summary.
 
     ``progress(event)`` gets dicts with ``event`` (start | step | epoch | run_done | run_failed | run_resumed |
@@ -141,6 +145,7 @@ def evaluate_models(
     ``eta_s`` and a one-line ``message``; without a callback the messages are printed.
     """
     labels, dirs, seeds, hp, sources = _check_inputs(task, models, labels, data, seeds, hparams)
+    prec = resolve_eval_precision(precision)
     report_to = trackers.checked_report_to(report_to, "report_to")
     data_obj = load_task_data(
         task,
@@ -154,15 +159,18 @@ def evaluate_models(
     data_obj = _subsample_data(data_obj, hp["max_train_examples"], hp["max_eval_examples"])
     out_dir = _output_dir(out_dir)
     results = _new_results(task, data_obj, seeds, hp, out_dir, labels, sources, dirs)
+    results["precision"] = prec
     jobs = _plan_jobs(results, sources)
     for job in jobs:  # settings clash with finished runs: fail now, before any training
         _read_finished(job.seed_dir, hp, results["data_fingerprint"], task)
     write_results(refresh(results), out_dir)
 
     meter = _Progress(len(jobs), hp["epochs"], out_dir, progress)
-    runner = _Runner(task, data_obj, hp, results, meter, trust_remote_code, keep_models, mixed_precision)
+    if prec.get("warning"):
+        meter.report("warning", f"warning: {prec['warning']}", 0.0)
+    runner = _Runner(task, data_obj, hp, results, meter, trust_remote_code, keep_models, prec)
     if report_to:  # one accelerator fine-tunes and reports (engine/trackers.py)
-        accelerator = make_accelerator(mixed_precision, **trackers.accelerator_args(report_to, out_dir))
+        accelerator = make_accelerator(prec["resolved"], **trackers.accelerator_args(report_to, out_dir))
         runner.accelerator = trackers.start_evaluation(accelerator, results, out_dir)
     try:
         for job in jobs:
@@ -182,6 +190,29 @@ def evaluate_models(
         failures=n_failed,
     )
     return results
+
+
+def resolve_eval_precision(requested: str) -> dict:
+    """``{requested, resolved, why}`` (and ``warning`` for bf16 on a CPU that runs it slowly), as training does.
+
+    fp16 is refused without a GPU: Accelerate 1.15 runs "fp16" on a CPU as plain fp32 without a word, so the
+    results would claim a precision they were not computed in."""
+    import torch
+
+    if requested not in PRECISIONS:
+        raise ConfigError("precision", requested, f"use one of: {', '.join(PRECISIONS)}")
+    resolved, why = resolve_precision(requested)
+    why = why if requested == "auto" else "asked for explicitly"
+    if resolved == "fp16" and not torch.cuda.is_available():
+        raise ConfigError(
+            "precision",
+            requested,
+            "fp16 needs a CUDA GPU (Accelerate runs fp16 on a CPU as fp32 without a word); use auto, fp32 or bf16",
+        )
+    out = {"requested": requested, "resolved": resolved, "why": why}
+    if warning := bf16_warning(resolved):
+        out["warning"] = warning
+    return out
 
 
 def _check_inputs(task: str, models, labels, data, seeds, hparams: dict) -> tuple:
@@ -344,10 +375,10 @@ class _Runner:
     The tokenized task is built once per model (a build error fails each of its seeds with that error) and the
     accelerator once per evaluation."""
 
-    def __init__(self, task, data_obj, hp, results, meter, trust_remote_code, keep_models, mixed_precision):
+    def __init__(self, task, data_obj, hp, results, meter, trust_remote_code, keep_models, precision: dict):
         self.task, self.data_obj, self.hp, self.meter = task, data_obj, hp, meter
         self.data_desc, self.fingerprint = results["data"], results["data_fingerprint"]
-        self.trust_remote_code, self.keep_models, self.mixed_precision = trust_remote_code, keep_models, mixed_precision
+        self.trust_remote_code, self.keep_models, self.precision = trust_remote_code, keep_models, precision
         self.accelerator = None
         self._tasks: dict[int, object] = {}  # model index -> task, or the exception its build raised
 
@@ -415,15 +446,26 @@ class _Runner:
     def _finetune(self, job: _Job, base_units: float) -> dict:
         task_obj = self._task_for(job)
         if self.accelerator is None:
-            self.accelerator = make_accelerator(self.mixed_precision)
+            self.accelerator = make_accelerator(self.precision["resolved"])
 
         def on_event(ev):
             frac_epoch = ev["epoch"] - 1 + (ev["step"] / ev["steps_per_epoch"] if ev["event"] == "step" else 1.0)
             msg = f"{job.tag}: epoch {ev['epoch']}/{ev['epochs']}"
             if ev["event"] == "epoch":
                 msg += f" dev {ev['metric']} {_pct(ev['dev_metric'])} (best epoch {ev['best_epoch']})"
+            if ev["skipped"]:
+                msg += f", {ev['skipped']} steps skipped (non-finite loss or gradients)"
             self.meter.report(
-                ev["event"], msg, base_units + frac_epoch, **job.where(), epoch=ev["epoch"], epochs=ev["epochs"]
+                ev["event"],
+                msg,
+                base_units + frac_epoch,
+                **job.where(),
+                epoch=ev["epoch"],
+                epochs=ev["epochs"],
+                step=ev.get("step"),
+                skipped=ev["skipped"],
+                skipped_steps=ev["skipped"],
+                **{k: ev[k] for k in ("dev_metric", "metric", "best_epoch", "train_loss") if k in ev},
             )
 
         meta = {
@@ -443,6 +485,7 @@ class _Runner:
             meta=meta,
             progress=on_event,
             accelerator=self.accelerator,
+            precision={k: self.precision[k] for k in ("requested", "resolved", "why")},
             trust_remote_code=self.trust_remote_code,
             keep_model=self.keep_models,
         )
@@ -470,8 +513,22 @@ def _run_record(metrics: dict, resumed: bool) -> dict:
         "finished_at",
     )
     rec = {k: metrics.get(k) for k in keep}
+    rec["precision"] = run_precision(metrics)
+    rec["skipped_steps"] = (metrics.get("skipped_steps") or {}).get("total", 0)
     rec["resumed"] = resumed
     return rec
+
+
+def run_precision(metrics: dict) -> dict | None:
+    """A finished run's ``precision`` record; runs finished before it existed recorded Accelerate's
+    ``mixed_precision`` (no | bf16 | fp16) instead."""
+    if "precision" in metrics:
+        return metrics["precision"]
+    if "mixed_precision" in metrics:
+        mixed = metrics["mixed_precision"]
+        why = f"recorded as mixed_precision {mixed} (older version)"
+        return {"requested": None, "resolved": precision_from_mixed(mixed), "why": why}
+    return None
 
 
 def _read_finished(seed_dir: Path, hp: dict, fingerprint: str, task: str) -> dict | None:

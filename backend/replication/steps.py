@@ -140,6 +140,7 @@ def step_ner(ctx: Context) -> dict:
             out_dir=ctx.out / "ner",
             labels=keys,
             keep_models=False,
+            precision=ctx.settings["train"]["precision"],  # the replication's one precision setting
             **hp,
         )
     except ConfigError as exc:
