@@ -1,20 +1,52 @@
-"""GPU training throughput (tokens/s, step time, peak memory, MFU) of a ModernBERT-base-shaped encoder, CLM vs MLM,
-per attention implementation, plus a causality check of the CLM detour's attention ON THE GPU.
+"""GPU training throughput of a ModernBERT-base-shaped encoder, CLM and MLM at seq 1024 and 8192: this project's
+trainer step as a user gets it, beside the HF Trainer and ModernBERT's own pipeline, plus causality checks of the CLM
+detour's attention ON THE GPU for every attention implementation there is.
 
-    python bench/bench_gpu.py [--seq-lens 1024 8192] [--impls sdpa flash_attention_2] [--steps 20] [--warmup 5]
-                              [--tokens-per-step 65536] [--grad-accum 1] [--out bench/results/gpu.json] [--check-only]
-    python bench/bench_gpu.py --cpu-smoke        # 2-layer tiny model, fp32, CPU: exercises every code path here
+On a GPU box, one command (writes ``bench/results/gpu.json`` + ``gpu.md``; not yet timed on a GPU: expect several
+minutes, as every compiled config compiles in its warm-up steps):
 
-Model: built from a ``ModernBertConfig`` (no hub download, no tokenizer), ModernBERT-base's shape: 22 layers, hidden
-768, intermediate 1152 (GLU), 12 heads, vocab 50368, a global layer every 3 layers, local window 128 (keys with
-|q - k| <= 64). Random token ids; special ids set explicitly (pad 0, cls/bos 1, sep/eos 2, mask 3).
+    pip install -r requirements-gpu.txt      # liger-kernel (the fused loss); flash-attn too where it installs
+    python bench/bench_gpu.py
 
-Training step = the trainer's: ``EncoderLM.forward`` (causal masks from ``causal_attention``, vocabulary logits only
-at labelled positions), bf16 autocast (fp32 weights), grad-norm clipping, fused AdamW (decay / no-decay groups).
-CLM: causal=True, labels = next token, every position labelled. MLM: bidirectional, 30% masking (80/10/10).
-Batch = --tokens-per-step // seq_len sequences (65536 -> 64 x 1024, 8 x 8192), split into --grad-accum micro-batches;
-on OOM the config is retried with twice the accumulation (unless --no-oom-retry) and recorded as "oom" if even
-micro-batch 1 does not fit.
+Where one command may run only 10 minutes, split it (each part writes its own file; the JSON is rewritten after
+every row, so a part cut short keeps what it measured):
+
+    python bench/bench_gpu.py --seq-lens 1024 --out bench/results/gpu-1024.json
+    python bench/bench_gpu.py --seq-lens 8192 --skip-check --out bench/results/gpu-8192.json
+
+    python bench/bench_gpu.py [--seq-lens 1024 8192] [--objectives clm mlm] [--setups auto:auto:auto sdpa:chunked:off]
+                              [--no-hf] [--steps 20] [--warmup 5] [--tokens-per-step 65536] [--grad-accum 1]
+                              [--out bench/results/gpu.json] [--check-only | --skip-check]
+    python bench/bench_gpu.py --seq-lens 1024 --steps 100   # + the 100-step loss curves of the defaults vs before
+    python bench/bench_gpu.py --cpu-smoke                   # tiny 2-layer model, fp32, CPU: every code path here
+
+Rows, per (seq_len, objective), on the same batches (64 x 1024 or 8 x 8192 tokens, bf16 autocast, fp32 weights):
+
+  ours  ``--setups ATTN:LOSS:COMPILE``: the trainer's step (``EncoderLM.forward``: causal masks from
+        ``causal_attention``, vocabulary loss only at labelled positions; ``recipe.build_optimizer``; grad-norm clip).
+        ATTN auto|sdpa|eager|flex_attention|flash_attention_2 (auto = ``resolve_attn_implementation``, what a run
+        resolves); LOSS auto|fused|chunked (auto = liger-kernel's fused linear cross-entropy when it is installed and
+        the device is CUDA, as ``EncoderLM`` decides; chunked = the plain/chunked logits path); COMPILE auto|on|off
+        (auto = ``compile_encoder(device)``, the trainer's policy: ``EncoderLM.encoder().compile()``).
+        ``auto:auto:auto`` is what a user gets; ``sdpa:chunked:off`` is the trainer before issue 17 ("before").
+        A setup that cannot run here (flex_attention on a CPU: no backward; flash without flash-attn) is a
+        "skipped" row with the reason.
+  hf    the HF Trainer (transformers' defaults: sdpa, fused AdamW, no compile) with DataCollatorForLanguageModeling
+        and ModernBERT's ``sparse_prediction`` (MLM: 30% masked, logits only there). It has no causal switch: its
+        "CLM" row (collator mlm=False) is next-token-sized arithmetic (every position projected to the vocabulary)
+        under bidirectional attention, as in bench/bench_train.py.
+  ref   ModernBERT's own pipeline: 1.7T tokens in 194 h on 8 x H100 = ~304,000 tokens/s per GPU (a constant).
+
+Each row: tokens/s, step time, peak memory, MFU, its speed-up over the HF Trainer row of the same shape, and for ours
+the largest |loss difference| from "before" over every step (same weights, same batches: bf16 noise expected, a
+wrong mask or loss would show). Batches are a random walk over the vocabulary (next id = previous + 1..7), so the
+loss has something to learn. On OOM a config is retried with twice the accumulation (unless --no-oom-retry) and
+recorded as "oom" if even micro-batch 1 does not fit. The JSON is rewritten after every row: a run cut short keeps
+what it measured.
+
+Model: built from a ``ModernBertConfig`` (no hub download, no tokenizer files), ModernBERT-base's shape: 22 layers,
+hidden 768, intermediate 1152 (GLU), 12 heads, vocab 50368, a global layer every 3 layers, local window 128 (keys with
+|q - k| <= 64). Special ids pad 0, cls/bos 1, sep/eos 2, mask 3.
 
 Model FLOPs per token (fwd + bwd; what MFU counts, independent of what a kernel really computes):
 
@@ -28,13 +60,13 @@ Model FLOPs per token (fwd + bwd; what MFU counts, independent of what a kernel 
 MFU = achieved model FLOP/s / GPU dense bf16 peak, against two peaks: the datasheet value for the device name
 (``GPU_BF16_DENSE_TFLOPS``) and a measured large bf16 matmul (the probe).
 
-Causality check (per attention implementation available: sdpa, eager, flash_attention_2), on the real base-shaped
-model at --check-seq-len (default 1024 = 8 local windows), masks from ``causal_attention`` exactly as the trainer
-gets them (no padding mask). Precisions: eager fp32; sdpa fp32 AND bf16 autocast (training runs sdpa under bf16,
-which selects other CUDA kernels); flash_attention_2 bf16 autocast. Same weights for every impl.
-Differences are max |delta| compared against tol = max(rtol * max|output|, 4 x the run-to-run noise of an identical
-forward); rtol 1e-6 (fp32) / 1e-4 (bf16): unaffected positions are expected to be bit-identical.
-Checks (gating = a failure makes the script exit 1):
+Causality check (per attention implementation available: sdpa, eager, flex_attention, flash_attention_2), on the real
+base-shaped model at --check-seq-len (default 1024 = 8 local windows), masks from ``causal_attention`` exactly as the
+trainer gets them (no padding mask). Precisions: eager fp32; sdpa and flex_attention fp32 AND bf16 autocast (training
+runs them under bf16, which selects other kernels; flex on a CPU: fp32); flash_attention_2 bf16 autocast. Same
+weights for every impl. Differences are max |delta| compared against tol = max(rtol * max|output|, 4 x the
+run-to-run noise of an identical forward); rtol 1e-6 (fp32) / 1e-4 (bf16): unaffected positions are expected to be
+bit-identical. Checks (gating = a failure makes the script exit 1):
 
   future_invariance  (gating) change input tokens at positions >= t (t block-aligned and not): every layer's output
                      at positions < t is unchanged; the outputs at >= t do change (the check has power); and the same
@@ -50,7 +82,7 @@ Checks (gating = a failure makes the script exit 1):
                      additive masks built here by hand (causal for global layers, causal & |q - k| <= w/2 for local
                      ones): relative max error; for bf16 it is compared with sdpa under the same bf16 autocast.
 
-Results: JSON (machine, peaks, every config's numbers, checks) at --out, a Markdown table beside it (.md).
+Results: JSON (machine, peaks, every row, checks) at --out, a Markdown table beside it (.md).
 Exit codes: 0 ok; 1 a gating causality check failed; 2 a benchmark config raised something other than OOM;
 3 no CUDA device (and no --cpu-smoke): nothing was run.
 """
@@ -59,6 +91,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import json
 import math
@@ -67,6 +100,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -77,17 +111,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine as cpu_machine  # noqa: E402
 
 # --- project imports: the only names this script takes from backend/ (repoint here when the package moves) ---
+from backend.core.errors import ConfigError  # noqa: E402
+from backend.detour import objectives  # noqa: E402  (FUSED_LOSS_DEVICES: a "chunked" setup turns the fused loss off)
 from backend.detour.attention import causal_attention  # noqa: E402
-from backend.detour.objectives import IGNORE, EncoderLM, clm_labels, mlm_mask  # noqa: E402
-from backend.detour.recipe import no_decay  # noqa: E402
+from backend.detour.objectives import IGNORE, EncoderLM, clm_labels, fused_vocab_loss, mlm_mask  # noqa: E402
+from backend.detour.recipe import build_optimizer  # noqa: E402
+from backend.engine.models import flash_attn_status, resolve_attn_implementation  # noqa: E402
+from backend.engine.schema import BY_KEY  # noqa: E402
+
+
+def compile_encoder(device: torch.device) -> bool:
+    """Whether the trainer torch.compiles the encoder on ``device`` by default (the ``train.compile`` policy): point
+    this at the trainer's own ``train.compile: auto`` resolution once it exists."""
+    return device.type == "cuda"
+
 
 # --------------------------------------------------------------------------------------------------------------
 
 RESULTS = Path(__file__).resolve().parent / "results"
-IMPLS = ["sdpa", "eager", "flash_attention_2"]
+IMPLS = ["sdpa", "eager", "flex_attention", "flash_attention_2"]
+DEFAULTS = "auto:auto:auto"  # what a user gets
+BEFORE = "sdpa:chunked:off"  # the trainer before issue 17: sdpa, chunked logits, no compile
+SMOKE_SETUPS = [DEFAULTS, BEFORE, "eager:chunked:off", "flex_attention:auto:off", "sdpa:chunked:on"]
 SPECIALS = {"pad_token_id": 0, "cls_token_id": 1, "bos_token_id": 1, "sep_token_id": 2, "eos_token_id": 2}
 MASK_ID = 3
 FIRST_ORDINARY_ID = 4
+# ModernBERT's own pretraining (its paper): 1.7T tokens in 194 hours on 8 H100s, i.e. per GPU:
+MODERNBERT_REF = {"tokens": 1.7e12, "hours": 194, "gpus": 8, "gpu": "H100"}
+MODERNBERT_TOKENS_PER_S = MODERNBERT_REF["tokens"] / (MODERNBERT_REF["hours"] * 3600 * MODERNBERT_REF["gpus"])
+# The trainer's optimizer settings: the config defaults (lr, betas, eps, weight decay)
+TRAIN_DEFAULTS = {k: BY_KEY[f"train.{k}"].default for k in ("lr", "betas", "eps", "weight_decay")}
 
 BASE_ARCH = dict(
     vocab_size=50368,
@@ -153,17 +206,6 @@ def peak_tflops_for(name: str | None) -> float | None:
     return None
 
 
-def flash_attn_status() -> tuple[bool, str]:
-    """(usable, why/version): flash_attention_2 needs the flash_attn package and a CUDA device."""
-    if not torch.cuda.is_available():
-        return False, "no CUDA device"
-    try:
-        import flash_attn  # noqa: F401
-    except Exception as exc:  # ImportError, or a broken build (undefined symbol) raising something else
-        return False, f"flash_attn not importable ({_first(exc)})"
-    return True, getattr(flash_attn, "__version__", "?")
-
-
 def machine_info(device: torch.device) -> dict:
     import transformers
 
@@ -177,6 +219,12 @@ def machine_info(device: torch.device) -> dict:
     ok, fa = flash_attn_status()
     info["flash_attn"] = fa if ok else None
     info["flash_attn_status"] = fa
+    try:
+        import importlib.metadata
+
+        info["liger_kernel"] = importlib.metadata.version("liger-kernel")
+    except importlib.metadata.PackageNotFoundError:
+        info["liger_kernel"] = None
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         info.update(
@@ -274,34 +322,6 @@ def random_ids(n: int, seq_len: int, vocab: int, gen: torch.Generator) -> torch.
     return torch.randint(FIRST_ORDINARY_ID, vocab, (n, seq_len), generator=gen)
 
 
-def make_batches(objective: str, n_batches: int, batch: int, seq_len: int, vocab: int, mlm_p: float, seed: int):
-    """Pre-built (inputs, labels) on the CPU: data preparation stays out of the timed loop."""
-    gen = torch.Generator().manual_seed(seed)
-    replace_vocab = torch.arange(FIRST_ORDINARY_ID, vocab)
-    out = []
-    for _ in range(n_batches):
-        ids = random_ids(batch, seq_len, vocab, gen)
-        if objective == "clm":
-            out.append((ids, clm_labels(ids, torch.zeros_like(ids, dtype=torch.bool))))
-        else:
-            out.append(mlm_mask(ids, mlm_p, list(range(FIRST_ORDINARY_ID)), MASK_ID, replace_vocab, gen))
-    return out
-
-
-def build_optimizer(model, device: torch.device) -> tuple[torch.optim.Optimizer, str]:
-    decay, plain = [], []
-    for name, p in model.named_parameters():
-        (plain if no_decay(name, p) else decay).append(p)
-    groups = [{"params": decay, "weight_decay": 1e-5 / 2e-4}, {"params": plain, "weight_decay": 0.0}]
-    kw = dict(lr=2e-4, betas=(0.9, 0.98), eps=1e-6)
-    if device.type == "cuda":
-        try:
-            return torch.optim.AdamW(groups, fused=True, **kw), "fused"
-        except (RuntimeError, TypeError, ValueError):
-            pass
-    return torch.optim.AdamW(groups, **kw), "default (foreach/for-loop)"
-
-
 def is_oom(exc: BaseException) -> bool:
     if isinstance(exc, torch.OutOfMemoryError):
         return True
@@ -317,56 +337,86 @@ def free_memory(device: torch.device) -> None:
 # ------------------------------------------------------------------------------------------------- benchmark
 
 
-def train_config(
-    arch: dict, impl: str, seq_len: int, objective: str, batch: int, accum: int, a, device, peaks: dict
-) -> dict:
-    """One (impl, seq_len, objective): warm-up then timed optimizer steps. Raises on OOM (caller records it)."""
-    torch.manual_seed(a.seed)
-    model = build_model(arch, impl, device)
-    counts = param_counts(model)
-    lm = EncoderLM(model).train()
-    opt, opt_kind = build_optimizer(model, device)
-    micro = batch // accum
-    causal = objective == "clm"
-    batches = [
-        (i.to(device), lbl.to(device))
-        for i, lbl in make_batches(objective, 4, batch, seq_len, arch["vocab_size"], a.mlm_probability, a.seed)
-    ]
-    labelled = sum(int((lbl != IGNORE).sum()) for _, lbl in batches) / sum(lbl.numel() for _, lbl in batches)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    times, losses = [], []
-    for step in range(a.warmup + a.steps):
-        ids, labels = batches[step % len(batches)]
-        sync(device)
-        t0 = time.perf_counter()
-        for m in range(accum):
-            sl = slice(m * micro, (m + 1) * micro)
-            with autocast_ctx(device, a.precision):
-                loss, _, _ = lm(ids[sl], labels[sl], causal=causal)
-            (loss / accum).backward()
-        torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        sync(device)
-        if step >= a.warmup:
-            times.append(time.perf_counter() - t0)
-            losses.append(float(loss.detach()))
-    if not all(math.isfinite(x) for x in losses):
-        raise FloatingPointError(f"non-finite loss {losses}")
-    tokens = batch * seq_len
+def walk_ids(n: int, seq_len: int, vocab: int, gen: torch.Generator) -> torch.Tensor:
+    """Token ids that can be learned: each is the previous one plus 1..7 (wrapping over the ordinary ids)."""
+    span = vocab - FIRST_ORDINARY_ID
+    start = torch.randint(span, (n, 1), generator=gen)
+    steps = torch.randint(1, 8, (n, seq_len - 1), generator=gen)
+    return FIRST_ORDINARY_ID + torch.cat([start, start + steps.cumsum(1)], 1) % span
+
+
+def make_batches(objective: str, n_batches: int, batch: int, seq_len: int, vocab: int, mlm_p: float, seed: int):
+    """(inputs, labels) per step, on the CPU, the same for every setup of a shape: data stays out of the timing."""
+    gen = torch.Generator().manual_seed(seed)
+    replace_vocab = torch.arange(FIRST_ORDINARY_ID, vocab)
+    out = []
+    for _ in range(n_batches):
+        ids = walk_ids(batch, seq_len, vocab, gen)
+        if objective == "clm":
+            out.append((ids, clm_labels(ids, torch.zeros_like(ids, dtype=torch.bool))))
+        else:
+            out.append(mlm_mask(ids, mlm_p, list(range(FIRST_ORDINARY_ID)), MASK_ID, replace_vocab, gen))
+    return out
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One way to run the trainer's step: ``ATTN:LOSS:COMPILE`` (see the module docstring)."""
+
+    attn: str
+    loss: str
+    compile: str
+
+    @classmethod
+    def parse(cls, spec: str) -> Setup:
+        parts = spec.split(":")
+        ok = (
+            len(parts) == 3
+            and parts[0] in ("auto", *IMPLS)
+            and parts[1] in ("auto", "fused", "chunked")
+            and parts[2] in ("auto", "on", "off")
+        )
+        if not ok:
+            raise ValueError(
+                f"setup {spec!r}: want ATTN:LOSS:COMPILE with ATTN auto|{'|'.join(IMPLS)}, "
+                "LOSS auto|fused|chunked, COMPILE auto|on|off"
+            )
+        return cls(*parts)
+
+    @property
+    def name(self) -> str:
+        return f"{self.attn}:{self.loss}:{self.compile}"
+
+    def resolve(self, config, device: torch.device) -> dict:
+        """-> {'attn', 'fused', 'compiled', 'why'}; raises ConfigError where this machine cannot train that way."""
+        attn, why = resolve_attn_implementation(self.attn, config, device.type)
+        fused_here = fused_vocab_loss(device) is not None
+        if self.loss == "fused" and not fused_here:
+            raise ConfigError(
+                "loss", "fused", "liger-kernel's fused loss runs only on CUDA with liger-kernel installed"
+            )
+        fused = fused_here and self.loss != "chunked"
+        compiled = compile_encoder(device) if self.compile == "auto" else self.compile == "on"
+        return {"attn": attn, "fused": fused, "compiled": compiled, "why": why}
+
+
+@contextlib.contextmanager
+def vocab_loss(fused: bool, device: torch.device):
+    """EncoderLM takes the fused loss on the devices listed in ``FUSED_LOSS_DEVICES``: empty it for a chunked row."""
+    old = objectives.FUSED_LOSS_DEVICES
+    objectives.FUSED_LOSS_DEVICES = (device.type,) if fused else ()
+    try:
+        yield
+    finally:
+        objectives.FUSED_LOSS_DEVICES = old
+
+
+def timed_row(times: list[float], tokens: int, losses: list[float], fpt: float, peaks: dict, device) -> dict:
     mean_t = statistics.fmean(times)
     tps = tokens / mean_t
-    fpt = model_flops_per_token(model.config, counts, seq_len, causal, labelled)
     tflops = fpt * tps / 1e12
-    row = {
+    return {
         "status": "ok",
-        "batch": batch,
-        "grad_accum": accum,
-        "micro_batch": micro,
-        "tokens_per_step": tokens,
-        "labelled_fraction": labelled,
-        "optimizer": opt_kind,
         "step_time_s_mean": mean_t,
         "step_time_s_median": statistics.median(times),
         "step_time_s_min": min(times),
@@ -376,49 +426,228 @@ def train_config(
         "achieved_tflops": tflops,
         "mfu_vs_datasheet": tflops / peaks["datasheet_tflops"] if peaks.get("datasheet_tflops") else None,
         "mfu_vs_probe": tflops / peaks["probe_tflops"] if peaks.get("probe_tflops") else None,
-        "loss_last": losses[-1],
-        "params": counts,
+        "vs_modernbert_pipeline": tps / MODERNBERT_TOKENS_PER_S,
+        "loss_last": losses[-1] if losses else None,
     }
-    del lm, model, opt, batches
+
+
+def train_ours(setup: Setup, arch, seq_len, objective, batches, accum, a, device, peaks) -> dict:
+    """The trainer's step for one setup: warm-up then timed optimizer steps. Raises on OOM (the caller records it)."""
+    from transformers import AutoModelForMaskedLM, ModernBertConfig
+
+    config = ModernBertConfig(**arch, **SPECIALS)
+    how = setup.resolve(config, device)
+    torch._dynamo.reset()  # compile as a fresh training process would: one static shape, no earlier variants
+    torch.manual_seed(a.seed)  # the same initial weights for every setup
+    with torch.device(device):
+        model = AutoModelForMaskedLM.from_config(config, attn_implementation=how["attn"])
+    counts = param_counts(model)
+    lm = EncoderLM(model).train()
+    if how["compiled"]:
+        lm.encoder().compile()  # as the trainer does: in place, parameter names unchanged
+    opt = build_optimizer(model, TRAIN_DEFAULTS)
+    causal = objective == "clm"
+    batch = batches[0][0].shape[0]
+    micro = batch // accum
+    on_device = [(i.to(device), lbl.to(device)) for i, lbl in batches]
+    labelled = sum(int((lbl != IGNORE).sum()) for _, lbl in batches) / sum(lbl.numel() for _, lbl in batches)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    times, losses = [], []
+    with vocab_loss(how["fused"], device):
+        for step, (ids, labels) in enumerate(on_device):
+            sync(device)
+            t0 = time.perf_counter()
+            step_loss = 0.0
+            for m in range(accum):
+                sl = slice(m * micro, (m + 1) * micro)
+                with autocast_ctx(device, a.precision):
+                    loss, _, _ = lm(ids[sl], labels[sl], causal=causal)
+                (loss / accum).backward()
+                step_loss += loss.detach() / accum
+            torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(float(step_loss))  # a sync, as the trainer's logging
+            sync(device)
+            if step >= a.warmup:
+                times.append(time.perf_counter() - t0)
+    if not all(math.isfinite(x) for x in losses):
+        raise FloatingPointError(f"non-finite loss {losses}")
+    fpt = model_flops_per_token(model.config, counts, seq_len, causal, labelled)
+    row = timed_row(times, batch * seq_len, losses, fpt, peaks, device)
+    row.update(
+        attn=how["attn"],
+        attn_why=how["why"],
+        loss_kind="fused (liger-kernel)" if how["fused"] else "chunked",
+        compiled=how["compiled"],
+        labelled_fraction=labelled,
+        losses=losses,
+        params=counts,
+    )
+    del lm, model, opt, on_device
     return row
 
 
-def run_benchmarks(arch: dict, a, device: torch.device, peaks: dict) -> tuple[list[dict], bool]:
+def collator_tokenizer(vocab: int):
+    """A word-level tokenizer over the bench's ids (specials 0-3): what DataCollatorForLanguageModeling needs."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    names = ["[PAD]", "[CLS]", "[SEP]", "[MASK]"] + [f"t{i}" for i in range(FIRST_ORDINARY_ID, vocab)]
+    core = Tokenizer(WordLevel({n: i for i, n in enumerate(names)}, unk_token="[PAD]"))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]"
+    )
+
+
+def train_hf(arch, seq_len, objective, batches, accum, a, device, peaks) -> dict:
+    """transformers' Trainer with its defaults at the same shape and batches: step time between optimizer steps
+    (its data collation included, as in any Trainer run)."""
+    from transformers import (
+        AutoModelForMaskedLM,
+        DataCollatorForLanguageModeling,
+        ModernBertConfig,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+    )
+
+    config = ModernBertConfig(**arch, **SPECIALS, sparse_prediction=True)
+    torch.manual_seed(a.seed)
+    with torch.device(device):
+        model = AutoModelForMaskedLM.from_config(config)  # transformers' default attention: sdpa
+    counts = param_counts(model)
+    batch = batches[0][0].shape[0]
+    dataset = [{"input_ids": row} for ids, _ in batches for row in ids]
+    collator = DataCollatorForLanguageModeling(
+        collator_tokenizer(arch["vocab_size"]), mlm=objective == "mlm", mlm_probability=a.mlm_probability, seed=a.seed
+    )
+    probe = collator(dataset[:batch])["labels"]
+    labelled = float((probe != IGNORE).float().mean())
+    ends: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            sync(device)
+            ends.append(time.perf_counter())
+
+    with tempfile.TemporaryDirectory() as out:
+        args = TrainingArguments(
+            output_dir=out,
+            per_device_train_batch_size=batch // accum,
+            gradient_accumulation_steps=accum,
+            max_steps=len(batches),
+            learning_rate=TRAIN_DEFAULTS["lr"],
+            weight_decay=TRAIN_DEFAULTS["weight_decay"] / TRAIN_DEFAULTS["lr"],
+            adam_beta1=TRAIN_DEFAULTS["betas"][0],
+            adam_beta2=TRAIN_DEFAULTS["betas"][1],
+            adam_epsilon=TRAIN_DEFAULTS["eps"],
+            lr_scheduler_type="constant",
+            max_grad_norm=1.0,
+            bf16=a.precision == "bf16",
+            use_cpu=device.type == "cpu",
+            logging_strategy="no",
+            save_strategy="no",
+            report_to=[],
+            disable_tqdm=True,
+            seed=a.seed,
+        )
+        trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=collator, callbacks=[Clock()])
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        loss = trainer.train().training_loss
+    times = [t1 - t0 for t0, t1 in zip(ends, ends[1:])][max(0, a.warmup - 1) :]
+    fpt = model_flops_per_token(model.config, counts, seq_len, False, labelled)
+    row = timed_row(times, batch * seq_len, [loss], fpt, peaks, device)
+    row.update(
+        attn=model.config._attn_implementation,
+        loss_kind="full logits at labelled positions (sparse_prediction)",
+        compiled=False,
+        labelled_fraction=labelled,
+        optimizer=str(args.optim),
+        params=counts,
+    )
+    del trainer, model
+    return row
+
+
+def with_oom_retry(run, key: dict, batch: int, a, device) -> tuple[dict, bool]:
+    """``run(accum)`` -> a row; on OOM again with twice the accumulation; (row, whether it raised another error)."""
+    accum = min(a.grad_accum, batch)
+    while batch % accum:
+        accum += 1
+    while True:
+        log(f"[bench] {key['setup']} T={key['seq_len']} {key['objective']}: batch {batch} x accum {accum} ...")
+        try:
+            row = {**key, "batch": batch, "grad_accum": accum, "micro_batch": batch // accum, **run(accum=accum)}
+            free_memory(device)
+            return row, False
+        except Exception as exc:  # one config must not end the whole run
+            row = {**key, "batch": batch, "grad_accum": accum, "error": _first(exc)}
+            free_memory(device)
+            if not is_oom(exc):
+                return {**row, "status": "error"}, True
+            if not (a.oom_retry and accum < batch):
+                return {**row, "status": "oom"}, False
+        accum = min(2 * accum, batch)
+        while batch % accum:
+            accum += 1
+        log(f"[bench]   OOM; retrying with grad accumulation {accum}")
+
+
+def compare(rows: list[dict]) -> None:
+    """Speed-ups over the HF Trainer row, and |loss - before's loss| per step, within each (seq_len, objective)."""
+    for r in rows:
+        same = [o for o in rows if (o["seq_len"], o["objective"]) == (r["seq_len"], r["objective"])]
+        hf = next((o for o in same if o["setup"] == "hf" and o["status"] == "ok"), None)
+        before = next((o for o in same if o["setup"] == BEFORE and o["status"] == "ok"), None)
+        if r["status"] != "ok":
+            continue
+        r["speedup_vs_hf"] = r["tokens_per_s"] / hf["tokens_per_s"] if hf else None
+        if before and r["setup"] not in ("hf", BEFORE) and len(r["losses"]) == len(before["losses"]):
+            diffs = [abs(x - y) for x, y in zip(r["losses"], before["losses"])]
+            r["loss_max_abs_diff_vs_before"] = max(diffs)
+            r["loss_rel_diff_vs_before"] = max(d / abs(y) for d, y in zip(diffs, before["losses"]))
+
+
+def run_benchmarks(arch: dict, a, device: torch.device, peaks: dict, on_row=None) -> tuple[list[dict], bool]:
+    """Every (seq_len, objective): each setup of ours, then the HF Trainer, on the same batches."""
     rows, errored = [], False
-    flash_ok, flash_why = flash_attn_status()
-    for impl in a.impls:
-        for seq_len in a.seq_lens:
-            for objective in a.objectives:
-                key = {"impl": impl, "seq_len": seq_len, "objective": objective}
-                if impl == "flash_attention_2" and not flash_ok:
-                    rows.append({**key, "status": "skipped", "reason": flash_why})
-                    continue
-                batch = max(1, a.tokens_per_step // seq_len)
-                accum = min(a.grad_accum, batch)
-                while batch % accum:
-                    accum += 1
-                while True:
-                    log(f"[bench] {impl} T={seq_len} {objective}: batch {batch} x accum {accum} ...")
-                    row, retry = None, False
-                    try:
-                        row = {**key, **train_config(arch, impl, seq_len, objective, batch, accum, a, device, peaks)}
-                    except Exception as exc:  # one config must not end the whole run
-                        if is_oom(exc):
-                            row = {**key, "status": "oom", "batch": batch, "grad_accum": accum, "error": _first(exc)}
-                            retry = a.oom_retry and accum < batch
-                        else:
-                            errored = True
-                            row = {**key, "status": "error", "batch": batch, "grad_accum": accum, "error": _first(exc)}
-                    free_memory(device)
-                    if not retry:
-                        break
-                    accum = min(2 * accum, batch)
-                    while batch % accum:
-                        accum += 1
-                    log(f"[bench]   OOM; retrying with grad accumulation {accum}")
+    for seq_len in a.seq_lens:
+        for objective in a.objectives:
+            batch = max(1, a.tokens_per_step // seq_len)
+            batches = make_batches(
+                objective, a.warmup + a.steps, batch, seq_len, arch["vocab_size"], a.mlm_probability, a.seed
+            )
+            shape = dict(
+                arch=arch, seq_len=seq_len, objective=objective, batches=batches, a=a, device=device, peaks=peaks
+            )
+            runs = [(s.name, functools.partial(train_ours, s, **shape)) for s in a.setups]
+            if a.hf:
+                runs.append(("hf", functools.partial(train_hf, **shape)))
+            for name, run in runs:
+                key = {"setup": name, "seq_len": seq_len, "objective": objective}
+                try:
+                    if name != "hf":
+                        Setup.parse(name).resolve(_config(arch), device)  # skip early what cannot train here
+                    row, err = with_oom_retry(run, key, batch, a, device)
+                except ConfigError as exc:
+                    row, err = {**key, "status": "skipped", "reason": exc.allowed}, False
+                errored |= err
                 rows.append(row)
+                compare(rows)
                 log(f"[bench]   -> {_summary(row)}")
+                if on_row:
+                    on_row(rows)
     return rows, errored
+
+
+def _config(arch: dict):
+    from transformers import ModernBertConfig
+
+    return ModernBertConfig(**arch, **SPECIALS)
 
 
 def _first(exc: BaseException) -> str:
@@ -430,7 +659,8 @@ def _summary(row: dict) -> str:
     if row["status"] != "ok":
         return f"{row['status']} {row.get('error') or row.get('reason', '')}"
     ms = 1000 * row["step_time_s_mean"]
-    return f"{row['tokens_per_s']:,.0f} tok/s, {ms:.1f} ms/step, {row['achieved_tflops']:.3g} TFLOP/s"
+    vs = f", {row['speedup_vs_hf']:.2f}x HF" if row.get("speedup_vs_hf") else ""
+    return f"{row['tokens_per_s']:,.0f} tok/s, {ms:.1f} ms/step, {row['achieved_tflops']:.3g} TFLOP/s{vs}"
 
 
 # -------------------------------------------------------------------------------------------- causality check
@@ -502,9 +732,15 @@ def explicit_masks(seq_len: int, half: int, batch: int, device) -> dict:
     return {"full_attention": additive(causal), "sliding_attention": additive(banded)}
 
 
-def check_precisions(impl: str) -> list[str]:
-    """flash: bf16 only; sdpa: fp32 and bf16 (training runs sdpa under bf16 autocast: other kernels); eager: fp32."""
-    return {"flash_attention_2": ["bf16"], "sdpa": ["fp32", "bf16"]}.get(impl, ["fp32"])
+def check_precisions(impl: str, device: torch.device) -> list[str]:
+    """flash: bf16 only; sdpa and flex: fp32 and bf16 (training runs them under bf16 autocast: other kernels; flex on
+    a CPU: fp32 only, each precision is another compile there); eager: fp32."""
+    both = ["fp32", "bf16"]
+    return {
+        "flash_attention_2": ["bf16"],
+        "sdpa": both,
+        "flex_attention": both if device.type == "cuda" else ["fp32"],
+    }.get(impl, ["fp32"])
 
 
 def cut_points(T: int) -> list[int]:
@@ -669,7 +905,7 @@ def _run_checks(arch: dict, a, device: torch.device) -> list[dict]:
             results.append({"impl": impl, "status": "skipped", "reason": flash_why, "pass": None})
             log(f"[check] {impl}: skipped ({flash_why})")
             continue
-        for precision in check_precisions(impl):
+        for precision in check_precisions(impl, device):
             log(f"[check] {impl} {precision} ...")
             r = check_impl(arch, impl, precision, state, a, device, reference, bf16_baseline)
             r["status"] = "ran"
@@ -691,27 +927,39 @@ def markdown(payload: dict) -> str:
     probe = f"{p['probe_tflops']:.3g}" if p.get("probe_tflops") else "n/a"
     lines = [
         f"GPU training bench, {payload['model']}, {payload['precision']}, {dev}; peak bf16 datasheet {sheet} / "
-        f"measured matmul {probe} TFLOP/s (probe {p['probe_dtype']})",
+        f"measured matmul {probe} TFLOP/s (probe {p['probe_dtype']}); flash_attn: {m.get('flash_attn_status')}; "
+        f"liger-kernel: {m.get('liger_kernel') or 'not installed'}",
         "",
-        "| impl | seq | objective | batch x accum | ms/step | tokens/s | peak GiB | TFLOP/s | MFU sheet | MFU probe |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"ours = ATTN:LOSS:COMPILE ({DEFAULTS} = a user's defaults, {BEFORE} = the trainer before issue 17); "
+        "hf = transformers' Trainer + DataCollatorForLanguageModeling (sparse prediction); "
+        f"ref = ModernBERT's pipeline, {MODERNBERT_TOKENS_PER_S:,.0f} tok/s per GPU (1.7T tokens, 194 h, 8 x H100)",
+        "",
+        "| setup | seq | objective | attention | loss | compiled | batch x accum | ms/step | tokens/s | vs HF | "
+        "peak GiB | TFLOP/s | MFU sheet | MFU probe | max abs loss diff vs before |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def pct(x):
         return f"{100 * x:.1f}%" if x is not None else "n/a"
 
     for r in payload["results"]:
-        head = f"| {r['impl']} | {r['seq_len']} | {r['objective']} |"
+        head = f"| {r['setup']} | {r['seq_len']} | {r['objective']} |"
         if r["status"] != "ok":
             what = r.get("reason") or r.get("error") or ""
-            lines.append(f"{head} {r.get('batch', '-')} x {r.get('grad_accum', '-')} | {r['status']}: {what} ||||||")
+            lines.append(
+                f"{head} {r['status']}: {what} |||| {r.get('batch', '-')} x {r.get('grad_accum', '-')} ||||||||"
+            )
             continue
         mem = f"{r['peak_memory_gib']:.1f}" if r["peak_memory_gib"] is not None else "n/a"
+        vs = f"{r['speedup_vs_hf']:.2f}x" if r.get("speedup_vs_hf") else "-"
+        dl = f"{r['loss_max_abs_diff_vs_before']:.2g}" if r.get("loss_max_abs_diff_vs_before") is not None else "-"
         lines.append(
-            f"{head} {r['micro_batch']} x {r['grad_accum']} | {1000 * r['step_time_s_mean']:.1f} | "
-            f"{r['tokens_per_s']:,.0f} | {mem} | {r['achieved_tflops']:.3g} | {pct(r['mfu_vs_datasheet'])} | "
-            f"{pct(r['mfu_vs_probe'])} |"
+            f"{head} {r['attn']} | {r['loss_kind'].split(' ')[0]} | {'yes' if r['compiled'] else 'no'} | "
+            f"{r['micro_batch']} x {r['grad_accum']} | {1000 * r['step_time_s_mean']:.1f} | {r['tokens_per_s']:,.0f} | "
+            f"{vs} | {mem} | {r['achieved_tflops']:.3g} | {pct(r['mfu_vs_datasheet'])} | {pct(r['mfu_vs_probe'])} | "
+            f"{dl} |"
         )
+    lines.append(f"| ref | 1024/8192 | mlm | (ModernBERT's own) | | | | | {MODERNBERT_TOKENS_PER_S:,.0f} | | | | | | |")
     if payload["causality"]:
         lines += [
             "",
@@ -750,15 +998,23 @@ def markdown(payload: dict) -> str:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seq-lens", type=int, nargs="+", default=None, help="default 1024 8192 (smoke: 64 128)")
-    p.add_argument("--impls", nargs="+", default=None, choices=IMPLS, help="default sdpa flash_attention_2")
     p.add_argument("--objectives", nargs="+", default=["clm", "mlm"], choices=["clm", "mlm"])
+    p.add_argument(
+        "--setups",
+        nargs="+",
+        default=None,
+        help=f"ours as ATTN:LOSS:COMPILE (default {DEFAULTS} {BEFORE}; smoke: {' '.join(SMOKE_SETUPS)})",
+    )
+    p.add_argument("--no-hf", dest="hf", action="store_false", help="leave out the HF Trainer rows")
     p.add_argument("--steps", type=int, default=None, help="timed steps per config (default 20; smoke 3)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed steps per config (default 5; smoke 1)")
+    p.add_argument(
+        "--warmup", type=int, default=None, help="untimed steps per config, compiles here (default 5; smoke 1)"
+    )
     p.add_argument("--tokens-per-step", type=int, default=None, help="batch = this // seq_len (default 65536)")
     p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step (raised if it does not divide)")
     p.add_argument("--no-oom-retry", dest="oom_retry", action="store_false", help="record OOM, do not retry")
     p.add_argument("--mlm-probability", type=float, default=0.30)
-    p.add_argument("--check-impls", nargs="+", default=list(IMPLS), choices=IMPLS, help="sdpa: fp32 and bf16")
+    p.add_argument("--check-impls", nargs="+", default=list(IMPLS), choices=IMPLS, help="sdpa/flex: fp32 and bf16")
     p.add_argument("--check-seq-len", type=int, default=None, help="default 1024 (smoke 64)")
     p.add_argument("--check-only", action="store_true", help="causality checks only, no benchmark")
     p.add_argument("--skip-check", action="store_true", help="benchmark only")
@@ -769,7 +1025,10 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     smoke = a.cpu_smoke
     a.seq_lens = a.seq_lens or ([64, 128] if smoke else [1024, 8192])
-    a.impls = a.impls or (["sdpa", "eager"] if smoke else ["sdpa", "flash_attention_2"])
+    try:
+        a.setups = [Setup.parse(s) for s in (a.setups or (SMOKE_SETUPS if smoke else [DEFAULTS, BEFORE]))]
+    except ValueError as exc:
+        p.error(str(exc))
     a.steps = a.steps if a.steps is not None else (3 if smoke else 20)
     a.warmup = a.warmup if a.warmup is not None else (1 if smoke else 5)
     a.tokens_per_step = a.tokens_per_step or (512 if smoke else 65536)
@@ -800,7 +1059,8 @@ def main(argv=None) -> int:
         device, arch = torch.device("cuda"), BASE_ARCH
     t_start = time.time()
     info = machine_info(device)
-    log(f"[bench_gpu] device {info.get('gpu') or info.get('cpu')}; flash_attn: {info['flash_attn_status']}")
+    log(f"[bench_gpu] device {info.get('gpu') or info.get('cpu')}; flash_attn: {info['flash_attn_status']}; "
+        f"liger-kernel: {info['liger_kernel']}")  # fmt: skip
 
     peaks = {"datasheet_tflops": peak_tflops_for(info.get("gpu")), "probe_dtype": "bf16" if not a.cpu_smoke else "fp32"}
     if not a.check_only:
@@ -812,9 +1072,6 @@ def main(argv=None) -> int:
     else:
         peaks["probe_tflops"] = None
 
-    causality = [] if a.skip_check else run_checks(arch, a, device)
-    rows, errored = ([], False) if a.check_only else run_benchmarks(arch, a, device, peaks)
-
     payload = {
         "machine": info,
         "model": "ModernBERT-base shape (from config)" if not a.cpu_smoke else "tiny 2-layer ModernBERT (cpu smoke)",
@@ -822,7 +1079,10 @@ def main(argv=None) -> int:
         "precision": a.precision,
         "flops_formula": FLOPS_FORMULA,
         "peaks": peaks,
+        "modernbert_pipeline": {**MODERNBERT_REF, "tokens_per_s_per_gpu": MODERNBERT_TOKENS_PER_S},
         "settings": {
+            "setups": [s.name for s in a.setups],
+            "hf_trainer": a.hf,
             "steps": a.steps,
             "warmup": a.warmup,
             "tokens_per_step": a.tokens_per_step,
@@ -833,16 +1093,25 @@ def main(argv=None) -> int:
             "argv": sys.argv[1:] if argv is None else list(argv),
         },
         "check_seq_len": a.check_seq_len,
-        "causality": causality,
-        "causality_pass": all(c["pass"] is not False for c in causality),
-        "results": rows,
-        "wall_s": time.time() - t_start,
+        "causality": [],
+        "causality_pass": True,
+        "results": [],
     }
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    table = markdown(payload)
-    a.out.with_suffix(".md").write_text(table + "\n")
-    print(table)
+
+    def write(**update) -> None:  # after every step of the run: a run cut short keeps what it measured
+        payload.update(update, wall_s=time.time() - t_start)
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+        a.out.with_suffix(".md").write_text(markdown(payload) + "\n")
+
+    if not a.skip_check:
+        causality = run_checks(arch, a, device)
+        write(causality=causality, causality_pass=all(c["pass"] is not False for c in causality))
+    errored = False
+    if not a.check_only:
+        _, errored = run_benchmarks(arch, a, device, peaks, on_row=lambda rows: write(results=rows))
+    write()
+    print(markdown(payload))
     print(f"\n-> {a.out}")
     if not payload["causality_pass"]:
         print("bench_gpu: a causality check FAILED (see 'causality' in the JSON)", file=sys.stderr)

@@ -5,11 +5,19 @@ layers ``sliding_attention`` (keys within ``local_attention // 2`` of the query)
 ``{"full_attention": ..., "sliding_attention": ...}`` built with ``masking_utils`` and
 ``and_mask_function=causal_mask_function`` keeps the window AND adds causality. Two traps this
 avoids: a single 4D mask is applied to every layer (the window is lost), and ``is_causal=True``
-alone is ignored when a mask is present under sdpa/eager. flash_attention_2 takes causality from
-each attention module's ``is_causal`` flag, so for it we flip that flag on every layer. Under sdpa with no
-padding, global layers take the same flag instead of a mask (sdpa's causal kernel); local layers keep their mask.
+alone is ignored when a mask is present under sdpa/eager. Per attention implementation:
 
-BERT / RoBERTa / CamemBERT: a 4D additive causal mask (padding folded in).
+* sdpa / eager: dense masks. Under sdpa with no padding, global layers take ``is_causal`` instead of a mask (sdpa's
+  causal kernel); local layers keep their banded mask, which still costs T x T.
+* flex_attention: BlockMasks (``masking_utils`` builds them for a flex config), so the blocks outside a window or
+  above the diagonal are skipped: local layers cost O(T * w). All four masks (global/local x causal/bidirectional)
+  come from one rule whose numbers are tensors: flex compiles one kernel per rule and torch gives up compiling after
+  8 (then it falls back to an unfused path that materialises T x T), which a run mixing CLM, MLM and evaluation
+  would reach with the library's four separate rules.
+* flash_attention_2: no mask; it takes causality from each attention module's ``is_causal`` flag, so for it we flip
+  that flag on every layer, and each local module's ``sliding_window`` keeps its window.
+
+BERT / RoBERTa / CamemBERT: a 4D additive causal mask (padding folded in); not with flash_attention_2.
 """
 
 from __future__ import annotations
@@ -40,6 +48,36 @@ def _modernbert_masks(model, input_ids: torch.Tensor, pad_mask: torch.Tensor | N
     }
 
 
+def _flex_rule(causal: torch.Tensor, reach: torch.Tensor):
+    """Key ``kv`` is visible from query ``q`` when ``kv <= q`` (if ``causal``) and ``|q - kv| <= reach``."""
+
+    def rule(batch_idx, head_idx, q_idx, kv_idx):
+        return ((kv_idx <= q_idx) | ~causal) & ((q_idx - kv_idx).abs() <= reach)
+
+    return rule
+
+
+def _flex_masks(model, input_ids: torch.Tensor, pad_mask: torch.Tensor | None, causal: bool) -> dict:
+    """BlockMasks for both layer kinds, causal or not: reach T on global layers, ``local_attention // 2`` on local
+    ones (ModernBERT's window); padded keys are masked by ``masking_utils``."""
+    from transformers.masking_utils import create_bidirectional_mask
+
+    b, t = input_ids.shape
+    dev = input_ids.device
+    probe = torch.empty(b, t, 1, device=dev)  # shape/device only
+    flag = torch.tensor(causal, device=dev)
+    reach = {"full_attention": t, "sliding_attention": model.config.local_attention // 2}
+    return {
+        kind: create_bidirectional_mask(
+            config=model.config,
+            inputs_embeds=probe,
+            attention_mask=pad_mask,
+            and_mask_function=_flex_rule(flag, torch.tensor(r, device=dev)),
+        )
+        for kind, r in reach.items()
+    }
+
+
 def _bert_causal_mask(input_ids: torch.Tensor, pad_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
     b, t = input_ids.shape
     allowed = torch.ones(t, t, dtype=torch.bool, device=input_ids.device).tril()
@@ -62,15 +100,18 @@ def _modernbert_attention_modules(model, layer_type: str | None = None) -> list:
 def causal_plan(model, input_ids: torch.Tensor, pad_mask: torch.Tensor | None, causal: bool, dtype=None):
     """-> (``attention_mask`` for the encoder of ``model``, attention modules that need ``is_causal = True``).
 
-    Bidirectional: the plain 2D padding mask (the model builds its own masks, window included).
-    ModernBERT under sdpa without padding: global layers get no mask and ``is_causal``, which selects sdpa's causal
-    kernel (it skips the upper triangle: same outputs, ~6% faster CLM steps); local layers keep their banded causal
-    mask. Under eager a missing mask would mean no causality at all, so eager always gets explicit masks.
+    Bidirectional: the plain 2D padding mask (the model builds its own masks, window included), except under
+    flex_attention, where both cases get the one-rule BlockMasks. ModernBERT under sdpa without padding: global
+    layers get no mask and ``is_causal``, which selects sdpa's causal kernel (it skips the upper triangle: same
+    outputs, ~6% faster CLM steps); local layers keep their banded causal mask. Under eager a missing mask would
+    mean no causality at all, so eager always gets explicit masks.
     """
-    if not causal:
-        return pad_mask, []
     family = model_family(model.config)
     impl = getattr(model.config, "_attn_implementation", "sdpa")
+    if family == "modernbert" and impl == "flex_attention":
+        return _flex_masks(model, input_ids, pad_mask, causal), []
+    if not causal:
+        return pad_mask, []
     dtype = dtype or next(model.parameters()).dtype
     if family == "modernbert":
         if impl == "flash_attention_2":
@@ -81,6 +122,10 @@ def causal_plan(model, input_ids: torch.Tensor, pad_mask: torch.Tensor | None, c
             return masks, _modernbert_attention_modules(model, "full_attention")
         return masks, []
     if family == "bert":
+        if impl == "flash_attention_2":
+            raise ConfigError(
+                "model.attn_implementation", impl, "the CLM detour of a BERT-family model needs a 4D mask: use sdpa"
+            )
         return _bert_causal_mask(input_ids, pad_mask, dtype), []
     raise ConfigError(
         "model.name",

@@ -7,10 +7,13 @@
   drawn from the real vocabulary without specials, deterministic for a given generator.
 
 Vocabulary logits are computed only where a label exists (masked positions for MLM): on CPU the
-vocabulary projection dominates the cost otherwise.
+vocabulary projection dominates the cost otherwise. On a GPU with liger-kernel installed (requirements-gpu.txt),
+training fuses the vocabulary projection with the cross-entropy (``fused_vocab_loss``): the logits never exist.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -68,15 +71,16 @@ def mlm_mask(
     return out, labels
 
 
-def _base_and_head(model: nn.Module):
-    """(encoder, head callable) for an HF MLM model: lets us project only the labelled positions."""
-    if hasattr(model, "model") and hasattr(model, "decoder"):  # ModernBERT
-        return model.model, lambda h: model.decoder(model.head(h))
+def _parts(model: nn.Module) -> tuple[nn.Module, nn.Module, nn.Linear | None]:
+    """(encoder, head up to the vocabulary projection, that projection) of an HF MLM model, so that only labelled
+    positions are projected. RoBERTa/CamemBERT's ``lm_head`` is one forward: (encoder, lm_head, None)."""
+    if hasattr(model, "model") and hasattr(model, "decoder"):  # ModernBERT: decoder(head(h)), decoder tied, with bias
+        return model.model, model.head, model.decoder
     if hasattr(model, "bert") and hasattr(model, "cls"):
-        return model.bert, model.cls
+        return model.bert, model.cls.predictions.transform, model.cls.predictions.decoder
     for attr in ("roberta", "camembert"):
         if hasattr(model, attr) and hasattr(model, "lm_head"):
-            return getattr(model, attr), model.lm_head
+            return getattr(model, attr), model.lm_head, None
     raise TypeError(f"unsupported MLM model {type(model).__name__}")
 
 
@@ -84,6 +88,27 @@ def _base_and_head(model: nn.Module):
 # in backward instead of kept: CLM labels every token, so ModernBERT-base at 64 x 1024 tokens would otherwise hold
 # 65,536 x 50,368 fp32 logits (13 GB) plus their gradient. Small runs stay below it and pay nothing.
 LOGITS_CHUNK_ELEMENTS = 1 << 28  # 1 GiB of fp32 logits
+
+# Where liger-kernel's fused linear cross-entropy runs (Triton kernels): it projects a chunk of positions, takes the
+# cross-entropy and its gradient in the same pass and keeps only the gradients, so neither the logits nor the chunked
+# path's recomputation exist. With CLM's every-token labels that projection is about a third of a ModernBERT-base
+# step's FLOPs and most of its activation memory.
+FUSED_LOSS_DEVICES = ("cuda",)
+
+
+@functools.cache
+def _liger_fused_linear_cross_entropy():
+    try:
+        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+    except Exception:  # not installed (CPU machines), or no Triton / a broken build: the chunked path trains the same
+        return None
+    return liger_fused_linear_cross_entropy
+
+
+def fused_vocab_loss(device: torch.device):
+    """liger's ``liger_fused_linear_cross_entropy(input, weight, target, bias=, reduction=)`` where it runs (CUDA,
+    liger-kernel importable), else None: then the plain or chunked path below computes the same sum."""
+    return _liger_fused_linear_cross_entropy() if device.type in FUSED_LOSS_DEVICES else None
 
 
 def _loss_sum(head, hidden: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,15 +128,24 @@ class EncoderLM(nn.Module):
         self.hf_model = hf_model  # the only submodule: state dicts keep HF's parameter names
 
     def encoder(self) -> nn.Module:
-        return _base_and_head(self.hf_model)[0]
+        return _parts(self.hf_model)[0]
 
     def forward(self, input_ids, labels, causal: bool, pad_mask=None):
-        encoder, head = _base_and_head(self.hf_model)
+        """(mean cross-entropy over labelled positions, how many the model got right, how many are labelled).
+
+        Training on CUDA with liger-kernel takes the fused loss, which counts nothing right (None): the training loop
+        reads only the loss; the held-out evaluation runs without grad, on the plain path, and gets the count."""
+        encoder, transform, decoder = _parts(self.hf_model)
         with causal_attention(self.hf_model, input_ids, pad_mask, causal) as attn:
             hidden = encoder(input_ids=input_ids, attention_mask=attn).last_hidden_state
         sel = labels != IGNORE
         hidden, target = hidden[sel], labels[sel]
         n = target.numel()
+        fused = fused_vocab_loss(hidden.device) if torch.is_grad_enabled() and decoder is not None and n else None
+        if fused is not None:
+            loss = fused(transform(hidden), decoder.weight, target, bias=decoder.bias, reduction="sum")
+            return loss / n, None, n
+        head = transform if decoder is None else (lambda h: decoder(transform(h)))
         chunk = max(1, LOGITS_CHUNK_ELEMENTS // self.hf_model.config.vocab_size)
         if n <= chunk or not torch.is_grad_enabled():
             loss, correct = _loss_sum(head, hidden, target)

@@ -16,7 +16,7 @@ from backend.engine.trackers import TRACKERS
 
 RECIPES = ("clm_detour", "mlm", "pair", "pretrain")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
+ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flex_attention", "flash_attention_2")
 DECAY_SHAPES = ("1-sqrt", "linear")
 
 
@@ -61,7 +61,9 @@ SCHEMA: list[Key] = [
         label="Model", form=3, widget="model"),
     Key("model.from_scratch", None, "mapping", "architecture mapping when model.name is from_scratch", optional=True),
     Key("model.tokenizer", None, "str", "tokenizer (default: the model's own)", optional=True),
-    Key("model.attn_implementation", "sdpa", "choice", "sdpa | eager | flash_attention_2 (GPU extra)",
+    Key("model.attn_implementation", "auto", "choice",
+        "auto (ModernBERT on CUDA: flash_attention_2 if installed, else flex_attention; otherwise sdpa) | sdpa | "
+        "eager | flex_attention (CUDA) | flash_attention_2 (GPU extra)",
         choices=ATTN_IMPLEMENTATIONS, label="Attention implementation", form=40, advanced=True),
     Key("model.trust_remote_code", False, "bool", "run the model repository's own code (opt in per model)",
         label="Trust remote code for this model", form=4),

@@ -15,7 +15,14 @@ from backend.detour.attention import check_causal_supported
 from backend.detour.recipe import build_phases, split_pair
 from backend.engine import model_files
 from backend.engine.data import iter_documents, pack, split_documents, tokenize_documents
-from backend.engine.models import load_config, load_tokenizer, resolve_model, resolve_tokenizer
+from backend.engine.models import (
+    load_config,
+    load_tokenizer,
+    model_config_of,
+    resolve_attn_implementation,
+    resolve_model,
+    resolve_tokenizer,
+)
 from backend.engine.tokenstore import cached_info
 from backend.engine.trackers import check_installed
 
@@ -56,6 +63,7 @@ def check(cfg: dict, check_data: bool = True) -> dict:
         except Exception as exc:
             raise ConfigError("model.from_scratch", m["from_scratch"], f"not a valid architecture ({exc})") from exc
         n_layers = int(mconf.num_hidden_layers)  # the architecture's default when the mapping leaves it out
+    resolve_attn_implementation(m["attn_implementation"], model_config_of(m))  # refuses one that cannot train here
     if cfg["train"]["compile"] and cpp_compiler() is None:
         if not torch.cuda.is_available():
             raise ConfigError(

@@ -170,7 +170,7 @@ def _config_to_train(run_dir: Path, resume: bool, rank0: bool) -> dict:
 def train_run(run_dir: str | Path, resume: bool = False) -> dict:
     """Train one prepared run directory; status.json records running/done/failed/cancelled."""
     from backend.detour.trainer import run_training
-    from backend.engine.models import quiet_transformers
+    from backend.engine.models import model_config_of, quiet_transformers, resolve_attn_implementation
     from backend.engine.precision import bf16_warning, resolve_precision
     from backend.runs.preflight import check_positions
 
@@ -221,8 +221,13 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
         log(f"precision: {cfg['train']['precision']} ({why})")
         if warning := bf16_warning(cfg["train"]["precision"]):
             log(f"warning: {warning}")
+        attn = cfg["model"]["attn_implementation"]
+        resolved_attn, attn_why = resolve_attn_implementation(attn, model_config_of(cfg["model"]))
+        cfg["model"]["attn_implementation"] = resolved_attn
+        log(f"attention: {resolved_attn} ({attn_why})")
         if rank0:  # config.yaml keeps what was asked (a queued run may train elsewhere) and what this machine chose
             meta["precision"] = {"requested": requested, "resolved": cfg["train"]["precision"], "why": why}
+            meta["attn_implementation"] = {"requested": attn, "resolved": resolved_attn, "why": attn_why}
             atomic.write_yaml(run_dir / "config.yaml", {**asked, "_meta": meta})
         with quiet_transformers():
             model, tok = _load_model(cfg)

@@ -20,6 +20,7 @@ SCRIPT = ROOT / "bench" / "bench_gpu.py"
 def _load_bench():
     spec = importlib.util.spec_from_file_location("bench_gpu", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_gpu"] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
@@ -29,30 +30,43 @@ def bench():
     return _load_bench()
 
 
-@pytest.mark.slow  # ~20 s on 2 shared cores: a subprocess, imports included
-def test_cpu_smoke_end_to_end(tmp_path):
+@pytest.mark.slow  # ~2 min on 2 cores: compiles flex_attention (checks) and the encoder (sdpa:chunked:on rows)
+def test_cpu_smoke_end_to_end(tmp_path, bench):
     out = tmp_path / "gpu.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, str(SCRIPT), "--cpu-smoke", "--steps", "2", "--warmup", "1", "--out", str(out)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads(out.read_text())
-    rows = {(r["impl"], r["seq_len"], r["objective"]): r for r in data["results"]}
-    assert set(rows) == {(i, t, o) for i in ("sdpa", "eager") for t in (64, 128) for o in ("clm", "mlm")}
-    for r in rows.values():
+    rows = {(r["setup"], r["seq_len"], r["objective"]): r for r in data["results"]}
+    setups = [*bench.SMOKE_SETUPS, "hf"]
+    assert set(rows) == {(s, t, o) for s in setups for t in (64, 128) for o in ("clm", "mlm")}
+    for (setup, t, objective), r in rows.items():
+        if setup.startswith("flex_attention"):  # no flex backward on a CPU: said, not crashed
+            assert r["status"] == "skipped" and "no flex backward on CPU" in r["reason"], r
+            continue
         assert r["status"] == "ok", r
         assert r["tokens_per_s"] > 0 and r["mfu_vs_probe"] > 0 and r["model_flops_per_token"] > 0
-    assert rows[("sdpa", 64, "clm")]["labelled_fraction"] > 0.95  # every position but the last
-    assert 0.15 < rows[("sdpa", 64, "mlm")]["labelled_fraction"] < 0.45
+        assert r["speedup_vs_hf"] == pytest.approx(r["tokens_per_s"] / rows[("hf", t, objective)]["tokens_per_s"])
+        if setup not in ("hf", bench.BEFORE):  # same weights and batches as "before": the same losses
+            assert r["loss_max_abs_diff_vs_before"] < 1e-4, r
+    defaults = rows[(bench.DEFAULTS, 64, "clm")]
+    assert (defaults["attn"], defaults["loss_kind"], defaults["compiled"]) == ("sdpa", "chunked", False)  # CPU
+    assert rows[("sdpa:chunked:on", 64, "mlm")]["compiled"] is True
+    assert rows[(bench.BEFORE, 64, "clm")]["labelled_fraction"] > 0.95  # every position but the last
+    assert 0.15 < rows[(bench.BEFORE, 64, "mlm")]["labelled_fraction"] < 0.45
+    assert 0.15 < rows[("hf", 64, "mlm")]["labelled_fraction"] < 0.45  # the collator's 30%, sparse prediction
+    assert data["modernbert_pipeline"]["tokens_per_s_per_gpu"] == pytest.approx(304_267, rel=1e-3)
     ran = {(c["impl"], c["precision"]): c for c in data["causality"] if c["status"] == "ran"}
-    assert set(ran) == {("sdpa", "fp32"), ("sdpa", "bf16"), ("eager", "fp32")}
+    assert set(ran) == {("sdpa", "fp32"), ("sdpa", "bf16"), ("eager", "fp32"), ("flex_attention", "fp32")}
     for c in ran.values():
         assert c["pass"], c
         assert set(c["checks"]) == {"future_invariance", "local_window", "global_reach", "reference"}
     (flash,) = [c for c in data["causality"] if c["impl"] == "flash_attention_2"]
     assert flash["status"] == "skipped" and flash["pass"] is None
     assert data["causality_pass"] is True
-    assert out.with_suffix(".md").read_text().count("| sdpa |") == 4 + 2
+    table = out.with_suffix(".md").read_text()
+    assert table.count("| hf |") == 4 and "| ref |" in table and "304,267" in table
 
 
 def test_without_cuda_exits_with_a_message(tmp_path):
@@ -116,21 +130,46 @@ def test_causality_check_catches_traps(bench, monkeypatch, trap, impl, expect_fa
 def test_oom_is_recorded_and_retried_with_more_accumulation(bench, monkeypatch):
     tried = []
 
-    def fake_train_config(arch, impl, seq_len, objective, batch, accum, a, device, peaks):
+    def fake_train(*args, seq_len, accum, **kw):
         tried.append(accum)
         if seq_len == 128 or accum < 4:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB")
-        return {"status": "ok", "tokens_per_s": 1.0, "step_time_s_mean": 1.0, "achieved_tflops": 1.0}
+        return {"status": "ok", "tokens_per_s": 1.0, "step_time_s_mean": 1.0, "achieved_tflops": 1.0, "losses": []}
 
-    monkeypatch.setattr(bench, "train_config", fake_train_config)
-    a = bench.parse_args(["--cpu-smoke", "--impls", "sdpa", "--objectives", "clm", "--tokens-per-step", "512"])
+    monkeypatch.setattr(bench, "train_ours", fake_train)
+    a = bench.parse_args(["--cpu-smoke", "--setups", bench.BEFORE, "--no-hf", "--objectives", "clm"])
     rows, errored = bench.run_benchmarks(bench.TINY_ARCH, a, torch.device("cpu"), {})
     assert not errored
     by_len = {r["seq_len"]: r for r in rows}
     assert by_len[64]["status"] == "ok" and tried[:3] == [1, 2, 4]  # batch 8: 1 -> 2 -> 4 fits
     assert by_len[128]["status"] == "oom" and by_len[128]["grad_accum"] == 4  # batch 4: 1 -> 2 -> 4, still OOM
     assert "out of memory" in by_len[128]["error"]
-    a = bench.parse_args(["--cpu-smoke", "--impls", "sdpa", "--objectives", "clm", "--no-oom-retry"])
+    a = bench.parse_args(["--cpu-smoke", "--setups", bench.BEFORE, "--no-hf", "--objectives", "clm", "--no-oom-retry"])
     tried.clear()
     rows, _ = bench.run_benchmarks(bench.TINY_ARCH, a, torch.device("cpu"), {})
     assert [r["status"] for r in rows] == ["oom", "oom"] and tried == [1, 1]
+
+
+def test_a_setup_that_cannot_train_here_is_a_skipped_row_and_the_hf_row_is_the_yardstick(bench, monkeypatch):
+    def row(tokens_per_s: float):
+        ok = {"status": "ok", "tokens_per_s": tokens_per_s, "step_time_s_mean": 1.0, "achieved_tflops": 1.0}
+        return lambda *a, accum, **kw: {**ok, "losses": []}
+
+    monkeypatch.setattr(bench, "train_ours", row(300.0))
+    monkeypatch.setattr(bench, "train_hf", row(200.0))
+    a = bench.parse_args(
+        ["--cpu-smoke", "--setups", "sdpa:chunked:off", "flash_attention_2:auto:auto", "--seq-lens", "64"]
+    )
+    a.objectives = ["mlm"]
+    rows, errored = bench.run_benchmarks(bench.TINY_ARCH, a, torch.device("cpu"), {})
+    got = {r["setup"]: r for r in rows}
+    assert not errored and list(got) == ["sdpa:chunked:off", "flash_attention_2:auto:auto", "hf"]
+    assert got["flash_attention_2:auto:auto"]["status"] == "skipped"
+    assert "flash_attention_2 cannot run here: no CUDA device" in got["flash_attention_2:auto:auto"]["reason"]
+    assert got["sdpa:chunked:off"]["speedup_vs_hf"] == 1.5 and got["hf"]["speedup_vs_hf"] == 1.0
+
+
+def test_setups_are_parsed_and_bad_ones_named(bench):
+    assert bench.Setup.parse("flex_attention:fused:on") == bench.Setup("flex_attention", "fused", "on")
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--cpu-smoke", "--setups", "sdpa:cheap:off"])

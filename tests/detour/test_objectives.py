@@ -1,12 +1,13 @@
-"""CLM label shifting and MLM masking statistics."""
+"""CLM label shifting, MLM masking statistics, and the vocabulary loss: plain, chunked and fused (liger-kernel)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from backend.detour.objectives import IGNORE, clm_labels, mlm_mask, replacement_vocab, special_ids
 from backend.engine.data import pack
-from conftest import bundled_tokenizer
+from conftest import TINY_BERT, TINY_MODERNBERT, bundled_tokenizer, save_tiny_model
 
 
 def test_clm_labels_shift_by_one_and_stop_at_document_boundaries():
@@ -83,3 +84,93 @@ def model_vocab(model_dir) -> int:
     import json
 
     return json.loads((model_dir / "config.json").read_text())["vocab_size"]
+
+
+# --- the fused vocabulary loss (liger-kernel, GPU) ------------------------------------------------------------------
+
+
+def _liger_contract(input, weight, target, bias=None, reduction="mean", ignore_index=IGNORE):
+    """What liger's fused linear cross-entropy computes, written with torch: stands in where liger is not installed."""
+    return torch.nn.functional.cross_entropy(
+        torch.nn.functional.linear(input, weight, bias).float(), target, reduction=reduction, ignore_index=ignore_index
+    )
+
+
+def _loss_and_grads(model, ids, labels, causal):
+    from backend.detour.objectives import EncoderLM
+
+    model.zero_grad(set_to_none=True)
+    loss, correct, n = EncoderLM(model)(ids, labels, causal=causal)
+    loss.backward()
+    return loss.detach(), correct, n, {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+
+def _clm_batch(vocab: int = 200):
+    ids = torch.randint(5, vocab, (3, 40), generator=torch.Generator().manual_seed(0))
+    return ids, clm_labels(ids, torch.zeros_like(ids, dtype=torch.bool))
+
+
+def test_fused_loss_is_used_only_on_its_devices_and_only_when_installed(monkeypatch):
+    from backend.detour import objectives
+
+    monkeypatch.setattr(objectives, "_liger_fused_linear_cross_entropy", lambda: None)  # liger-kernel not installed
+    assert objectives.fused_vocab_loss(torch.device("cuda")) is None
+    monkeypatch.setattr(objectives, "_liger_fused_linear_cross_entropy", lambda: _liger_contract)
+    assert objectives.fused_vocab_loss(torch.device("cuda")) is _liger_contract
+    assert objectives.fused_vocab_loss(torch.device("cpu")) is None  # the chunked path on a CPU
+
+
+@pytest.mark.parametrize("family", ["modernbert", "bert"])
+def test_the_fused_path_projects_the_head_output_with_the_tied_decoder_and_its_bias(family, monkeypatch, tmp_path):
+    """The fused call gets ``decoder(transform(h))`` split in two: same loss and gradients (the tied embedding matrix,
+    the decoder bias, the head) as the plain path; it counts nothing right, evaluation (no grad) still does."""
+    from backend.detour import objectives
+    from backend.engine.models import load_masked_lm
+
+    d = save_tiny_model(tmp_path, TINY_MODERNBERT if family == "modernbert" else TINY_BERT)
+    ids, labels = _clm_batch()
+    plain = _loss_and_grads(load_masked_lm(str(d)), ids, labels, causal=True)
+    monkeypatch.setattr(objectives, "_liger_fused_linear_cross_entropy", lambda: _liger_contract)
+    monkeypatch.setattr(objectives, "FUSED_LOSS_DEVICES", ("cpu",))
+    model = load_masked_lm(str(d))
+    fused = _loss_and_grads(model, ids, labels, causal=True)
+    assert fused[1] is None and fused[2] == plain[2] == 3 * 39
+    torch.testing.assert_close(fused[0], plain[0], rtol=1e-6, atol=1e-6)
+    assert set(fused[3]) == set(plain[3])
+    for k, g in plain[3].items():
+        torch.testing.assert_close(fused[3][k], g, rtol=1e-5, atol=1e-7, msg=k)
+    with torch.no_grad():
+        loss, correct, n = objectives.EncoderLM(model)(ids, labels, causal=True)
+    assert correct is not None and n == plain[2]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_liger_fused_loss_matches_the_plain_loss_and_gradients(tiny_modernbert_dir, monkeypatch, precision):
+    """liger-kernel itself: on a GPU box (pip install -r requirements-gpu.txt), or here with Triton's interpreter
+    (``TRITON_INTERPRET=1``, liger-kernel and triton importable): CLM loss and every gradient as the plain path."""
+    import os
+
+    from backend.detour import objectives
+    from backend.engine.models import load_masked_lm
+
+    if objectives._liger_fused_linear_cross_entropy() is None:
+        pytest.skip("liger-kernel is not installed (requirements-gpu.txt)")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("no CUDA: set TRITON_INTERPRET=1 to run liger's Triton kernels on the CPU")
+        monkeypatch.setattr(objectives, "FUSED_LOSS_DEVICES", ("cpu",))
+    ids, labels = (t.to(device) for t in _clm_batch())
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+    def run(fused: bool):
+        monkeypatch.setattr(objectives, "FUSED_LOSS_DEVICES", (device,) if fused else ())
+        with autocast:
+            return _loss_and_grads(load_masked_lm(str(tiny_modernbert_dir)).to(device), ids, labels, causal=True)
+
+    plain, fused = run(False), run(True)
+    assert fused[1] is None and plain[1] is not None and fused[2] == plain[2]
+    tol = dict(rtol=1e-5, atol=1e-6) if precision == "fp32" else dict(rtol=2e-2, atol=2e-3)
+    torch.testing.assert_close(fused[0], plain[0], **tol)
+    for k, g in plain[3].items():
+        torch.testing.assert_close(fused[3][k], g, **tol, msg=k)
