@@ -178,6 +178,10 @@ def build_optimizer(hf_model: nn.Module, train_cfg: dict) -> torch.optim.AdamW:
     The paper used Composer's DecoupledAdamW, whose weight decay is *not* multiplied by the LR: each step
     shrinks weights by ``wd * lr / peak_lr``. torch's AdamW shrinks by ``lr * weight_decay``, so we pass
     ``weight_decay = wd / peak_lr``: the same decay, following the schedule.
+
+    On CUDA the fused kernel updates every tensor in one launch (what the HF Trainer's ``adamw_torch_fused`` does);
+    like the others it skips a parameter whose grad is None, so frozen parameters stay bit-identical. Not under
+    FSDP (sharded DTensor parameters) and not on CPU, where the default foreach path keeps earlier runs' numbers.
     """
     decay, plain = [], []
     for name, p in hf_model.named_parameters():
@@ -191,6 +195,7 @@ def build_optimizer(hf_model: nn.Module, train_cfg: dict) -> torch.optim.AdamW:
         lr=peak,
         betas=tuple(train_cfg["betas"]),
         eps=float(train_cfg["eps"]),
+        fused=True if torch.cuda.is_available() and not train_cfg.get("fsdp") else None,
     )
 
 
