@@ -15,3 +15,16 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (``avx512_bf16``, ``amx_bf16``, ...) from /proc/cpuinfo; empty where unknown.
+
+    Two hosts may share a model name ("AMD EPYC") and differ in these, which decide how fast bf16 runs."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()

@@ -62,3 +62,40 @@ def test_auto_run_records_the_resolved_precision(tiny_modernbert_dir, isolated_r
     assert saved["_meta"]["precision"]["requested"] == "auto"
     assert saved["_meta"]["precision"]["resolved"] == "fp32" and "no native bf16" in saved["_meta"]["precision"]["why"]
     assert "precision: fp32 (auto: bf16 matmul only 0.05x" in (run / "train.log").read_text()
+
+
+def test_probe_takes_the_median_of_alternating_rounds_so_one_busy_moment_does_not_decide(tmp_path, monkeypatch):
+    """A best-of-3 per precision once read 0.51x on a CPU whose bf16 runs 2x fp32 (the machine was busy while the
+    bf16 side ran): the speed-up is the median of per-round ratios of fp32 and bf16 timed in alternation."""
+    monkeypatch.setenv("DETOUR_CACHE_DIR", str(tmp_path))
+    # (fp32 s, bf16 s) per round: one round where bf16 was slowed down, one where fp32 was
+    rounds = iter([(2.0, 4.0), (2.0, 1.0), (2.0, 1.0), (9.0, 1.0), (2.2, 1.0)])
+    pending: list[float] = []
+
+    def fake(dtype, n=precision.PROBE_N, reps=3):
+        if not pending:
+            pending.extend(next(rounds))
+        return pending.pop(0)
+
+    monkeypatch.setattr(precision, "_time_matmul", fake)
+    probe = precision.cpu_bf16_probe(refresh=True)
+    assert probe["bf16_speedup"] == 2.0 and probe["speedup_range"] == [0.5, 9.0]
+    assert precision.resolve_precision("auto", "cpu")[0] == "bf16"
+
+
+def test_probe_cache_is_per_bf16_flags_not_only_per_cpu_name(tmp_path, monkeypatch):
+    """Two hosts called "AMD EPYC", one with AVX512-BF16 and one without, must not share a cached answer."""
+    monkeypatch.setenv("DETOUR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(precision, "cpu_name", lambda: "AMD EPYC")
+    monkeypatch.setattr(
+        precision, "_time_matmul", lambda dtype, n=0, reps=3: 1.0 if dtype == precision.torch.float32 else 4.0
+    )
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2"}))
+    assert precision.cpu_bf16_probe()["bf16_speedup"] == 0.25
+    monkeypatch.setattr(
+        precision, "_time_matmul", lambda dtype, n=0, reps=3: 1.0 if dtype == precision.torch.float32 else 0.25
+    )
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
+    probe = precision.cpu_bf16_probe()
+    assert probe["bf16_speedup"] == 4.0 and probe["bf16_flags"] == ["avx512_bf16"]
+    assert len(list(tmp_path.glob("cpu-bf16-*.json"))) == 2
