@@ -111,6 +111,7 @@ def _load_model(cfg: dict):
 def train_run(run_dir: str | Path, resume: bool = False) -> dict:
     """Train one prepared run directory; status.json records running/done/failed/cancelled."""
     from backend.detour.trainer import run_training
+    from backend.engine.compiling import resolve_compile
     from backend.engine.models import quiet_transformers
     from backend.engine.precision import bf16_warning, resolve_precision
 
@@ -156,8 +157,12 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
         log(f"precision: {cfg['train']['precision']} ({why})")
         if warning := bf16_warning(cfg["train"]["precision"]):
             log(f"warning: {warning}")
+        asked_compile = cfg["train"]["compile"]
+        cfg["train"]["compile"], why_compile = resolve_compile(asked_compile, fsdp=cfg["train"]["fsdp"])
+        log(f"compile: {'on' if cfg['train']['compile'] else 'off'} ({why_compile})")
         if rank0:  # config.yaml keeps what was asked (a queued run may train elsewhere) and what this machine chose
             meta["precision"] = {"requested": requested, "resolved": cfg["train"]["precision"], "why": why}
+            meta["compile"] = {"requested": asked_compile, "resolved": cfg["train"]["compile"], "why": why_compile}
             atomic.write_yaml(run_dir / "config.yaml", {**asked, "_meta": meta})
         with quiet_transformers():
             model, tok = _load_model(cfg)
