@@ -2,8 +2,9 @@
 
 ``run_training`` runs unchanged on one CPU and under ``accelerate launch`` (DDP over gloo/nccl; FSDP2 on GPUs
 when ``train.fsdp`` asks, refused where accelerate would not shard). Data order, masks and LR are pure functions
-of the global step, so a resumed run reproduces the uninterrupted one step for step. A compiled encoder keeps one
-graph per attention kind and mode (``engine/compiling.py``).
+of the global step, so a resumed run reproduces the uninterrupted one step for step. Checkpoints are written in
+the background (``checkpoint.Checkpointer``); a compiled encoder keeps one graph per attention kind and mode
+(``engine/compiling.py``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ EVAL_MASK_SEED = 4321  # the held-out MLM curve uses the same masks in every run
 def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, should_stop, log=print) -> str:
     """Train ``hf_model`` through the recipe's phases. Returns 'done' or 'cancelled'."""
     s = _setup(cfg, Path(run_dir), hf_model, tokenizer, log)
+    with s.checkpoints:  # the run reports its state only once its last checkpoint write has ended (or failed)
+        return _train(s, resume, should_stop)
+
+
+def _train(s: _State, resume: bool, should_stop) -> str:
     step0 = _start_step(s, resume)
     if step0 == 0:  # where every recipe starts from: the same number for both runs of a pair
         s.emit({"type": "eval", "step": 0, "phase": s.phases[0].name, "tokens_seen": 0, **evaluate(s)})
@@ -65,12 +71,13 @@ def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, sh
         if done % s.log_cfg["eval_every"] == 0 or phase_end:
             s.emit({"type": "eval", "step": done, "phase": phase.name, "tokens_seen": done * s.tps, **evaluate(s)})
         stop = _agree(s, should_stop())
-        if phase_end:
+        if phase_end:  # a phase ends with its checkpoint on disk
             _save(s, done, tag=f"end-{phase.name}")
+            s.checkpoints.wait()
         elif done % s.log_cfg["checkpoint_every"] == 0 or stop:
-            _save(s, done)
+            _save(s, done)  # copied to memory now, written while training goes on
         if stop and done < s.total_steps:
-            log(f"stopping at step {done}: checkpoint saved, resume with --resume")
+            s.log(f"stopping at step {done}: checkpoint saved, resume with --resume")
             return "cancelled"
     _save_final(s)
     return "done"
@@ -119,6 +126,7 @@ class _State:
     phases: list[Phase]
     tok: tuple  # (special ids, mask id, replacement vocabulary)
     log: object
+    checkpoints: checkpoint.Checkpointer
     clock: compiling.CompileClock
     log_acc: dict = field(default_factory=lambda: {"loss": 0.0, "n": 0})
     data_hash: object = field(default_factory=hashlib.sha1)
@@ -163,8 +171,10 @@ def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log) -> _State:
     kernels = compiling.compile_encoder(lm) if compiled else None  # in place: parameter names stay HF's
     optimizer = build_optimizer(hf_model, t)  # the one optimizer of every phase
     lm, optimizer = accelerator.prepare(lm, optimizer)
+    writer = checkpoint.Checkpointer(accelerator, lm, optimizer, tokenizer, run_dir, cfg["logging"]["keep_checkpoints"],
+                                     log=log)  # fmt: skip
     s = _State(cfg, run_dir, accelerator, lm, accelerator.unwrap_model(lm).hf_model, optimizer, tokenizer, train,
-               held, phases, tok, log, compiling.CompileClock(compiled, log))  # fmt: skip
+               held, phases, tok, log, writer, compiling.CompileClock(compiled, log))  # fmt: skip
     if s.main:
         atomic.write_json(run_dir / "data_info.json", info)
         log(f"data: {info}")
@@ -229,10 +239,11 @@ def _agree(s: _State, stop: bool) -> bool:
 def _save(s: _State, step: int, tag: str | None = None) -> None:
     state = {"step": step, "tokens_seen": step * s.tps, "phase": s.phases[locate(s.phases, max(step - 1, 0))[0]].name,
              "tag": tag, "log_acc": s.log_acc, "total_steps": s.total_steps}  # fmt: skip
-    checkpoint.save(s.accelerator, s.lm, s.tokenizer, s.run_dir, step, state, s.log_cfg["keep_checkpoints"])
+    s.checkpoints.save(step, state)
 
 
 def _save_final(s: _State) -> None:
+    s.checkpoints.wait()
     full = full_state_dict(s.accelerator, s.lm)  # FSDP: gathered on every rank first
     if s.main:
         tmp = s.run_dir / ".final.tmp"
