@@ -37,8 +37,8 @@ def _field(k: schema.Key) -> Field:
     elif k.kind == "int":
         kind = "optint" if k.optional else "int"
     else:
-        kind = {"str": "text", "float": "float", "bool": "check", "choice": "radio", "layers": "layers",
-                "trackers": "multi"}[k.kind]  # fmt: skip
+        kind = {"str": "text", "float": "float", "bool": "check", "autobool": "radio", "choice": "radio",
+                "layers": "layers", "trackers": "multi"}[k.kind]  # fmt: skip
     return Field(k.key, k.label, kind, list(k.form_choices or k.choices), _form_help(k), k.advanced)
 
 
@@ -87,6 +87,8 @@ def config_to_values(cfg: dict, seeds: str | None = None) -> list:
         v = _get(cfg, f.key)
         if f.kind in ("text", "sci", "layers", "optint"):
             v = "" if v is None else (",".join(map(str, v)) if isinstance(v, list) else str(v))
+        elif f.kind == "radio" and isinstance(v, bool):  # auto | true | false: the radio shows text
+            v = str(v).lower()
         out.append(v)
     return out
 

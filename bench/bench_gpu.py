@@ -27,7 +27,7 @@ Rows, per (seq_len, objective), on the same batches (64 x 1024 or 8 x 8192 token
         ATTN auto|sdpa|eager|flex_attention|flash_attention_2 (auto = ``resolve_attn_implementation``, what a run
         resolves); LOSS auto|fused|chunked (auto = liger-kernel's fused linear cross-entropy when it is installed and
         the device is CUDA, as ``EncoderLM`` decides; chunked = the plain/chunked logits path); COMPILE auto|on|off
-        (auto = ``compile_encoder(device)``, the trainer's policy: ``EncoderLM.encoder().compile()``).
+        (auto = ``engine.compiling.resolve_compile``, the trainer's policy: on with CUDA, compiled in place).
         ``auto:auto:auto`` is what a user gets; ``sdpa:chunked:off`` is the trainer before issue 17 ("before").
         A setup that cannot run here (flex_attention on a CPU: no backward; flash without flash-attn) is a
         "skipped" row with the reason.
@@ -116,14 +116,16 @@ from backend.detour import objectives  # noqa: E402  (FUSED_LOSS_DEVICES: a "chu
 from backend.detour.attention import causal_attention  # noqa: E402
 from backend.detour.objectives import IGNORE, EncoderLM, clm_labels, fused_vocab_loss, mlm_mask  # noqa: E402
 from backend.detour.recipe import build_optimizer  # noqa: E402
+from backend.engine.compiling import compile_encoder as compile_in_place  # noqa: E402
+from backend.engine.compiling import resolve_compile  # noqa: E402
 from backend.engine.models import flash_attn_status, resolve_attn_implementation  # noqa: E402
 from backend.engine.schema import BY_KEY  # noqa: E402
 
 
 def compile_encoder(device: torch.device) -> bool:
-    """Whether the trainer torch.compiles the encoder on ``device`` by default (the ``train.compile`` policy): point
-    this at the trainer's own ``train.compile: auto`` resolution once it exists."""
-    return device.type == "cuda"
+    """Whether the trainer torch.compiles the encoder on ``device`` by default: ``train.compile: auto`` resolved by
+    the trainer's own policy (``engine.compiling.resolve_compile``)."""
+    return resolve_compile("auto", device=device.type)[0]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -444,7 +446,7 @@ def train_ours(setup: Setup, arch, seq_len, objective, batches, accum, a, device
     counts = param_counts(model)
     lm = EncoderLM(model).train()
     if how["compiled"]:
-        lm.encoder().compile()  # as the trainer does: in place, parameter names unchanged
+        compile_in_place(lm)  # as the trainer does: in place, static shapes, kernels cached in <cache>/inductor
     opt = build_optimizer(model, TRAIN_DEFAULTS)
     causal = objective == "clm"
     batch = batches[0][0].shape[0]

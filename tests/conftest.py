@@ -104,8 +104,8 @@ def tiny_train_cfg(model_dir: Path, name: str = "t", **sets) -> dict:
     return load_config(None, [f"{k}={v}" for k, v in base.items()])
 
 
-def torchrun_train(run_dir: Path, port: int, nproc: int = 2, timeout: int = 600):
-    """``python -m backend train --run-dir RUN`` under torchrun with ``nproc`` CPU processes (gloo)."""
+def torchrun_train(run_dir: Path, port: int, nproc: int = 2, timeout: int = 600, resume: bool = False):
+    """``python -m backend train --run-dir RUN [--resume]`` under torchrun with ``nproc`` CPU processes (gloo)."""
     import os
     import shutil
     import subprocess
@@ -118,7 +118,7 @@ def torchrun_train(run_dir: Path, port: int, nproc: int = 2, timeout: int = 600)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
     argv = [*launcher, "--nproc_per_node", str(nproc), "--master_port", str(port)]
     return subprocess.run(
-        [*argv, "-m", "backend", "train", "--run-dir", str(run_dir)],
+        [*argv, "-m", "backend", "train", "--run-dir", str(run_dir), *(["--resume"] if resume else [])],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

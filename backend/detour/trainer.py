@@ -2,7 +2,9 @@
 
 ``run_training`` runs unchanged on one CPU and under ``accelerate launch`` (DDP over gloo/nccl; FSDP2 on GPUs
 when ``train.fsdp`` asks, refused where accelerate would not shard). Data order, masks and LR are pure functions
-of the global step, so a resumed run reproduces the uninterrupted one step for step.
+of the global step, so a resumed run reproduces the uninterrupted one step for step. Checkpoints are written in
+the background (``checkpoint.Checkpointer``); a compiled encoder keeps one graph per attention kind and mode
+(``engine/compiling.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import torch
 
 from backend.core import atomic
 from backend.core.errors import DataError
-from backend.detour.objectives import EncoderLM, clm_labels, mlm_mask, replacement_vocab, special_ids
+from backend.detour.objectives import IGNORE, EncoderLM, clm_labels, mlm_mask, replacement_vocab, special_ids
 from backend.detour.recipe import (
     Phase,
     build_optimizer,
@@ -29,7 +31,7 @@ from backend.detour.recipe import (
     set_lr,
     tokens_per_step,
 )
-from backend.engine import checkpoint, finite, model_files, trackers
+from backend.engine import checkpoint, compiling, finite, model_files, trackers
 from backend.engine.data import batch_indices
 from backend.engine.models import transformer_blocks
 from backend.engine.precision import full_state_dict, make_accelerator
@@ -42,8 +44,13 @@ EVAL_MASK_SEED = 4321  # the held-out MLM curve uses the same masks in every run
 def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, should_stop, log=print) -> str:
     """Train ``hf_model`` through the recipe's phases. Returns 'done' or 'cancelled'."""
     s = _setup(cfg, Path(run_dir), hf_model, tokenizer, log)
+    with s.checkpoints:  # the run reports its state only once its last checkpoint write has ended (or failed)
+        return _train(s, resume, should_stop)
+
+
+def _train(s: _State, resume: bool, should_stop) -> str:
     step0 = _start_step(s, resume)
-    trackers.start_run(s.accelerator, cfg, s.run_dir, resume=step0 > 0, log=log)  # logging.report_to, if any
+    trackers.start_run(s.accelerator, s.cfg, s.run_dir, resume=step0 > 0, log=s.log)  # logging.report_to, if any
     if step0 == 0:  # where every recipe starts from: the same number for both runs of a pair
         ev = finite.check(s.run_dir, 0, "held-out evaluation", **evaluate(s))
         s.emit({"type": "eval", "step": 0, "phase": s.phases[0].name, "tokens_seen": 0, **ev})
@@ -56,7 +63,8 @@ def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, sh
             current, frozen = pi, _enter_phase(s, phase, step, first_step=ps == 0)
         lr = s.peak_lr * phase.lr_factor(ps)  # the schedule restarts with each phase; the optimizer state does not
         set_lr(s.optimizer, lr)
-        loss = _train_step(s, phase, step, frozen)
+        with s.clock.time(f"{phase.objective} training step", step + 1):  # what compiling cost, when compiled
+            loss = _train_step(s, phase, step, frozen)
         done = step + 1
         finite.check(s.run_dir, done, "training values", loss=loss, grad_norm=s.grad_norm)
         s.log_acc = {"loss": s.log_acc["loss"] + loss, "n": s.log_acc["n"] + 1}
@@ -67,12 +75,13 @@ def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, sh
             ev = finite.check(s.run_dir, done, "held-out evaluation", **evaluate(s))
             s.emit({"type": "eval", "step": done, "phase": phase.name, "tokens_seen": done * s.tps, **ev})
         stop = _agree(s, should_stop())
-        if phase_end:
+        if phase_end:  # a phase ends with its checkpoint on disk
             _save(s, done, tag=f"end-{phase.name}")
+            s.checkpoints.wait()
         elif done % s.log_cfg["checkpoint_every"] == 0 or stop:
-            _save(s, done)
+            _save(s, done)  # copied to memory now, written while training goes on
         if stop and done < s.total_steps:
-            log(f"stopping at step {done}: checkpoint saved, resume with --resume")
+            s.log(f"stopping at step {done}: checkpoint saved, resume with --resume")
             trackers.finish(s.accelerator)
             return "cancelled"
     _save_final(s)
@@ -123,6 +132,8 @@ class _State:
     phases: list[Phase]
     tok: tuple  # (special ids, mask id, replacement vocabulary)
     log: object
+    checkpoints: checkpoint.Checkpointer
+    clock: compiling.CompileClock
     log_acc: dict = field(default_factory=lambda: {"loss": 0.0, "n": 0})
     data_hash: object = field(default_factory=hashlib.sha1)
     grad_norm: object = 0.0
@@ -165,17 +176,20 @@ def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log) -> _State:
     phases = build_phases(cfg, world, num_layers=len(transformer_blocks(hf_model)))
     tok = (special_ids(tokenizer), tokenizer.mask_token_id, replacement_vocab(tokenizer))  # what MLM masking needs
     lm = EncoderLM(hf_model)
-    if t["compile"]:  # in place (nn.Module.compile): parameter names, checkpoints and exports are unchanged
-        lm.encoder().compile()
+    compiled = compiling.resolve_compile(t["compile"], fsdp=t["fsdp"])[0]  # train_run has resolved auto already
+    kernels = compiling.compile_encoder(lm) if compiled else None  # in place: parameter names stay HF's
     optimizer = build_optimizer(hf_model, t)  # the one optimizer of every phase
     lm, optimizer = accelerator.prepare(lm, optimizer)
+    writer = checkpoint.Checkpointer(accelerator, lm, optimizer, tokenizer, run_dir, cfg["logging"]["keep_checkpoints"],
+                                     log=log)  # fmt: skip
     s = _State(cfg, run_dir, accelerator, lm, accelerator.unwrap_model(lm).hf_model, optimizer, tokenizer, train,
-               held, phases, tok, log)  # fmt: skip
+               held, phases, tok, log, writer, compiling.CompileClock(compiled, log))  # fmt: skip
     if s.main:
         atomic.write_json(run_dir / "data_info.json", info)
         log(f"data: {info}")
         log("phases: " + ", ".join(f"{p.name}={p.objective}x{p.steps} steps" for p in phases)
-            + f"; {s.tps} tokens/step" + ("; encoder compiled (torch.compile)" if t["compile"] else ""))  # fmt: skip
+            + f"; {s.tps} tokens/step" + (f"; encoder compiled (torch.compile, kernels cached in {kernels})"
+                                           if compiled else ""))  # fmt: skip
     return s
 
 
@@ -235,10 +249,11 @@ def _save(s: _State, step: int, tag: str | None = None) -> None:
     finite.check_weights(s.accelerator, s.hf, s.run_dir, step)  # every checkpoint is one a resume can go on from
     state = {"step": step, "tokens_seen": step * s.tps, "phase": s.phases[locate(s.phases, max(step - 1, 0))[0]].name,
              "tag": tag, "log_acc": s.log_acc, "total_steps": s.total_steps}  # fmt: skip
-    checkpoint.save(s.accelerator, s.lm, s.tokenizer, s.run_dir, step, state, s.log_cfg["keep_checkpoints"])
+    s.checkpoints.save(step, state)
 
 
 def _save_final(s: _State) -> None:
+    s.checkpoints.wait()
     finite.check_weights(s.accelerator, s.hf, s.run_dir, s.total_steps)
     full = full_state_dict(s.accelerator, s.lm)  # FSDP: gathered on every rank first
     if s.main:
@@ -255,27 +270,41 @@ def _save_final(s: _State) -> None:
 
 @torch.no_grad()
 def evaluate(s: _State) -> dict:
-    """Held-out MLM loss at 15% with fixed masks (comparable across recipes) and CLM loss."""
+    """Held-out MLM loss at 15% with fixed masks (comparable across recipes) and CLM loss.
+
+    Batches have the training batch's shape, so a compiled encoder meets no new shape: a last partial batch is
+    filled up with copies of its first row whose labels are all ignored (the numbers are those of the rows alone)."""
     model = s.accelerator.unwrap_model(s.lm)
     model.eval()
     bs = s.train_cfg["batch_size"]
     n = min(s.log_cfg["eval_batches"] * bs, len(s.held))
     sums = {"mlm": 0.0, "mlm_n": 0, "mlm_correct": 0, "clm": 0.0, "clm_n": 0}
-    for i in range(0, n, bs):
-        ids, starts = s.held.rows(torch.arange(i, min(i + bs, n)))
-        g = torch.Generator().manual_seed(EVAL_MASK_SEED + i)
-        for objective, (inputs, labels) in (
-            ("mlm", mlm_mask(ids, 0.15, *s.tok, g)),
-            ("clm", (ids, clm_labels(ids, starts))),
-        ):
-            with s.accelerator.autocast():
-                loss, correct, count = model(inputs.to(s.device), labels.to(s.device), causal=objective == "clm")
-            sums[objective] += loss.item() * count
-            sums[f"{objective}_n"] += count
-            sums["mlm_correct"] += int(correct) if objective == "mlm" else 0
+    with s.clock.time("held-out evaluation"):
+        for i in range(0, n, bs):
+            ids, starts = s.held.rows(torch.arange(i, min(i + bs, n)))
+            g = torch.Generator().manual_seed(EVAL_MASK_SEED + i)
+            for objective, (inputs, labels) in (
+                ("mlm", mlm_mask(ids, 0.15, *s.tok, g)),
+                ("clm", (ids, clm_labels(ids, starts))),
+            ):
+                inputs, labels = _full_batch(inputs, labels, bs)
+                with s.accelerator.autocast():
+                    loss, correct, count = model(inputs.to(s.device), labels.to(s.device), causal=objective == "clm")
+                sums[objective] += loss.item() * count
+                sums[f"{objective}_n"] += count
+                sums["mlm_correct"] += int(correct) if objective == "mlm" else 0
     model.train()
     return {
         "eval_mlm_loss": sums["mlm"] / max(sums["mlm_n"], 1),
         "eval_mlm_accuracy": sums["mlm_correct"] / max(sums["mlm_n"], 1),
         "eval_clm_loss": sums["clm"] / max(sums["clm_n"], 1),
     }
+
+
+def _full_batch(inputs: torch.Tensor, labels: torch.Tensor, bs: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``bs`` rows: a short batch gets copies of its first row, labelled nowhere (they add nothing to the loss)."""
+    short = bs - len(inputs)
+    if short <= 0:
+        return inputs, labels
+    return torch.cat([inputs, inputs[:1].expand(short, -1)]), torch.cat([labels, torch.full_like(labels[:1], IGNORE)
+                                                                          .expand(short, -1)])  # fmt: skip

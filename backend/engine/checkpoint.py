@@ -3,14 +3,23 @@
 A crash while writing leaves only a ``.tmp-*`` folder (ignored, cleaned next time); the previous
 checkpoint stays loadable. On resume every file is checked against the manifest (size + sha256)
 so a truncated or corrupted file is named precisely, and we fall back to the previous checkpoint.
+
+``Checkpointer`` takes the writing off the training's critical path: at the step boundary it copies what a
+checkpoint holds to CPU memory (weights, optimizer state; each rank's RNG states are written there and then, a few
+KB), and a background thread writes, seals and renames the folder while training goes on. The files and their names
+are those ``accelerator.save_state`` and ``save_pretrained`` write, so old and new checkpoints load the same way.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import shutil
+import threading
 from pathlib import Path
+
+import torch
 
 from backend.core import atomic
 from backend.core.errors import CheckpointError
@@ -18,6 +27,7 @@ from backend.engine.precision import full_state_dict
 from backend.engine.rundir import list_checkpoints
 
 MANIFEST = "manifest.json"
+BACKGROUND = True  # False: every checkpoint is written before training goes on (bench/bench_checkpoint.py compares)
 
 
 def _sha256(path: Path) -> str:
@@ -59,11 +69,26 @@ def verify(ckpt: Path, what: str | None = None) -> None:
             raise CheckpointError(f"{what}: file {f} is corrupt (sha256 mismatch)")
 
 
-def save(accelerator, lm, tokenizer, run_dir: Path, step: int, state: dict, keep: int) -> Path:
-    """Save model (HF format), Accelerate state and trainer state for ``step``. Collective call."""
+def _paths(run_dir: Path, step: int) -> tuple[Path, Path]:
     ck_root = Path(run_dir) / "checkpoints"
-    final = ck_root / f"step-{step:08d}"
-    tmp = ck_root / f".tmp-step-{step:08d}"
+    return ck_root / f"step-{step:08d}", ck_root / f".tmp-step-{step:08d}"
+
+
+def _seal(tmp: Path, final: Path, step: int, state: dict, keep: int) -> None:
+    """Trainer state, manifest, COMPLETE, rename into place; then (only then) prune older checkpoints."""
+    atomic.write_json(tmp / "trainer_state.json", state)
+    write_manifest(tmp)
+    atomic.write_text(tmp / "COMPLETE", f"step {step}\n")
+    if final.exists():
+        atomic.replace_dir(tmp, final)
+    else:
+        tmp.rename(final)
+    _prune(final.parent, keep)
+
+
+def save(accelerator, lm, tokenizer, run_dir: Path, step: int, state: dict, keep: int) -> Path:
+    """Save model (HF format), Accelerate state and trainer state for ``step``, synchronously. Collective call."""
+    final, tmp = _paths(run_dir, step)
     if accelerator.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -74,16 +99,105 @@ def save(accelerator, lm, tokenizer, run_dir: Path, step: int, state: dict, keep
         hf = accelerator.unwrap_model(lm).hf_model
         hf.save_pretrained(tmp / "model", safe_serialization=True, state_dict=full)
         tokenizer.save_pretrained(tmp / "model")
-        atomic.write_json(tmp / "trainer_state.json", state)
-        write_manifest(tmp)
-        atomic.write_text(tmp / "COMPLETE", f"step {step}\n")
-        if final.exists():
-            atomic.replace_dir(tmp, final)
-        else:
-            tmp.rename(final)
-        _prune(ck_root, keep)
+        _seal(tmp, final, step, state, keep)
     accelerator.wait_for_everyone()
     return final
+
+
+def _cpu_copy(obj, memo: dict):
+    """``obj`` (nested dicts/lists of tensors) with every tensor copied to CPU memory. Tensors that share storage
+    (tied weights, the same weight under two names) share their copy, so writers that drop aliases still do."""
+    if isinstance(obj, torch.Tensor):
+        key = (obj.untyped_storage().data_ptr(), obj.storage_offset(), obj.shape, obj.stride(), obj.dtype)
+        if key not in memo:
+            memo[key] = obj.detach().to("cpu", copy=True)
+        return memo[key]
+    if isinstance(obj, dict):
+        return type(obj)((k, _cpu_copy(v, memo)) for k, v in obj.items())
+    if isinstance(obj, list | tuple):
+        return type(obj)(_cpu_copy(v, memo) for v in obj)
+    return copy.deepcopy(obj)
+
+
+class Checkpointer:
+    """Checkpoints written in a background thread, one at a time, each still sealed and renamed atomically.
+
+    ``save`` (a collective call) returns once the state is copied; the next ``save``, ``wait`` and leaving the
+    ``with`` block wait for the write in flight and raise its error, if any. Under FSDP (sharded weights and
+    optimizer state, which accelerate writes in its own formats) ``save`` writes synchronously as before.
+    """
+
+    def __init__(self, accelerator, lm, optimizer, tokenizer, run_dir: Path, keep: int, log=print, background=None):
+        self.accelerator, self.lm, self.optimizer, self.tokenizer = accelerator, lm, optimizer, tokenizer
+        self.run_dir, self.keep, self.log = Path(run_dir), keep, log
+        self.background = BACKGROUND and accelerator.distributed_type != "FSDP" if background is None else background
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def save(self, step: int, state: dict) -> Path:
+        self.wait()  # one write in flight at a time
+        if not self.background:
+            return save(self.accelerator, self.lm, self.tokenizer, self.run_dir, step, state, self.keep)
+        from accelerate.checkpointing import save_accelerator_state
+
+        acc = self.accelerator
+        final, tmp = _paths(self.run_dir, step)
+        if acc.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+            (tmp / "state").mkdir(parents=True)
+        acc.wait_for_everyone()
+        # this rank's RNG states (and fp16 loss scale) as they are now, by accelerate's own writer: a few KB
+        save_accelerator_state(str(tmp / "state"), [], [], [], [], acc.process_index, acc.step, acc.scaler)
+        if acc.is_main_process:
+            memo: dict = {}  # weights copied once: accelerate's names, HF's names and tied weights share them
+            model = acc.unwrap_model(self.lm)  # what save_state writes (and load_state loads into) under DDP too
+            snapshot = {
+                "state": _cpu_copy(model.state_dict(), memo),
+                "optimizer": _cpu_copy(self.optimizer.state_dict(), memo),
+                "hf": _cpu_copy(model.hf_model.state_dict(), memo),
+            }
+            self._thread = threading.Thread(
+                target=self._write, args=(tmp, final, step, copy.deepcopy(state), snapshot), name=f"checkpoint-{step}"
+            )
+        acc.wait_for_everyone()  # every rank's RNG file is in the folder before it is sealed
+        if self._thread is not None:
+            self._thread.start()
+        return final
+
+    def _write(self, tmp: Path, final: Path, step: int, state: dict, snapshot: dict) -> None:
+        from accelerate.utils import OPTIMIZER_NAME, SAFE_WEIGHTS_NAME
+        from accelerate.utils import save as accelerate_save
+
+        try:
+            accelerate_save(snapshot["state"], tmp / "state" / SAFE_WEIGHTS_NAME, safe_serialization=True)
+            accelerate_save(snapshot["optimizer"], tmp / "state" / f"{OPTIMIZER_NAME}.bin")
+            hf = self.accelerator.unwrap_model(self.lm).hf_model
+            hf.save_pretrained(tmp / "model", state_dict=snapshot["hf"])
+            self.tokenizer.save_pretrained(tmp / "model")
+            _seal(tmp, final, step, state, self.keep)
+        except BaseException as exc:  # raised in the training thread by the next save / wait
+            self._error = exc
+
+    def wait(self) -> None:
+        """Block until the write in flight (if any) is on disk; raise CheckpointError if it failed."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            exc, self._error = self._error, None
+            raise CheckpointError(f"writing a checkpoint failed: {type(exc).__name__}: {exc}") from exc
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """A run ends (done, cancelled or failing) only once its last checkpoint is written or has failed."""
+        try:
+            self.wait()
+        except CheckpointError as err:
+            if exc_type is None:
+                raise
+            self.log(f"warning: {err}")  # the run is failing already: its own error is the one to report
 
 
 def _prune(ck_root: Path, keep: int) -> None:

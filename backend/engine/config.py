@@ -41,8 +41,12 @@ def default_config() -> dict:
 
 def with_defaults(saved: dict) -> dict:
     """A run's saved config over today's defaults: keys added since the run was made take their default (which
-    keeps the old behaviour: ``train.data_seed`` None follows the seed, ``train.compile`` is off)."""
-    return _merge(default_config(), copy.deepcopy(saved))
+    keeps the old behaviour: ``train.data_seed`` None follows the seed), and a run made before ``train.compile``
+    existed keeps training uncompiled (the default became ``auto``, on with a GPU)."""
+    saved = copy.deepcopy(saved)
+    if isinstance(saved.get("train"), dict):
+        saved["train"].setdefault("compile", False)
+    return _merge(default_config(), saved)
 
 
 def _merge(base: dict, over: dict, prefix: str = "") -> dict:
@@ -142,6 +146,10 @@ def check_key(k: schema.Key, v):
         return int(v) if integer else float(v)
     if k.kind == "bool" and not isinstance(v, bool):
         raise ConfigError(k.key, v, "expected true or false")
+    if k.kind == "autobool":  # the form's radio sends text: 'true' -> True
+        v = {"auto": "auto", "true": True, "false": False}.get(v.lower(), v) if isinstance(v, str) else v
+        if v != "auto" and not isinstance(v, bool):
+            raise ConfigError(k.key, v, "expected auto, true or false")
     if k.kind == "choice" and v not in k.choices:
         raise ConfigError(k.key, v, f"allowed: {', '.join(k.choices)}")
     if k.kind == "layers":
@@ -241,7 +249,7 @@ def validate_config(cfg: dict) -> dict:
         raise ConfigError(
             "data.heldout_fraction", 0, "needs a held-out split: a fraction in (0, 0.5) or data.heldout_file"
         )
-    if t["fsdp"] and t["compile"]:
+    if t["fsdp"] and t["compile"] is True:  # auto resolves to off with FSDP
         raise ConfigError("train.compile", True, "not supported together with train.fsdp here; set one of them false")
     if not (ph["main"]["tokens"] or ph["main"]["steps"]):
         raise ConfigError(

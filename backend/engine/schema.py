@@ -24,7 +24,8 @@ DECAY_SHAPES = ("1-sqrt", "linear")
 class Key:
     key: str
     default: Any
-    kind: str  # int | float | bool | str | choice | layers | betas | mapping | path | trackers (a list of choices)
+    kind: str  # int | float | bool | autobool (auto|true|false) | str | choice | layers | betas | mapping | path |
+    # trackers (a list of choices)
     help: str
     lo: float | None = None
     hi: float | None = None
@@ -100,8 +101,10 @@ SCHEMA: list[Key] = [
         optional=True, label="LR warm-up tokens (blank = 10% of main)", form=13),
     Key("train.max_grad_norm", 1.0, "float", "gradient clipping; null = none", lo=0, optional=True),
     Key("train.fsdp", False, "bool", "shard the model across GPUs (accelerate launch)"),
-    Key("train.compile", False, "bool", "torch.compile the encoder (MLM ~1.2x tokens/s here after a ~30 s compile)",
-        label="torch.compile the encoder (MLM ~1.2x after a ~30 s compile)", form=34, advanced=True),
+    Key("train.compile", "auto", "autobool",
+        "auto (on with a CUDA GPU, off on CPU) | true | false: torch.compile the encoder, kernels cached across runs",
+        label="torch.compile the encoder (auto: on with a CUDA GPU)", form=34, advanced=True,
+        form_choices=("auto", "true", "false")),
     # phases
     Key("phases.warmup.tokens", 0, "int", "optional MLM warm-up phase before main (0 = none)", lo=0, optional=True,
         label="MLM warm-up tokens before main (0 = none)", form=7),

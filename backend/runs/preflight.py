@@ -5,15 +5,13 @@ Cheap: reads config.json (not the weights) and enough of the corpus to know it f
 
 from __future__ import annotations
 
-import os
-import shutil
-
 import torch
 
 from backend.core.errors import ConfigError, DataError
 from backend.detour.attention import check_causal_supported
 from backend.detour.recipe import build_phases, split_pair
 from backend.engine import model_files
+from backend.engine.compiling import cpp_compiler, resolve_compile
 from backend.engine.data import iter_documents, pack, split_documents, tokenize_documents
 from backend.engine.models import (
     load_config,
@@ -31,11 +29,6 @@ def tokenizer_for(cfg: dict):
     m = cfg["model"]
     spec = m["tokenizer"] or m["name"]
     return load_tokenizer(resolve_tokenizer(spec), trust_remote_code=m["trust_remote_code"])
-
-
-def cpp_compiler() -> str | None:
-    """What torch.compile's CPU backend (inductor) would build its kernels with, if anything."""
-    return os.environ.get("CXX") or next((c for c in ("g++", "clang++", "c++") if shutil.which(c)), None)
 
 
 def check(cfg: dict, check_data: bool = True) -> dict:
@@ -64,12 +57,13 @@ def check(cfg: dict, check_data: bool = True) -> dict:
             raise ConfigError("model.from_scratch", m["from_scratch"], f"not a valid architecture ({exc})") from exc
         n_layers = int(mconf.num_hidden_layers)  # the architecture's default when the mapping leaves it out
     resolve_attn_implementation(m["attn_implementation"], model_config_of(m))  # refuses one that cannot train here
-    if cfg["train"]["compile"] and cpp_compiler() is None:
+    # only where compile will really be on (auto is off on CPU, and off without a compiler on GPU)
+    if resolve_compile(cfg["train"]["compile"], fsdp=cfg["train"]["fsdp"])[0] and cpp_compiler() is None:
         if not torch.cuda.is_available():
             raise ConfigError(
                 "train.compile",
                 True,
-                "torch.compile on CPU needs a C++ compiler (g++ or clang++): install one or set false",
+                "torch.compile on CPU needs a C++ compiler (g++ or clang++): install one or set false (or auto)",
             )
     if cfg["train"]["fsdp"] and not torch.cuda.is_available():
         import accelerate

@@ -170,6 +170,7 @@ def _config_to_train(run_dir: Path, resume: bool, rank0: bool) -> dict:
 def train_run(run_dir: str | Path, resume: bool = False) -> dict:
     """Train one prepared run directory; status.json records running/done/failed/cancelled."""
     from backend.detour.trainer import run_training
+    from backend.engine.compiling import resolve_compile
     from backend.engine.models import model_config_of, quiet_transformers, resolve_attn_implementation
     from backend.engine.precision import bf16_warning, resolve_precision
     from backend.runs.preflight import check_positions
@@ -225,9 +226,13 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
         resolved_attn, attn_why = resolve_attn_implementation(attn, model_config_of(cfg["model"]))
         cfg["model"]["attn_implementation"] = resolved_attn
         log(f"attention: {resolved_attn} ({attn_why})")
+        asked_compile = cfg["train"]["compile"]
+        cfg["train"]["compile"], why_compile = resolve_compile(asked_compile, fsdp=cfg["train"]["fsdp"])
+        log(f"compile: {'on' if cfg['train']['compile'] else 'off'} ({why_compile})")
         if rank0:  # config.yaml keeps what was asked (a queued run may train elsewhere) and what this machine chose
             meta["precision"] = {"requested": requested, "resolved": cfg["train"]["precision"], "why": why}
             meta["attn_implementation"] = {"requested": attn, "resolved": resolved_attn, "why": attn_why}
+            meta["compile"] = {"requested": asked_compile, "resolved": cfg["train"]["compile"], "why": why_compile}
             atomic.write_yaml(run_dir / "config.yaml", {**asked, "_meta": meta})
         with quiet_transformers():
             model, tok = _load_model(cfg)

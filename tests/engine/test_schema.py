@@ -23,7 +23,7 @@ def test_defaults_are_valid_and_cover_every_schema_key():
 
     walk(cfg)
     assert set(flat) == set(schema.BY_KEY)
-    assert cfg["train"]["precision"] == "auto"
+    assert cfg["train"]["precision"] == "auto" and cfg["train"]["compile"] == "auto"
 
 
 def test_annotated_yaml_round_trips_and_explains_every_key():
@@ -41,7 +41,8 @@ def test_annotated_yaml_round_trips_and_explains_every_key():
         ("train.lr=0", "train.lr", "must be in (0, 1]"),
         ("train.batch_size=2.5", "train.batch_size", "expected an integer"),
         ("train.precision=fp8", "train.precision", "allowed: auto, fp32, bf16, fp16"),
-        ("train.compile=maybe", "train.compile", "expected true or false"),
+        ("train.compile=maybe", "train.compile", "expected auto, true or false"),
+        ("train.compile=1", "train.compile", "expected auto, true or false"),
         ("phases.main.freeze.layers=7-0", "phases.main.freeze.layers", "low-high"),
         ("train.betas=[0.9]", "train.betas", "two numbers"),
         ("data.heldout_fraction=0.5", "data.heldout_fraction", "must be in [0, 0.5)"),
@@ -67,6 +68,23 @@ def test_launch_form_fields_come_from_the_schema():
     assert values["train.precision"] == "auto" and values["phases.decay.fraction"] == 0.1
 
 
+def test_compile_is_auto_true_or_false_in_yaml_overrides_and_the_form():
+    from app import launch_tab
+
+    assert [load_config(None, [f"train.compile={v}"])["train"]["compile"] for v in ("auto", "true", "False")] == [
+        "auto",
+        True,
+        False,
+    ]
+    field = launch_tab.FIELD_BY_KEY["train.compile"]
+    assert field.kind == "radio" and field.choices == ["auto", "true", "false"]
+    for shown, want in (("auto", "auto"), ("true", True), ("false", False)):
+        cfg = load_config(None, [f"train.compile={want}"])
+        values = launch_tab.config_to_values(cfg)
+        assert values[launch_tab.KEYS.index("train.compile")] == shown  # the radio shows text ...
+        assert launch_tab.values_to_config(values)[0]["train"]["compile"] == want  # ... and the config gets it back
+
+
 def test_every_shipped_config_is_valid():
     from backend.core.paths import REPO_ROOT
 
@@ -74,4 +92,4 @@ def test_every_shipped_config_is_valid():
     assert configs
     for path in configs:
         cfg = load_config(path)  # schema checks only: models and corpora may live elsewhere
-        assert cfg["train"]["precision"] == "auto", path.name
+        assert cfg["train"]["precision"] == "auto" and cfg["train"]["compile"] == "auto", path.name

@@ -1,0 +1,110 @@
+"""A compiled pair: the eager losses, one graph per attention kind and mode and no recompile afterwards (evaluations
+and the phase switch included), compile times in train.log, and kernels cached for the next process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from backend.core.paths import REPO_ROOT
+from backend.engine.rundir import read_metrics
+from backend.runs.train import prepare_runs, train_run
+from conftest import TINY_MODERNBERT, save_tiny_model, tiny_train_cfg
+
+# The tiny corpus holds 68 held-out rows of 64 tokens: in batches of 5, the last has 3 rows (a new shape for an
+# evaluation that does not pad it). Evaluations every 2 steps land on both sides of the CLM -> MLM switch.
+PAIR = {
+    "recipe": "pair",
+    "train.batch_size": 5,
+    "logging.eval_batches": 14,
+    "logging.eval_every": 2,
+    "phases.main.steps": 4,
+    "phases.decay.steps": 3,
+    "logging.checkpoint_every": 3,
+}
+
+
+def _train_rows(run):
+    return {r["step"]: r for r in read_metrics(run) if r["type"] == "train"}
+
+
+@pytest.mark.slow
+def test_compiled_pair_matches_eager_compiles_each_graph_once_and_caches_its_kernels(
+    tmp_path, isolated_runs_dir, isolated_cache_dir, monkeypatch
+):
+    import torch._dynamo
+    from safetensors.torch import load_file
+    from torch._dynamo.utils import counters
+
+    import backend.detour.trainer as trainer
+    from backend.engine.compiling import cpp_compiler
+
+    if cpp_compiler() is None:
+        pytest.skip("torch.compile on CPU needs a C++ compiler (g++/clang++); none on this machine")
+    # two layers (one global, one sliding-window): both attention kinds, half the compile time of four
+    model = save_tiny_model(tmp_path / "model", {**TINY_MODERNBERT, "num_hidden_layers": 2})
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)  # the trainer sets it; restored after the test
+    torch._dynamo.reset()  # graphs compiled by earlier tests in this process would be reused, not compiled
+    graphs = lambda: counters["stats"]["unique_graphs"]  # noqa: E731
+    start, calls = graphs(), []  # (what ran, graphs compiled so far) after every training step and evaluation
+    real_step, real_eval = trainer._train_step, trainer.evaluate
+
+    def step(s, phase, *a):
+        out = real_step(s, phase, *a)
+        calls.append((f"{phase.objective} training step", graphs()))
+        return out
+
+    def evaluate(s):
+        out = real_eval(s)
+        calls.append(("held-out evaluation", graphs()))
+        return out
+
+    monkeypatch.setattr(trainer, "_train_step", step)
+    monkeypatch.setattr(trainer, "evaluate", evaluate)
+    compiled = prepare_runs(tiny_train_cfg(model, "comp", **PAIR, **{"train.compile": "true"}))
+    for run in compiled:
+        assert train_run(run)["state"] == "done"
+    # {CLM, MLM} x {training, evaluation}: four graphs for the whole pair, each compiled on its first call ...
+    assert graphs() - start == 4, calls
+    before = [start] + [n for _, n in calls]
+    first: dict[str, int] = {}
+    for i, (kind, n) in enumerate(calls):
+        first.setdefault(kind, i)
+        assert n == before[i] or first[kind] == i, f"recompiled at call {i} ({kind}): {calls}"
+    assert list(first) == ["held-out evaluation", "clm training step", "mlm training step"]
+    assert sum(kind == "held-out evaluation" for kind, _ in calls) >= 8  # ... through many evaluations and a switch
+    log = (compiled[0] / "train.log").read_text()
+    for line in ("first held-out evaluation took", "first clm training step (step 1) took", "first mlm training step"):
+        assert f"compile: {line}" in log
+    assert "recompiled" not in log + (compiled[1] / "train.log").read_text()
+
+    # the same losses as eager, through the causal switch; checkpoints keep HF's parameter names
+    monkeypatch.setattr(trainer, "_train_step", real_step)
+    monkeypatch.setattr(trainer, "evaluate", real_eval)
+    eager = prepare_runs(tiny_train_cfg(model, "eager", **PAIR, **{"train.compile": "false"}))
+    for run in eager:
+        assert train_run(run)["state"] == "done"
+    for c, e in zip(compiled, eager):
+        a, b = _train_rows(e), _train_rows(c)
+        assert sorted(a) == sorted(b) == list(range(1, 8))
+        for s in a:
+            assert b[s]["loss"] == pytest.approx(a[s]["loss"], rel=2e-3), (c.name, s)
+        names = lambda run: sorted(load_file(run / "final" / "model.safetensors"))  # noqa: E731
+        assert names(c) == names(e) and not any("_orig_mod" in n for n in names(c))
+    assert [_train_rows(compiled[0])[s]["objective"] for s in (4, 5)] == ["clm", "mlm"]
+
+    # a fresh process (the queue's, or a resume) loads the compiled kernels instead of building them
+    kernels = isolated_cache_dir / "inductor"
+    assert any((kernels / "fxgraph").rglob("*")) and any((kernels / "aotautograd").rglob("*"))
+    (again,) = prepare_runs(tiny_train_cfg(model, "again", **{**PAIR, "recipe": "clm_detour", "train.compile": "true"}))
+    env = {**os.environ, "DETOUR_CACHE_DIR": str(isolated_cache_dir)}
+    proc = subprocess.run([sys.executable, "-m", "backend", "train", "--run-dir", str(again)], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [ln for ln in (again / "train.log").read_text().splitlines() if "compile: first" in ln]
+    assert len(lines) == 3 and all("0 miss(es)" in ln and "0 hit(s)" not in ln for ln in lines), lines
+    assert json.loads((again / "status.json").read_text())["state"] == "done"
