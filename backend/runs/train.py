@@ -143,18 +143,27 @@ def _load_model(cfg: dict):
 def _config_to_train(run_dir: Path, resume: bool, rank0: bool) -> dict:
     """The run's config, or a DetourError before training touches anything: an unreadable config.yaml (the run is
     marked failed with the error: a killed run's 'running' too), or a run that has trained already and was not
-    asked to resume (left as it is: retraining it in place would truncate its metrics and lose its checkpoints)."""
+    asked to resume, or a finished run (final/ written) asked to resume: left as they are (retraining in place would
+    truncate the metrics, lose checkpoints or replace a finished model)."""
     try:
         cfg = read_config(run_dir)
     except ConfigError as exc:
         if rank0:
             write_status(run_dir, state="failed", error=str(exc), finished_at=time.time())
         raise
-    if not resume and (trained := trained_so_far(run_dir)) is not None:
+    trained = trained_so_far(run_dir)
+    if trained is not None:
         again = (
             f"to train its config again as a new run: python -m backend train {run_dir / 'config.yaml'} "
             f"--name {suggest_name(run_dir.name, run_dir.parent)}"
         )
+        if resume and (run_dir / "final").exists():  # resuming it would retrain its last steps and replace final/
+            raise RunStartedError(
+                f"run '{run_dir.name}' has finished (final/ is written): there is nothing to resume, and runs are "
+                f"never retrained in place; {again}"
+            )
+        if resume:
+            return cfg
         if trained["finished"]:
             raise RunStartedError(
                 f"run '{run_dir.name}' has finished (final/ is written) and runs are never retrained in place; {again}"

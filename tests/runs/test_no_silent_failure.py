@@ -23,7 +23,8 @@ from conftest import TINY_BERT, TINY_MODERNBERT, save_tiny_model, tiny_train_cfg
 
 
 def _digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*"))}
+    files = (p for p in sorted(folder.rglob("*")) if p.is_file())
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
 def _cli(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -152,6 +153,38 @@ def test_run_dir_without_resume_refuses_a_started_run_and_changes_nothing(traine
     assert train_run(run, resume=True)["state"] == "done"  # what the user meant: the steps continue, no gap
     steps = [r["step"] for r in read_metrics(run) if r["type"] == "train"]
     assert steps == list(range(1, 13))
+
+
+def test_resume_refuses_a_finished_run_and_changes_nothing(trained_run, isolated_runs_dir):
+    """--resume on a run whose final/ is written would retrain from its last checkpoint and replace final/."""
+    run = _copy(trained_run, isolated_runs_dir)
+    before = {"final": _digest(run / "final"), "metrics": (run / "metrics.jsonl").read_text()}
+    status = (run / "status.json").read_text()
+    with pytest.raises(DetourError) as e:
+        train_run(run, resume=True)
+    assert "has finished" in str(e.value) and "nothing to resume" in str(e.value)
+    assert _digest(run / "final") == before["final"] and (run / "metrics.jsonl").read_text() == before["metrics"]
+    assert (run / "status.json").read_text() == status
+
+    r = _cli("train", "--run-dir", str(run), "--resume")  # the CLI: one line, exit 2
+    assert r.returncode == 2 and "nothing to resume" in r.stderr.strip().splitlines()[-1], r.stderr
+
+
+def test_resume_with_every_checkpoint_damaged_refuses_instead_of_starting_over(trained_run, isolated_runs_dir):
+    """Starting from step 0 would rewrite the metrics of steps 1-10 and prune the damaged checkpoints (whose steps
+    are higher than the new ones): the run fails naming them, and its files stay as they were."""
+    run = _copy(trained_run, isolated_runs_dir)
+    shutil.rmtree(run / "final")  # killed before the end
+    write_status(run, state="running", pid=2**22 + 12345)
+    for ck in (run / "checkpoints").glob("step-*"):
+        victim = ck / "model" / "model.safetensors"
+        victim.write_bytes(victim.read_bytes()[:100])  # truncated
+    before = {"checkpoints": _digest(run / "checkpoints"), "metrics": (run / "metrics.jsonl").read_text()}
+    st = train_run(run, resume=True)
+    assert st["state"] == "failed"
+    assert "no usable checkpoint" in st["error"] and "step-00000004, step-00000008, step-00000012" in st["error"]
+    assert _digest(run / "checkpoints") == before["checkpoints"]
+    assert (run / "metrics.jsonl").read_text() == before["metrics"] and not (run / "final").exists()
 
 
 # --- 3. two launches of one new name: the loser gets the clean message ----------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -116,7 +117,8 @@ def test_corrupt_checkpoint_falls_back_to_previous(tiny_modernbert_dir, isolated
     found = latest_good(run, log=msgs.append)
     assert found[0] == cks[-2]
     assert str(victim) in msgs[0] and "truncated" in msgs[0]
-    # and resume goes on from the previous good checkpoint
+    # and resume goes on from the previous good checkpoint (of a run stopped before the end)
+    shutil.rmtree(run / "final")
     st = train_run(run, resume=True)
     assert st["state"] == "done"
     assert any(f"from {cks[-2].name}" in line for line in (run / "train.log").read_text().splitlines())
@@ -147,6 +149,7 @@ def test_run_made_before_newer_config_keys_still_trains_and_resumes(tiny_modernb
     del saved["train"]["data_seed"], saved["train"]["compile"]
     (run / "config.yaml").write_text(yaml.safe_dump(saved))
     assert train_run(run)["state"] == "done"
+    shutil.rmtree(run / "final")  # stopped before the end, then resumed
     assert train_run(run, resume=True)["state"] == "done"
 
 
