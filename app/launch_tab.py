@@ -129,9 +129,10 @@ def parse_seeds(raw) -> list[int]:
     return seeds
 
 
-def values_to_config(values: list) -> tuple[dict, list[int]]:
-    """Form values -> (validated config, seeds). Raises ConfigError / PathNotAllowed naming the field."""
-    cfg = default_config()
+def values_to_config(values: list, base: dict | None = None) -> tuple[dict, list[int]]:
+    """Form values over ``base`` (a loaded config: the keys the form does not show come from it; else the defaults)
+    -> (validated config, seeds). Raises ConfigError / PathNotAllowed naming the field."""
+    cfg = copy.deepcopy(base) if base else default_config()
     seeds: list[int] = []
     for f, v in zip(FIELDS, values, strict=True):
         if f.key == "seeds":
@@ -194,10 +195,11 @@ def preflight(cfg: dict) -> list[str]:
     return list(check(cfg, check_data=False).get("warnings", []))
 
 
-def validate_form(values: list, deep: bool = True) -> dict:
+def validate_form(values: list, deep: bool = True, base: dict | None = None) -> dict:
     """-> {"ok", "cfg", "seeds", "yaml", "python", "accelerate", "errors": {key: message}, "message"}.
 
-    ``deep``: also what launching would refuse (a run name already taken, model-level checks)."""
+    ``deep``: also what launching would refuse (a run name already taken, model-level checks). ``base``: the loaded
+    config whose keys the form does not show (``values_to_config``)."""
     out = {
         "ok": False,
         "cfg": None,
@@ -210,7 +212,7 @@ def validate_form(values: list, deep: bool = True) -> dict:
     }
     warnings: list[str] = []
     try:
-        cfg, seeds = values_to_config(values)
+        cfg, seeds = values_to_config(values, base)
         if deep:
             jobs.check_names_free(cfg, runs_dir(), seeds or None)  # the check Launch would make, as you type
             warnings = preflight(cfg)
@@ -229,7 +231,7 @@ def validate_form(values: list, deep: bool = True) -> dict:
         yaml=config_to_yaml(cfg),
         python=prev["python"] + seed_note,
         accelerate=prev["accelerate"] + seed_note,
-        message="✓ config valid" + "".join(f"\n\n⚠ warning: {md_escape(w)}" for w in warnings),
+        message="✓ config valid" + _kept_note(cfg) + "".join(f"\n\n⚠ warning: {md_escape(w)}" for w in warnings),
     )
     return out
 
@@ -246,9 +248,9 @@ def keep_last_preview(res: dict, last: dict | None) -> dict:
     return {**res, **{k: STALE + last[k] for k in PREVIEW}}
 
 
-def launch(values: list, max_concurrent: int | None = None) -> dict:
+def launch(values: list, max_concurrent: int | None = None, base: dict | None = None) -> dict:
     """Validate, then queue through ``backend.runs.jobs.submit`` (prepare_runs + detached worker)."""
-    res = validate_form(values)
+    res = validate_form(values, base=base)
     if not res["ok"]:
         return {**res, "runs": []}
     try:
@@ -260,8 +262,8 @@ def launch(values: list, max_concurrent: int | None = None) -> dict:
     return {**res, "runs": dirs, "message": f"✓ queued {names}: follow it in the Runs tab"}
 
 
-def save_config(values: list) -> tuple[Path | None, str]:
-    res = validate_form(values, deep=False)
+def save_config(values: list, base: dict | None = None) -> tuple[Path | None, str]:
+    res = validate_form(values, deep=False, base=base)
     if not res["ok"]:
         return None, res["message"]
     d = uploads_dir() / "configs"
@@ -278,10 +280,12 @@ def saved_configs() -> list[str]:
     return sorted(str(p) for p in d.glob("*.yaml")) if d.exists() else []
 
 
-def load_config_file(path: str | None) -> tuple[list | None, str]:
-    """A YAML file (upload or saved) -> form values; only the form's keys are shown, the rest is defaults."""
+def load_config_file(path: str | None) -> tuple[list | None, str, dict | None]:
+    """A YAML file (upload or saved) -> (form values, message, the whole config). The form shows its keys; the
+    others (``logging.keep_checkpoints``, ``model.from_scratch``, ...) are kept in the returned config, which the
+    form's values go over at launch (they used to fall back to the defaults: a silently different run)."""
     if not path:
-        return None, "choose a config file"
+        return None, "choose a config file", None
     try:
         p = Path(path)
         if not _is_gradio_upload(p):
@@ -293,8 +297,24 @@ def load_config_file(path: str | None) -> tuple[list | None, str]:
         raw.pop("_meta", None)
         cfg = load_config(raw)
     except (DetourError, OSError, yaml.YAMLError) as exc:
-        return None, warn(exc)
-    return config_to_values(cfg), f"loaded {Path(path).name}"
+        return None, warn(exc), None
+    return config_to_values(cfg), f"loaded {Path(path).name}" + _kept_note(cfg), cfg
+
+
+def _kept_note(cfg: dict) -> str:
+    kept = hidden_settings(cfg)
+    if not kept:
+        return ""
+    shown = ", ".join(f"`{k}={v}`" for k, v in kept.items())
+    return f" (with {len(kept)} setting(s) of the loaded config the form does not show: {shown})"
+
+
+def hidden_settings(cfg: dict) -> dict:
+    """The keys of ``cfg`` that differ from the defaults and have no field in the form."""
+    from backend.engine.trackers import flatten
+
+    default = flatten(default_config())
+    return {k: v for k, v in flatten(cfg).items() if k not in FIELD_BY_KEY and default.get(k) != v}
 
 
 def _is_gradio_upload(p: Path) -> bool:
@@ -434,6 +454,7 @@ def build(ctx) -> dict:
     inputs = [comps[k] for k in KEYS]
     err_outputs = [errs[k] for k in KEYS]
     last_ok = gr.State({k: first[k] for k in PREVIEW})  # what the preview shows while a field is invalid
+    base = gr.State(None)  # a loaded config: the keys the form does not show come from it
 
     def render(res: dict) -> list:
         ups = []
@@ -443,15 +464,15 @@ def build(ctx) -> dict:
         return [res["yaml"], res["python"], res["accelerate"], res["message"], *ups]
 
     def on_change(*vals):
-        *vals, last = vals
-        res = validate_form(list(vals))
+        *vals, last, loaded = vals
+        res = validate_form(list(vals), base=loaded)
         shown = keep_last_preview(res, last)
         return [*render(shown), {k: res[k] for k in PREVIEW} if res["ok"] else last]
 
     preview_outputs = [yaml_box, py_cmd, acc_cmd, status, *err_outputs]
     # .change, not .input: a value set without typing (a paste, a loaded config, an upload, a script) is checked too
     validate_kw = dict(
-        inputs=[*inputs, last_ok],
+        inputs=[*inputs, last_ok, base],
         outputs=[*preview_outputs, last_ok],
         show_progress="hidden",
         concurrency_limit=1,
@@ -460,33 +481,39 @@ def build(ctx) -> dict:
     gr.on([c.change for c in inputs], on_change, trigger_mode="always_last", api_name="validate", **validate_kw)
 
     def on_launch(*vals):
-        res = launch(list(vals), ctx.max_concurrent)
+        *vals, loaded = vals
+        res = launch(list(vals), ctx.max_concurrent, base=loaded)
         name_update = gr.update(value=_free_name(res["cfg"]["name"])) if res.get("runs") else gr.update()
         return [*render(res), name_update]
 
     launch_btn.click(
-        on_launch, inputs=inputs, outputs=[*preview_outputs, comps["name"]], concurrency_limit=1, api_name="launch"
+        on_launch,
+        inputs=[*inputs, base],
+        outputs=[*preview_outputs, comps["name"]],
+        concurrency_limit=1,
+        api_name="launch",
     )
 
     def on_save(*vals):
-        path, msg = save_config(list(vals))
+        *vals, loaded = vals
+        path, msg = save_config(list(vals), base=loaded)
         return (
             gr.update(value=str(path) if path else None, visible=bool(path)),
             msg,
             gr.update(choices=saved_configs()),
         )
 
-    save_btn.click(on_save, inputs=inputs, outputs=[saved_file, status, load_saved], api_name="save_config")
+    save_btn.click(on_save, inputs=[*inputs, base], outputs=[saved_file, status, load_saved], api_name="save_config")
 
     def on_load(path):
-        vals_, msg = load_config_file(path)
+        vals_, msg, cfg = load_config_file(path)
         if vals_ is None:
-            return [*[gr.update() for _ in KEYS], msg]
-        return [*vals_, msg]
+            return [*[gr.update() for _ in KEYS], msg, gr.update()]
+        return [*vals_, msg, cfg]
 
-    # the fields' .change events validate what a load or an upload fills in
-    load_saved.input(on_load, inputs=[load_saved], outputs=[*inputs, status], api_name="load_saved_config")
-    load_upload.upload(on_load, inputs=[load_upload], outputs=[*inputs, status], api_name="load_config")
+    # the fields' .change events validate what a load or an upload fills in (over the loaded config)
+    load_saved.input(on_load, inputs=[load_saved], outputs=[*inputs, status, base], api_name="load_saved_config")
+    load_upload.upload(on_load, inputs=[load_upload], outputs=[*inputs, status, base], api_name="load_config")
 
     def on_upload(path):
         new, msg = store_upload(path, ctx.max_upload_bytes)

@@ -95,12 +95,12 @@ def test_save_load_and_upload(tiny_modernbert_dir, tmp_path):
     values = form(tiny_modernbert_dir, train__lr="1e-4", name="saved-exp")
     path, msg = launch_tab.save_config(values)
     assert path.exists() and "saved" in msg
-    loaded, msg = launch_tab.load_config_file(str(path))
+    loaded, msg, _ = launch_tab.load_config_file(str(path))
     assert loaded is not None, msg
     assert loaded[launch_tab.KEYS.index("train.lr")] == "0.0001"
     assert loaded[launch_tab.KEYS.index("name")] == "saved-exp"
     assert str(path) in launch_tab.saved_configs()
-    _, msg = launch_tab.load_config_file("/etc/hostname")
+    _, msg, _ = launch_tab.load_config_file("/etc/hostname")
     assert "outside" in msg
 
     corpus = tmp_path / "c.txt"
@@ -112,6 +112,37 @@ def test_save_load_and_upload(tiny_modernbert_dir, tmp_path):
     bad = tmp_path / "x.exe"
     bad.write_bytes(b"MZ")
     assert launch_tab.store_upload(str(bad), 10_000)[0] is None
+
+
+def test_a_loaded_config_launches_with_the_settings_the_form_does_not_show(
+    tiny_modernbert_dir, tmp_path, isolated_runs_dir, monkeypatch
+):
+    """Keys without a form field (checkpoints kept, betas, evaluation batches) come from the loaded file, not from
+    the defaults: the run launched is the one in the file, and the page says which settings it kept."""
+    import yaml
+
+    monkeypatch.setattr(jobs, "ensure_worker", lambda *a, **k: None)  # queue only
+    cfg = default_config()
+    cfg.update(name="from-file", recipe="mlm")
+    cfg["model"]["name"] = str(tiny_modernbert_dir)
+    cfg["train"]["betas"] = [0.9, 0.95]
+    cfg["logging"].update(keep_checkpoints=7, eval_batches=3)
+    path = tmp_path / "uploads" / "configs" / "from-file.yaml"  # where the app keeps configs (readable)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(cfg))
+    values, msg, base = launch_tab.load_config_file(str(path))
+    for key in ("logging.keep_checkpoints=7", "logging.eval_batches=3", "train.betas=[0.9, 0.95]"):
+        assert key in msg, msg
+    values[launch_tab.KEYS.index("train.lr")] = "1e-4"  # a change made in the form wins over the file
+    res = launch_tab.validate_form(values, base=base)
+    assert res["ok"] and "logging.keep_checkpoints=7" in res["message"] and "keep_checkpoints: 7" in res["yaml"]
+    out = launch_tab.launch(values, base=base)
+    assert out["ok"], out["message"]
+    saved = yaml.safe_load((out["runs"][0] / "config.yaml").read_text())
+    assert saved["logging"]["keep_checkpoints"] == 7 and saved["logging"]["eval_batches"] == 3
+    assert saved["train"]["betas"] == [0.9, 0.95] and saved["train"]["lr"] == 1e-4
+    # a form built from scratch (no file loaded) says nothing about kept settings
+    assert "setting(s)" not in launch_tab.validate_form(form(tiny_modernbert_dir, name="plain"))["message"]
 
 
 # --- runs ---------------------------------------------------------------------------------------
