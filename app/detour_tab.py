@@ -204,6 +204,8 @@ def default_models(choices: list[str]) -> list[str | None]:
 def build(ctx) -> dict:
     import gradio as gr
 
+    from app.refresh import keep_fresh
+
     choices = model_choices()
     defaults = default_models(choices)
     runs = run_choices()
@@ -223,7 +225,13 @@ def build(ctx) -> dict:
     s_text = gr.Textbox(value=EXAMPLE_TEXT, label="Text", lines=2, max_lines=6, elem_id="dt-text")
     with gr.Row():
         s_models = [
-            gr.Dropdown(choices=choices, value=defaults[i], label=f"Model {i + 1}", allow_custom_value=True)
+            gr.Dropdown(
+                choices=choices,
+                value=defaults[i],
+                label=f"Model {i + 1}",
+                allow_custom_value=True,
+                elem_id=f"dt-model-{i}",
+            )  # fmt: skip
             for i in range(SLOTS)
         ]
     s_btn = gr.Button("Show the surprise per token", variant="primary", elem_id="dt-surprise-btn")
@@ -265,11 +273,23 @@ def build(ctx) -> dict:
     r_slider.release(scrub, **scrub_io, api_name="detour_scrub", trigger_mode="always_last", **busy)
     t_btn.click(trace, inputs=[r_run, r_text], outputs=[t_plot, t_msg], api_name="detour_trace", **busy)
 
-    def lists():
-        c = model_choices()
-        return [gr.update(choices=c)] * (1 + SLOTS) + [gr.update(choices=run_choices())]
+    def lists(model, *picks):
+        """Every list read again (page load, tab select, the button). Empty picks get the defaults, so a pair that
+        finished after the page was built is what the surprise and the scrub show; a choice made is kept."""
+        *slots, run = picks
+        c, runs_now = model_choices(), run_choices()
+        d = default_models(c)
+        if not any(slots[1:]):  # nothing picked beside the first model: the base and the newest pair
+            slots = [slots[0] or d[0], *d[1:]]
+        newest_detour = [x for x in d[1:] if x and x.endswith("-detour")]
+        return [
+            gr.update(choices=c, value=model or d[0]),
+            *[gr.update(choices=c, value=v) for v in slots],
+            gr.update(choices=runs_now, value=run or (newest_detour or runs_now or [None])[0]),
+        ]
 
-    refresh.click(lists, outputs=[m_model, *s_models, r_run], queue=False, api_visibility="private")
+    outs = [m_model, *s_models, r_run]
+    keep_fresh(lists, outs, inputs=outs, button=refresh)
     for d in (m_model, *s_models):
         d.focus(lambda: gr.update(choices=model_choices()), outputs=[d], queue=False, api_visibility="private")
     r_run.focus(lambda: gr.update(choices=run_choices()), outputs=[r_run], queue=False, api_visibility="private")

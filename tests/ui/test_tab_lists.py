@@ -82,3 +82,24 @@ def test_analyze_and_fill_mask_lists_refresh_and_fill_defaults(isolated_runs_dir
     fm = refresher(demo, by_id["fm-model-1"])
     assert (tab_id(demo, "fill-mask"), "select") in set(fm.targets)
     assert "x-mlm" in fm.fn()[fm.outputs.index(by_id["fm-model-1"])]["choices"]
+
+
+def test_detour_tab_lists_fill_in_the_newest_pair_made_after_build(isolated_runs_dir, tiny_bert_dir):
+    """A teacher opens the page, trains a pair, comes back to the Detour tab: the surprise compares the base with
+    the pair's two runs and the scrub shows the detour run, without a reload; a model already picked is kept."""
+    demo = main.build_app(main.AppContext())
+    by_id = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}
+    fn = refresher(demo, by_id["dt-run"])
+    assert (tab_id(demo, "detour"), "select") in set(fn.targets)
+    assert by_id["dt-run"].value is None and by_id["dt-model-1"].value is None  # built with no run
+
+    saved_run(isolated_runs_dir, "y-detour", tiny_bert_dir, "clm_detour", pair="y")
+    saved_run(isolated_runs_dir, "y-mlm", tiny_bert_dir, "mlm", pair="y")
+    ids = [o.elem_id for o in fn.outputs]
+    values = dict(zip(ids, fn.fn("detour-tiny-en", "detour-tiny-en", None, None, None, None), strict=True))
+    assert [values[f"dt-model-{i}"]["value"] for i in range(3)] == ["detour-tiny-en", "y-detour", "y-mlm"]
+    assert values["dt-run"]["value"] == "y-detour" and "y-mlm" in values["dt-run"]["choices"]
+
+    picked = dict(zip(ids, fn.fn("detour-tiny-en", "y-mlm", "detour-tiny-en", None, None, "y-mlm"), strict=True))
+    assert [picked[f"dt-model-{i}"]["value"] for i in range(2)] == ["y-mlm", "detour-tiny-en"]  # kept as chosen
+    assert picked["dt-run"]["value"] == "y-mlm"
