@@ -310,12 +310,16 @@ def build(ctx) -> dict:
     )
 
     def lists(a_, b_, run_):
-        """Every model list read again; an empty A, B or run gets the default, and the note says when there is
-        only one model."""
+        """Every model list read again; an empty A, B or run gets the default (with B empty, A = the base is the
+        page's build state, not a choice: it gives way to the newest detour run too), and the note says when there
+        is only one model."""
         ch = model_choices()
         da, db, note_ = default_models()
         run_ch = [c for c in ch if c != DEFAULT_MODEL]
-        a_, b_ = a_ or da, b_ or (db if db != a_ else None)
+        if not b_ and a_ == DEFAULT_MODEL:  # the page's state when it was built with nothing to compare
+            a_ = None
+        a_ = a_ or da
+        b_ = b_ or (db if db != a_ else None)
         return [
             gr.update(choices=ch, value=a_),
             gr.update(choices=ch, value=b_),

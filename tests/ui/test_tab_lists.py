@@ -72,12 +72,14 @@ def test_analyze_and_fill_mask_lists_refresh_and_fill_defaults(isolated_runs_dir
 
     saved_run(isolated_runs_dir, "x-detour", tiny_bert_dir, "clm_detour", pair="x")
     saved_run(isolated_runs_dir, "x-mlm", tiny_bert_dir, "mlm", pair="x")
-    out = fn.fn("detour-tiny-en", None, None)  # the page's values: A = base, B and run empty
-    values = dict(zip([o.elem_id for o in fn.outputs], out, strict=True))
+    ids = [o.elem_id for o in fn.outputs]
+    values = dict(zip(ids, fn.fn("detour-tiny-en", None, None), strict=True))  # the page as built: A = base
     assert {"x-detour", "x-mlm"} <= set(values["an-a"]["choices"])
-    assert values["an-a"]["value"] == "detour-tiny-en"  # a chosen model is kept
-    assert values["an-b"]["value"] == "x-mlm"  # an empty one gets the default
+    assert values["an-a"]["value"] == "x-detour" and values["an-b"]["value"] == "x-mlm"  # the pair, as on a new page
     assert values["an-run"]["value"] == "x-detour" and values["an-note"] == ""
+    chosen = dict(zip(ids, fn.fn("x-mlm", None, "x-mlm"), strict=True))
+    assert chosen["an-a"]["value"] == "x-mlm" and chosen["an-run"]["value"] == "x-mlm"  # a chosen model is kept
+    assert dict(zip(ids, fn.fn("detour-tiny-en", "x-mlm", None), strict=True))["an-a"]["value"] == "detour-tiny-en"
 
     fm = refresher(demo, by_id["fm-model-1"])
     assert (tab_id(demo, "fill-mask"), "select") in set(fm.targets)
