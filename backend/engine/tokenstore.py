@@ -13,8 +13,8 @@ Layout of one cache entry, ``<cache>/tokens/<key>/`` (``<cache>`` = ``DETOUR_CAC
 The rows are exactly what ``data.pack(data.tokenize_documents(...))`` gives for the same split (the in-memory
 reference path, ``data.load_corpus_in_memory``), built in two streaming passes: count the documents (and hash
 them: the ``fingerprint``), then tokenize them in batches (the fast tokenizer encodes a batch on all cores) and
-append full rows to the files. Memory stays flat in the corpus size: one file's text, one batch of tokens, and
-the (documents,) held-out mask.
+append full rows to the files. Memory stays flat in the corpus size and in the size of any one file: each file is
+streamed in bounded reads (``readers``), then one batch of tokens, and the (documents,) held-out mask.
 
 The key is cheap to compute (file paths, sizes and mtimes, or a hub dataset's own fingerprint; the tokenizer's
 serialized form; seq_len; the split), so a second run finds its store without reading the text. One process
