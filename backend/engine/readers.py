@@ -10,7 +10,7 @@ the held-out split and the corpus fingerprint do not change:
   break where ``str.splitlines`` breaks them). Deciding which takes one pass over the text (``_has_blank_line``; it
   stops at the first blank line), the documents a second. Memory: one chunk of ``CHUNK_BYTES`` plus the paragraph
   being read, and a paragraph or line longer than ``MAX_DOC_CHARS`` characters (the longest in ``../shared/data``:
-  14,695) is cut into documents of at most that length, at the last space or line break before the limit.
+  14,695) is cut into documents of at most that length, at the last whitespace before the limit.
 * ``.jsonl``: one JSON object per line, line by line; blank lines skipped.
 * ``.csv``: ``TABLE_ROWS`` rows at a time (pandas), the text column read as text.
 * ``.parquet``: ``TABLE_ROWS`` rows at a time (pyarrow), one row group's pages at a time.
@@ -36,7 +36,7 @@ TABLE_ROWS = 1000  # one read of a csv / parquet file
 
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")  # a blank line: what separates paragraphs (the whole-file rule)
 _LINE_BREAK = re.compile("[\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")  # where str.splitlines breaks once \r is gone
-_NON_SPACE = re.compile(r"\S")
+_NON_SPACE, _SPACE = re.compile(r"\S"), re.compile(r"\s")
 
 
 def documents(path: Path, column: str) -> Iterator[str]:
@@ -106,10 +106,10 @@ def _has_blank_line(chunks: Iterator[str]) -> bool:
 
 
 def _blocks(chunks: Iterator[str], sep: re.Pattern) -> Iterator[str]:
-    """The text cut at every match of ``sep``, left-stripped, none longer than ``MAX_DOC_CHARS`` (once stripped).
+    """The text cut at every match of ``sep``, left-stripped, none longer than ``MAX_DOC_CHARS``.
 
-    Memory: one chunk plus the unfinished block. Where a separator is cut between two chunks the pieces split it
-    twice, which only adds whitespace-only blocks (they make no document)."""
+    Memory: one chunk plus at most ``MAX_DOC_CHARS`` of the unfinished block. Where a separator is cut between two
+    chunks the pieces split it twice, which only adds whitespace-only blocks (they make no document)."""
     carry = ""
     for chunk in chunks:
         parts = sep.split(carry + chunk)
@@ -123,13 +123,17 @@ def _blocks(chunks: Iterator[str], sep: re.Pattern) -> Iterator[str]:
 
 
 def _cut(block: str, final: bool) -> tuple[list[str], str]:
-    """(pieces of at most ``MAX_DOC_CHARS`` cut off ``block``'s front, what is left). Each cut is at the last space
-    or line break before the limit, else at the limit; cuts depend only on the block's text, never on where reads
-    ended. ``final``: the block is complete, the rest is a piece too."""
+    """(pieces of at most ``MAX_DOC_CHARS`` cut off ``block``'s front, what is left). ``final``: the block is
+    complete, the rest is a piece too.
+
+    Each cut is at the last whitespace character before the limit, else at the limit, so the documents depend only
+    on the text, never on where reads ended: a block that is only longer than the limit because of whitespace the
+    document strips anyway (or the start of a separator a later read completes) is cut inside that whitespace,
+    which leaves its document unchanged."""
     pieces = []
-    while len(block) > MAX_DOC_CHARS and len(block.rstrip()) > MAX_DOC_CHARS:
-        at = max(block.rfind(" ", 1, MAX_DOC_CHARS + 1), block.rfind("\n", 1, MAX_DOC_CHARS + 1))
-        at = at if at > 0 else MAX_DOC_CHARS
+    while len(block) > MAX_DOC_CHARS:
+        space = _SPACE.search(block[MAX_DOC_CHARS:0:-1])  # the last whitespace in block[1 : MAX_DOC_CHARS + 1]
+        at = MAX_DOC_CHARS - space.start() if space else MAX_DOC_CHARS
         pieces.append(block[:at])
         block = block[at:].lstrip()
     if final:

@@ -53,6 +53,22 @@ def test_txt_documents_equal_the_whole_file_reading_wherever_reads_end(tmp_path,
     assert 20 < sum(modes) < 130  # both readings (paragraphs, lines) were exercised
 
 
+def test_cuts_of_long_documents_do_not_depend_on_where_reads_end(tmp_path, monkeypatch):
+    monkeypatch.setattr(readers, "MAX_DOC_CHARS", 8)
+    rng = random.Random(1)
+    f = tmp_path / "c.txt"
+    for _ in range(150):
+        f.write_bytes("".join(rng.choices(_ALPHABET, k=rng.randrange(0, 120))).encode("utf-8"))
+        monkeypatch.setattr(readers, "CHUNK_BYTES", 1 << 20)
+        docs = list(readers.txt_documents(f))
+        assert all(len(d) <= 8 for d in docs)
+        whole = readers.whole_txt_documents(f)
+        assert "".join("".join(docs).split()) == "".join("".join(whole).split())  # the same text, in order
+        for chunk in (1, 2, 3, 5):
+            monkeypatch.setattr(readers, "CHUNK_BYTES", chunk)
+            assert list(readers.txt_documents(f)) == docs, (f.read_bytes(), chunk)
+
+
 def test_txt_paragraph_or_line_mode_is_decided_on_the_whole_file(tmp_path, monkeypatch):
     monkeypatch.setattr(readers, "CHUNK_BYTES", 4)
     f = tmp_path / "c.txt"
@@ -102,6 +118,24 @@ def test_a_giant_paragraph_or_line_is_cut_at_spaces_the_same_way_wherever_reads_
     assert _streamed(f) == _whole(f)  # under the limit nothing changes
 
 
+def test_long_whitespace_runs_are_cut_without_changing_documents(tmp_path, monkeypatch):
+    """Whitespace a document strips (or a separator still being read) may make a block longer than the limit: it is
+    cut inside that whitespace, so the documents are the whole-file ones; whitespace inside a line is text."""
+    monkeypatch.setattr(readers, "MAX_DOC_CHARS", 50)
+    f = tmp_path / "c.txt"
+    cases = {
+        "lead\n" + "text " * 9 + "\t" * 200 + "\nnext": None,  # trailing tabs of a line: stripped
+        "a b\n" + "\u3000" * 300 + "\n" + "word " * 9 + "\n" + " " * 120 + "\n\nz": None,  # blank lines of spaces
+        "x\n\n" + "para " * 9 + "\n" + " " * 70 + "\n" + " " * 70 + "y": None,  # one paragraph, indented line
+        "a" + " " * 500 + "b\nc": ["a", "b", "c"],  # a line 502 long: cut, its inner spaces with it
+    }
+    for text, docs in cases.items():
+        f.write_text(text)
+        for chunk in (1, 3, 16, 4096):
+            monkeypatch.setattr(readers, "CHUNK_BYTES", chunk)
+            assert _streamed(f) == (docs or _whole(f)), (repr(text), chunk)
+
+
 def test_bad_utf8_names_the_file_and_the_byte_offset(tmp_path, monkeypatch):
     monkeypatch.setattr(readers, "CHUNK_BYTES", 1000)
     f = tmp_path / "c.txt"
@@ -130,7 +164,7 @@ def _peak_bytes(read) -> tuple[int, int, int]:
         tracemalloc.stop()
 
 
-@pytest.mark.parametrize("shape", ["paragraphs", "lines", "one line", "one paragraph"])
+@pytest.mark.parametrize("shape", ["paragraphs", "lines", "one line", "one paragraph", "a run of spaces"])
 def test_txt_reader_holds_one_read_and_one_document_not_the_file(tmp_path, monkeypatch, shape):
     """Allocation accounting, not timing or RSS: the reader's peak is a few reads and the longest document, for a
     file 40x that size (the whole-file reading needs at least twice the file)."""
@@ -142,6 +176,7 @@ def test_txt_reader_holds_one_read_and_one_document_not_the_file(tmp_path, monke
         "lines": (line + "\n") * 90_000,
         "one line": line * 90_000,
         "one paragraph": "x\n\n" + (line + "\n") * 90_000,
+        "a run of spaces": "x\n\n" + line + " " * 7_200_000 + "\n" + line,
     }[shape]
     f = tmp_path / "c.txt"
     f.write_text(body)
