@@ -1,7 +1,8 @@
 """Corpus preparation: the token store vs the in-memory path, at 2M, 32M and >= 200M tokens; one big file.
 
     python bench/bench_data.py [--sizes 2,32,210] [--corpora bench/.corpora] [--old-max 40] [--steps 8]
-                               [--single-mb 100,500,2000] [--single-kinds txt,jsonl] [--old-single-max-mb 100]
+                               [--single-mb 100,500,2000] [--single-kinds txt,jsonl,one-line]
+                               [--old-single-max-mb 100]
 
 Corpora are built by concatenating ``../shared/data`` texts (Gutenberg books, CRAFT articles) into a folder of
 files until the size (in millions of tokens of the bundled tokenizer, estimated at 4.0 characters per token) is
@@ -18,7 +19,8 @@ process; its peak RSS is that child's ``ru_maxrss`` (``os.wait4``):
 
 The single-file case (``--single-mb``, ``--sizes ''`` to run it alone): ONE ``.txt`` (the shared texts, blank-line
 separated paragraphs) or ONE ``.jsonl`` (the same text, records of consecutive paragraphs of >= 2,000 characters) of
-each size in MB, under ``--corpora``:
+each size in MB, under ``--corpora``; ``one-line``: the same text as ONE ``.txt`` line with no line break at all (the
+reader cuts it into documents of 1M characters):
 
 * ``prepare``: the token store built from a cold cache with the streaming readers (what ``prepare-data`` does);
 * ``prepare-whole``: the same build as the store did it before: the file read whole (``data.iter_documents(...,
@@ -83,11 +85,19 @@ def _paragraphs(text: str) -> list[str]:
     return [p.strip() for p in text.replace("\r\n", "\n").split("\n\n") if p.strip()]
 
 
+SINGLE_KINDS = ("txt", "jsonl", "one-line")
+KIND_LABEL = {"txt": ".txt", "jsonl": ".jsonl", "one-line": ".txt, one line (no line break)"}
+
+
+def single_file_name(mb: float, kind: str) -> str:
+    return f"single-{mb:g}MB-one-line.txt" if kind == "one-line" else f"single-{mb:g}MB.{kind}"
+
+
 def build_single_file(root: Path, mb: float, kind: str) -> Path:
     """ONE ``.txt`` or ``.jsonl`` file of about ``mb`` MB made of copies of the shared texts (reused if there)."""
     from backend.core.paths import SHARED_DATA_DIR
 
-    out = root / f"single-{mb:g}MB.{kind}"
+    out = root / single_file_name(mb, kind)
     done = root / f"{out.name}.complete"
     if done.exists() and out.exists():
         return out
@@ -99,6 +109,8 @@ def build_single_file(root: Path, mb: float, kind: str) -> Path:
     texts = [f.read_text() for f in books + craft]
     if kind == "txt":
         pieces = [(t.strip() + "\n\n").encode() for t in texts]
+    elif kind == "one-line":
+        pieces = [(" ".join(t.split()) + " ").encode() for t in texts]
     else:
         pieces, cur = [], []
         for para in (p for t in texts for p in _paragraphs(t)):
@@ -258,7 +270,7 @@ def main() -> None:
             for mb in [float(x) for x in a.single_mb.split(",") if x]:
                 single.append(measure_single_file(Path(a.corpora), mb, kind, work, a.old_single_max_mb))
                 if not a.keep_corpora:
-                    for name in (f"single-{mb:g}MB.{kind}", f"single-{mb:g}MB.{kind}.complete"):
+                    for name in (single_file_name(mb, kind), f"{single_file_name(mb, kind)}.complete"):
                         (Path(a.corpora) / name).unlink()
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -270,7 +282,7 @@ def main() -> None:
         payload["results_measured"] = earlier.get("results_measured") or earlier.get("machine")
     new = {(r["kind"], r["target_mb"]) for r in single}  # single files: rows not measured again are kept
     kept = [r for r in earlier.get("single_file", []) if (r["kind"], r["target_mb"]) not in new]
-    payload["single_file"] = sorted(kept + single, key=lambda r: (r["kind"] != "txt", r["kind"], r["target_mb"]))
+    payload["single_file"] = sorted(kept + single, key=lambda r: (SINGLE_KINDS.index(r["kind"]), r["target_mb"]))
     save("data", payload, table(payload))
 
 
@@ -320,7 +332,8 @@ def table(payload: dict) -> str:
                 else "not run (needs ~10x the file) | - | -"
             )
             lines.append(
-                f"| {r['mb']:,.0f} MB .{r['kind']} | {pr['tokens'] / 1e6:.1f}M | {pr['info']['documents']:,} "
+                f"| {r['mb']:,.0f} MB {KIND_LABEL[r['kind']]} | {pr['tokens'] / 1e6:.1f}M "
+                f"| {pr['info']['documents']:,} "
                 f"| {pr['seconds']:.1f} | {pr['tokens'] / pr['seconds']:,.0f} | {pr['peak_rss_mb']:,.0f} MB "
                 f"| {old_cells} |"
             )
