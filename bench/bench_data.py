@@ -20,7 +20,7 @@ process; its peak RSS is that child's ``ru_maxrss`` (``os.wait4``):
 The single-file case (``--single-mb``, ``--sizes ''`` to run it alone): ONE ``.txt`` (the shared texts, blank-line
 separated paragraphs) or ONE ``.jsonl`` (the same text, records of consecutive paragraphs of >= 2,000 characters) of
 each size in MB, under ``--corpora``; ``one-line``: the same text as ONE ``.txt`` line with no line break at all (the
-reader cuts it into documents of 1M characters):
+reader cuts it into documents of at most ``readers.MAX_DOC_CHARS`` characters):
 
 * ``prepare``: the token store built from a cold cache with the streaming readers (what ``prepare-data`` does);
 * ``prepare-whole``: the same build as the store did it before: the file read whole (``data.iter_documents(...,
@@ -220,6 +220,8 @@ def measure(mode: str, corpus: Path, env: dict, **extra) -> dict:
     out = json.loads(result.read_text())
     result.unlink()
     out.update(wall_s=wall, peak_rss_mb=ru.ru_maxrss / 1024)
+    if "error" in out:
+        print(f"  {mode:13s} {corpus.name:6s} refused: {out['error']}", flush=True)
     print(f"  {mode:13s} {corpus.name:6s} {wall:7.1f} s wall, peak RSS {out['peak_rss_mb']:7.0f} MB", flush=True)
     return out
 
@@ -241,7 +243,13 @@ def main() -> None:
     p.add_argument("--extra", default="{}")
     a = p.parse_args()
     if a.child:
-        Path(a.result).write_text(json.dumps(child(a.child, a.corpus, json.loads(a.extra)), default=str))
+        from backend.core.errors import DetourError
+
+        try:
+            out = child(a.child, a.corpus, json.loads(a.extra))
+        except DetourError as exc:  # what a user would be told (the whole-file reading of a one-line file)
+            out = {"error": str(exc)}
+        Path(a.result).write_text(json.dumps(out, default=str))
         return
 
     from common import save
@@ -326,11 +334,14 @@ def table(payload: dict) -> str:
         ]
         for r in single:
             pr, old = r["prepare"], r.get("prepare-whole")
-            old_cells = (
-                f"{old['seconds']:.1f} | {old['tokens'] / old['seconds']:,.0f} | {old['peak_rss_mb']:,.0f} MB"
-                if old
-                else "not run (needs ~10x the file) | - | -"
-            )
+            if not old:
+                old_cells = "not run (needs ~10x the file) | - | -"
+            elif "error" in old:
+                old_cells = f"refused: {old['error'].split(': ', 1)[-1]} | - | {old['peak_rss_mb']:,.0f} MB"
+            else:
+                old_cells = (
+                    f"{old['seconds']:.1f} | {old['tokens'] / old['seconds']:,.0f} | {old['peak_rss_mb']:,.0f} MB"
+                )
             lines.append(
                 f"| {r['mb']:,.0f} MB {KIND_LABEL[r['kind']]} | {pr['tokens'] / 1e6:.1f}M "
                 f"| {pr['info']['documents']:,} "
