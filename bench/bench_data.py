@@ -1,6 +1,8 @@
-"""Corpus preparation: the token store vs the in-memory path, at 2M, 32M and >= 200M tokens.
+"""Corpus preparation: the token store vs the in-memory path, at 2M, 32M and >= 200M tokens; one big file.
 
     python bench/bench_data.py [--sizes 2,32,210] [--corpora bench/.corpora] [--old-max 40] [--steps 8]
+                               [--single-mb 100,500,2000] [--single-kinds txt,jsonl,one-line]
+                               [--old-single-max-mb 100]
 
 Corpora are built by concatenating ``../shared/data`` texts (Gutenberg books, CRAFT articles) into a folder of
 files until the size (in millions of tokens of the bundled tokenizer, estimated at 4.0 characters per token) is
@@ -14,6 +16,17 @@ process; its peak RSS is that child's ``ru_maxrss`` (``os.wait4``):
   ``--steps`` steps each) on the prepared store: peak RSS, time until training started, training tokens/s;
 * ``train-old``: one MLM run at the smallest size with the trainer reading the in-memory path, for tokens/s and
   RSS against ``train-new`` (the same run on the store).
+
+The single-file case (``--single-mb``, ``--sizes ''`` to run it alone): ONE ``.txt`` (the shared texts, blank-line
+separated paragraphs) or ONE ``.jsonl`` (the same text, records of consecutive paragraphs of >= 2,000 characters) of
+each size in MB, under ``--corpora``; ``one-line``: the same text as ONE ``.txt`` line with no line break at all (the
+reader cuts it into documents of at most ``readers.MAX_DOC_CHARS`` characters):
+
+* ``prepare``: the token store built from a cold cache with the streaming readers (what ``prepare-data`` does);
+* ``prepare-whole``: the same build as the store did it before: the file read whole (``data.iter_documents(...,
+  whole_files=True)``) and tokenizer batches of up to 4M characters; up to ``--old-single-max-mb``.
+
+A run that measures only one case keeps the other case's rows of ``data.json`` (with the date they were measured).
 
 Results: bench/results/data.json + data.md
 """
@@ -68,6 +81,55 @@ def build_corpus(root: Path, mtokens: float) -> Path:
     return out
 
 
+def _paragraphs(text: str) -> list[str]:
+    return [p.strip() for p in text.replace("\r\n", "\n").split("\n\n") if p.strip()]
+
+
+SINGLE_KINDS = ("txt", "jsonl", "one-line")
+KIND_LABEL = {"txt": ".txt", "jsonl": ".jsonl", "one-line": ".txt, one line (no line break)"}
+
+
+def single_file_name(mb: float, kind: str) -> str:
+    return f"single-{mb:g}MB-one-line.txt" if kind == "one-line" else f"single-{mb:g}MB.{kind}"
+
+
+def build_single_file(root: Path, mb: float, kind: str) -> Path:
+    """ONE ``.txt`` or ``.jsonl`` file of about ``mb`` MB made of copies of the shared texts (reused if there)."""
+    from backend.core.paths import SHARED_DATA_DIR
+
+    out = root / single_file_name(mb, kind)
+    done = root / f"{out.name}.complete"
+    if done.exists() and out.exists():
+        return out
+    root.mkdir(parents=True, exist_ok=True)
+    books = sorted((SHARED_DATA_DIR / "gutenberg_en").glob("*.txt"))
+    craft = sorted((SHARED_DATA_DIR / "craft_pmc_oa_text" / "articles").glob("*.txt"))
+    if not books or not craft:
+        raise SystemExit(f"bench_data: ../shared/data texts not found under {SHARED_DATA_DIR}")
+    texts = [f.read_text() for f in books + craft]
+    if kind == "txt":
+        pieces = [(t.strip() + "\n\n").encode() for t in texts]
+    elif kind == "one-line":
+        pieces = [(" ".join(t.split()) + " ").encode() for t in texts]
+    else:
+        pieces, cur = [], []
+        for para in (p for t in texts for p in _paragraphs(t)):
+            cur.append(para)
+            if sum(map(len, cur)) >= 2000:
+                pieces.append((json.dumps({"text": "\n\n".join(cur)}, ensure_ascii=False) + "\n").encode())
+                cur = []
+    target, written = mb * 1e6, 0
+    with open(out, "wb") as f:
+        while written < target:
+            for piece in pieces:
+                if written >= target:
+                    break
+                f.write(piece)
+                written += len(piece)
+    done.write_text(f"{written} bytes\n")
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- children
 def child(mode: str, corpus: str, extra: dict) -> dict:
     """Runs inside the measured child process; returns what it measured."""
@@ -75,13 +137,21 @@ def child(mode: str, corpus: str, extra: dict) -> dict:
     from backend.engine.models import load_tokenizer
 
     data = load_config(None, [f"data.corpus={corpus}"])["data"]
-    if mode in ("prepare", "old"):
+    if mode in ("prepare", "prepare-whole", "old"):
         tok = load_tokenizer("detour-tiny-en")
         t = time.perf_counter()
-        if mode == "prepare":
-            from backend.engine.tokenstore import open_corpus
+        if mode.startswith("prepare"):
+            from backend.engine import tokenstore
 
-            train, held, info = open_corpus(data, tok, SEQ_LEN, log=lambda m: print(m, file=sys.stderr, flush=True))
+            if mode == "prepare-whole":  # the store as it read files before the streaming readers
+                import functools
+
+                from backend.engine.data import iter_documents
+
+                tokenstore.iter_documents = functools.partial(iter_documents, whole_files=True)
+                tokenstore.BATCH_CHARS = 4_000_000
+            log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+            train, held, info = tokenstore.open_corpus(data, tok, SEQ_LEN, log=log)
         else:
             from backend.engine.data import load_corpus_in_memory
 
@@ -150,7 +220,9 @@ def measure(mode: str, corpus: Path, env: dict, **extra) -> dict:
     out = json.loads(result.read_text())
     result.unlink()
     out.update(wall_s=wall, peak_rss_mb=ru.ru_maxrss / 1024)
-    print(f"  {mode:10s} {corpus.name:6s} {wall:7.1f} s wall, peak RSS {out['peak_rss_mb']:7.0f} MB", flush=True)
+    if "error" in out:
+        print(f"  {mode:13s} {corpus.name:6s} refused: {out['error']}", flush=True)
+    print(f"  {mode:13s} {corpus.name:6s} {wall:7.1f} s wall, peak RSS {out['peak_rss_mb']:7.0f} MB", flush=True)
     return out
 
 
@@ -161,20 +233,30 @@ def main() -> None:
     p.add_argument("--corpora", default=str(HERE / ".corpora"), help="where the corpora are built (gitignored)")
     p.add_argument("--old-max", type=float, default=40, help="measure the in-memory path only up to this size")
     p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--single-mb", default="", help="the single-file case: file sizes in MB, e.g. 100,500,2000")
+    p.add_argument("--single-kinds", default="txt,jsonl")
+    p.add_argument("--old-single-max-mb", type=float, default=100, help="measure the whole-file reading up to this")
+    p.add_argument("--keep-corpora", action="store_true", help="keep the single files (default: deleted after)")
     p.add_argument("--child")
     p.add_argument("--corpus")
     p.add_argument("--result")
     p.add_argument("--extra", default="{}")
     a = p.parse_args()
     if a.child:
-        Path(a.result).write_text(json.dumps(child(a.child, a.corpus, json.loads(a.extra)), default=str))
+        from backend.core.errors import DetourError
+
+        try:
+            out = child(a.child, a.corpus, json.loads(a.extra))
+        except DetourError as exc:  # what a user would be told (the whole-file reading of a one-line file)
+            out = {"error": str(exc)}
+        Path(a.result).write_text(json.dumps(out, default=str))
         return
 
     from common import save
 
-    sizes = [float(s) for s in a.sizes.split(",")]
+    sizes = [float(s) for s in a.sizes.split(",") if s]
     work = Path(tempfile.mkdtemp(prefix="bench-data-"))
-    results = []
+    results, single = [], []
     try:
         for i, size in enumerate(sizes):
             corpus = build_corpus(Path(a.corpora), size)
@@ -192,13 +274,87 @@ def main() -> None:
                                        runs_root=str(work / f"{key}{i}"))  # fmt: skip
             shutil.rmtree(work / f"cache-{size:g}", ignore_errors=True)
             results.append(row)
+        for kind in [k for k in a.single_kinds.split(",") if k]:
+            for mb in [float(x) for x in a.single_mb.split(",") if x]:
+                single.append(measure_single_file(Path(a.corpora), mb, kind, work, a.old_single_max_mb))
+                if not a.keep_corpora:
+                    for name in (single_file_name(mb, kind), f"{single_file_name(mb, kind)}.complete"):
+                        (Path(a.corpora) / name).unlink()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    save("data", {"seq_len": SEQ_LEN, "cores": os.cpu_count(), "results": results}, table(results))
+    payload = {"seq_len": SEQ_LEN, "cores": os.cpu_count(), "results": results, "single_file": single}
+    previous = HERE / "results" / "data.json"
+    earlier = json.loads(previous.read_text()) if previous.exists() else {}
+    if not results and earlier.get("results"):  # the folder case not run this time: its earlier rows, with their date
+        payload["results"] = earlier["results"]
+        payload["results_measured"] = earlier.get("results_measured") or earlier.get("machine")
+    new = {(r["kind"], r["target_mb"]) for r in single}  # single files: rows not measured again are kept
+    kept = [r for r in earlier.get("single_file", []) if (r["kind"], r["target_mb"]) not in new]
+    payload["single_file"] = sorted(kept + single, key=lambda r: (SINGLE_KINDS.index(r["kind"]), r["target_mb"]))
+    save("data", payload, table(payload))
 
 
-def table(results: list[dict]) -> str:
+def measure_single_file(root: Path, mb: float, kind: str, work: Path, old_max_mb: float) -> dict:
+    """Prepare ONE file of ``mb`` MB: streaming readers vs the whole-file reading (where it fits)."""
+    import subprocess as sp
+
+    df = sp.run(["df", "-h", str(root.resolve().parent)], capture_output=True, text=True).stdout.splitlines()[-1]
+    print(f"disk before writing {mb:g} MB: {df}", flush=True)
+    corpus = build_single_file(root, mb, kind)
+    print(f"corpus {corpus} ({corpus.stat().st_size / 1e6:.0f} MB)", flush=True)
+    row: dict = {"kind": kind, "target_mb": mb, "mb": corpus.stat().st_size / 1e6}
+    row["date"] = time.strftime("%Y-%m-%d %H:%M")
+    for mode in ("prepare", "prepare-whole"):
+        if mode == "prepare-whole" and mb > old_max_mb:
+            continue
+        env = {"DETOUR_CACHE_DIR": str(work / f"cache-{kind}-{mb:g}-{mode}"), "DETOUR_RUNS_DIR": str(work / "runs")}
+        row[mode] = measure(mode, corpus, env)
+        shutil.rmtree(work / f"cache-{kind}-{mb:g}-{mode}", ignore_errors=True)
+    return row
+
+
+def table(payload: dict) -> str:
+    from common import machine
+
+    now = machine()
+    results, single = payload["results"], payload["single_file"]
     lines = [
+        f"{now['cpu']}, {payload['cores']} cores shared with other jobs (other helpers ran builds and tests at the "
+        f"same time), torch {now['torch']}, seq_len {payload['seq_len']}, bundled 8,192-token tokenizer.",
+        "",
+    ]
+    if single:
+        lines += [
+            f"ONE file (measured {', '.join(sorted({r['date'] for r in single}))}): peak RSS of the child that "
+            "builds the token store from a cold cache; tokens/s over the whole build (count + tokenize)",
+            "",
+            "| file | tokens | documents | prepare s | tokens/s | peak RSS "
+            "| whole-file reading (before): s | tokens/s | peak RSS |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in single:
+            pr, old = r["prepare"], r.get("prepare-whole")
+            if not old:
+                old_cells = "not run (needs ~10x the file) | - | -"
+            elif "error" in old:
+                old_cells = f"refused: {old['error'].split(': ', 1)[-1]} | - | {old['peak_rss_mb']:,.0f} MB"
+            else:
+                old_cells = (
+                    f"{old['seconds']:.1f} | {old['tokens'] / old['seconds']:,.0f} | {old['peak_rss_mb']:,.0f} MB"
+                )
+            lines.append(
+                f"| {r['mb']:,.0f} MB {KIND_LABEL[r['kind']]} | {pr['tokens'] / 1e6:.1f}M "
+                f"| {pr['info']['documents']:,} "
+                f"| {pr['seconds']:.1f} | {pr['tokens'] / pr['seconds']:,.0f} | {pr['peak_rss_mb']:,.0f} MB "
+                f"| {old_cells} |"
+            )
+        lines.append("")
+    if not results:
+        return "\n".join(lines)
+    measured = payload.get("results_measured")
+    lines += [
+        f"A folder of files (measured {(measured or now)['date']}):",
+        "",
         "| corpus (tokens) | store: prepare s | prepare tokens/s | prepare peak RSS "
         "| cache hit s (in-process / process) "
         "| old path s | old path peak RSS | pair: peak RSS | pair: training started after (run 1 / run 2) "

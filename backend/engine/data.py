@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,43 +20,10 @@ import torch
 
 from backend.core.errors import DataError
 from backend.core.paths import DEMO_CORPUS
+from backend.engine import readers
 
-TEXT_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet", ".csv")
+TEXT_SUFFIXES = readers.SUFFIXES  # what a corpus folder is read for
 SPLIT_SEED = 1234  # the held-out split never depends on the training seed
-
-
-def _txt_documents(path: Path) -> list[str]:
-    raw = path.read_bytes()
-    if b"\x00" in raw[:8192]:
-        raise DataError(f"data.corpus: {path} looks binary (NUL bytes); expected UTF-8 text")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"data.corpus: {path} is not UTF-8 text ({exc})") from exc
-    text = text.replace("\r\n", "\n").replace("\r", "\n").strip()
-    if re.search(r"\n\s*\n", text):  # paragraphs separated by blank lines; hard wraps joined
-        blocks = re.split(r"\n\s*\n", text)
-        return [" ".join(ln.strip() for ln in b.splitlines() if ln.strip()) for b in blocks]
-    return [ln.strip() for ln in text.splitlines()]
-
-
-def _table_documents(path: Path, column: str) -> list[str]:
-    import pandas as pd
-
-    try:
-        if path.suffix == ".parquet":
-            df = pd.read_parquet(path)
-        elif path.suffix == ".csv":
-            df = pd.read_csv(path)
-        else:
-            df = pd.read_json(path, lines=path.suffix == ".jsonl")
-    except Exception as exc:  # pandas raises many types for malformed files
-        raise DataError(f"data.corpus: cannot read {path} as {path.suffix[1:]} ({type(exc).__name__}: {exc})") from exc
-    if column not in df.columns:
-        raise DataError(
-            f"data.text_column: column '{column}' not in {path.name}; columns found: {', '.join(map(str, df.columns))}"
-        )
-    return [str(x) for x in df[column].dropna().tolist()]
 
 
 def _files(path: Path) -> list[Path]:
@@ -79,17 +45,17 @@ def corpus_files(corpus: str) -> list[Path] | None:
     return None
 
 
-def iter_documents(corpus: str, text_column: str = "text", hub_split: str = "train", max_documents=None):
-    """Yield the non-empty documents of a corpus spec one at a time (at most one file's text is held at once).
+def iter_documents(
+    corpus: str, text_column: str = "text", hub_split: str = "train", max_documents=None, *, whole_files: bool = False
+):
+    """Yield the non-empty documents of a corpus spec one at a time, each file streamed in bounded pieces
+    (``readers``). ``whole_files``: read each file whole instead, as earlier versions did (the reference).
 
     Raises DataError at the end if nothing was yielded."""
     files = corpus_files(corpus)
     if files is not None:
-        raw = (
-            d
-            for f in files
-            for d in (_txt_documents(f) if f.suffix.lower() == ".txt" else _table_documents(f, text_column))
-        )
+        read = readers.whole_documents if whole_files else readers.documents
+        raw = (d for f in files for d in read(f, text_column))
     else:
         raw = _hub_documents(corpus, text_column, hub_split)
     n = 0
@@ -105,9 +71,11 @@ def iter_documents(corpus: str, text_column: str = "text", hub_split: str = "tra
         raise DataError(f"data.corpus: {corpus} contains no text")
 
 
-def read_documents(corpus: str, text_column: str = "text", hub_split: str = "train", max_documents=None) -> list[str]:
+def read_documents(
+    corpus: str, text_column: str = "text", hub_split: str = "train", max_documents=None, *, whole_files=False
+) -> list[str]:
     """All non-empty documents of a corpus spec as one list: for small corpora (the replication split, tests)."""
-    return list(iter_documents(corpus, text_column, hub_split, max_documents))
+    return list(iter_documents(corpus, text_column, hub_split, max_documents, whole_files=whole_files))
 
 
 def hub_dataset(dataset_id: str, column: str, split: str):
@@ -230,12 +198,14 @@ def corpus_fingerprint(docs: list[str]) -> str:
 def load_corpus_in_memory(data_cfg: dict, tokenizer, seq_len: int) -> tuple[PackedData, PackedData, dict]:
     """Read, split, tokenize and pack a corpus in memory. Returns (train, heldout, info).
 
-    The reference the token store (``tokenstore.open_corpus``, what training uses) must reproduce bit for bit;
-    it holds the whole corpus as Python lists, then tensors (~80 bytes per token): small corpora only."""
-    docs = read_documents(data_cfg["corpus"], data_cfg["text_column"], data_cfg["hub_split"], data_cfg["max_documents"])
+    The reference the token store (``tokenstore.open_corpus``, what training uses) must reproduce bit for bit: it
+    reads every file whole (``readers.whole_documents``, the reading of earlier versions) and holds the whole corpus
+    as Python lists, then tensors (~80 bytes per token): small corpora only."""
+    d = data_cfg
+    docs = read_documents(d["corpus"], d["text_column"], d["hub_split"], d["max_documents"], whole_files=True)
     if data_cfg.get("heldout_file"):
         train_docs = docs
-        heldout_docs = read_documents(data_cfg["heldout_file"], data_cfg["text_column"])
+        heldout_docs = read_documents(data_cfg["heldout_file"], data_cfg["text_column"], whole_files=True)
     else:
         if len(docs) < 2:
             raise DataError(f"data.corpus: {data_cfg['corpus']} has 1 document; a held-out split needs at least 2")

@@ -3,19 +3,22 @@ is found, missed, repaired and shared exactly when it should be."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from backend.core.errors import DataError
 from backend.core.paths import REPO_ROOT
-from backend.engine import tokenstore
+from backend.engine import readers, tokenstore
 from backend.engine.config import load_config
 from backend.engine.data import load_corpus_in_memory, read_documents, split_documents
 from backend.engine.tokenstore import TokenRows, open_corpus, tokens_dir
@@ -56,6 +59,55 @@ def test_store_rows_equal_reference_packing_on_demo(seq_len):
 def test_store_equals_reference_on_a_real_corpus_slice():
     corpus = require_shared("gutenberg_en")
     _exact(_data(corpus=str(corpus), max_documents=3000), 128)
+
+
+# Recorded with the whole-file reading of earlier versions (commit 21c29c3): documents, fingerprint and the sha256 of
+# the packed rows at seq_len 128. Stores built now must match, so earlier cache entries stay hits and earlier run
+# directories resume on the same rows.
+EARLIER_READING = {
+    "demo": (200, "f2499211e07ac248", "4395f134b6d9d90a"),
+    "gutenberg_en": (26714, "e86175b64001a75a", "114be69e86947eff"),
+    "craft_pmc_oa_text/articles": (8859, "165da8d19c86bb20", "9743e8664883d785"),
+}
+
+
+@pytest.mark.parametrize("name", list(EARLIER_READING))
+def test_streamed_store_equals_the_earlier_whole_file_reading(name):
+    corpus = "demo" if name == "demo" else str(require_shared(name.split("/")[0]) / "/".join(name.split("/")[1:]))
+    train, held, info = open_corpus(_data(corpus=corpus), bundled_tokenizer(), 128, log=lambda m: None)
+    h = hashlib.sha256()
+    for rows in (train, held):
+        ids, starts = rows.rows(torch.arange(len(rows)))
+        h.update(ids.numpy().tobytes() + starts.numpy().tobytes())
+    assert (info["documents"], info["fingerprint"], h.hexdigest()[:16]) == EARLIER_READING[name]
+
+
+def _write_corpus(path: Path, docs: list[str]) -> None:
+    kind = path.suffix
+    if path.name == "folder":  # one file of each kind
+        path.mkdir()
+        parts = [docs[i::5] for i in range(5)]
+        for i, suffix in enumerate((".txt", ".jsonl", ".csv", ".parquet", ".md")):
+            _write_corpus(path / f"{i}{suffix}", parts[i])
+    elif kind == ".txt":
+        path.write_text("\r\n\r\n".join(d.replace(". ", ".\n") for d in docs))  # hard-wrapped paragraphs, CRLF
+    elif kind == ".jsonl":
+        path.write_text("".join(json.dumps({"id": i, "text": d}) + "\n" for i, d in enumerate(docs)))
+    elif kind in (".csv", ".parquet"):
+        df = pd.DataFrame({"id": range(len(docs)), "text": docs})
+        df.to_csv(path, index=False) if kind == ".csv" else df.to_parquet(path, row_group_size=23)
+    else:  # a file the folder reading skips
+        path.write_text("not a corpus file")
+
+
+@pytest.mark.parametrize("name", ["c.txt", "c.jsonl", "c.csv", "c.parquet", "folder"])
+def test_store_of_one_file_of_each_kind_equals_the_whole_file_reference(tmp_path, monkeypatch, name):
+    """Small reads (so documents and characters straddle them): still the reference's rows and split."""
+    monkeypatch.setattr(readers, "CHUNK_BYTES", 333)
+    monkeypatch.setattr(readers, "TABLE_ROWS", 7)
+    _write_corpus(tmp_path / name, read_documents("demo"))
+    info = _exact(_data(corpus=str(tmp_path / name), heldout_fraction=0.1), 32)
+    assert info["documents"] == (160 if name == "folder" else 200)  # the folder skips its .md file
 
 
 def test_store_with_a_heldout_file_and_a_folder(tmp_path):

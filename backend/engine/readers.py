@@ -1,0 +1,291 @@
+"""The documents of one corpus file, streamed: a file of any size is read in bounded pieces, never whole.
+
+Each reader gives exactly the documents that earlier versions gave by reading the whole file (``whole_documents``,
+kept as the reference the tests and ``bench/bench_data.py`` compare against), in the same order, so packed rows,
+the held-out split and the corpus fingerprint do not change:
+
+* ``.txt``: UTF-8 (a BOM stays part of the first document, as before), ``\\r\\n`` and ``\\r`` read as ``\\n``. A
+  file with a blank line (only whitespace) between two non-blank lines anywhere is read as paragraphs: blank-line
+  separated blocks, their lines stripped and joined with one space. Any other file is one document per line (lines
+  break where ``str.splitlines`` breaks them). Deciding which takes one pass over the text (``_has_blank_line``; it
+  stops at the first blank line), the documents a second. Memory: one chunk of ``CHUNK_BYTES`` plus the paragraph
+  being read, and a paragraph or line longer than ``MAX_DOC_CHARS`` characters (the longest in ``../shared/data``:
+  14,695) is cut into documents of at most that length, at the last whitespace before the limit.
+* ``.jsonl``: one JSON object per line, line by line; blank lines skipped.
+* ``.csv``: ``TABLE_ROWS`` rows at a time (pandas), the text column read as text.
+* ``.parquet``: ``TABLE_ROWS`` rows at a time (pyarrow), one row group's pages at a time.
+* ``.json`` (one JSON document): parsed whole with pandas, as before; large corpora belong in ``.jsonl``.
+
+A table cell that is null or NaN is skipped; other cells become ``str(value)``. Bad input gets a ``DataError``
+naming the file and, for text, the byte offset.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from backend.core.errors import DataError
+
+CHUNK_BYTES = 1 << 20  # one read of a text file
+MAX_DOC_CHARS = 200_000  # a longer paragraph or line is cut: one 1M-character string took +220 MB to tokenize, 200k +42 MB
+TABLE_ROWS = 1000  # one read of a csv / parquet file
+
+_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")  # a blank line: what separates paragraphs (the whole-file rule)
+_LINE_BREAK = re.compile("[\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")  # where str.splitlines breaks once \r is gone
+_NON_SPACE, _SPACE = re.compile(r"\S"), re.compile(r"\s")
+
+
+def documents(path: Path, column: str) -> Iterator[str]:
+    """The documents of one file, streamed (not yet stripped of surrounding whitespace or filtered for empty ones)."""
+    reader = _READERS.get(path.suffix.lower())
+    if reader is None:
+        raise DataError(f"data.corpus: {path}: unsupported file type '{path.suffix}'; expected {', '.join(_READERS)}")
+    return reader(path) if reader is txt_documents else reader(path, column)
+
+
+# ---------------------------------------------------------------------------------------------- text
+def txt_documents(path: Path) -> Iterator[str]:
+    """Paragraphs (or lines) of a UTF-8 text file, in order, each at most ``MAX_DOC_CHARS`` characters."""
+    paragraphs = _has_blank_line(_text_chunks(path))
+    for block in _blocks(_text_chunks(path), _PARAGRAPH_BREAK if paragraphs else _LINE_BREAK):
+        doc = _join_lines(block) if paragraphs else block.strip()
+        if doc:
+            yield doc
+
+
+def _text_chunks(path: Path) -> Iterator[str]:
+    """The file's text in pieces of ``CHUNK_BYTES``, ``\\r\\n`` and ``\\r`` turned into ``\\n``."""
+    decoder = codecs.getincrementaldecoder("utf-8")()  # strict: a bad byte is an error, never replaced
+    offset, cr = 0, ""
+    with open(path, "rb") as f:
+        if b"\x00" in f.read(8192):
+            raise DataError(f"data.corpus: {path} looks binary (NUL bytes); expected UTF-8 text")
+        f.seek(0)
+        while True:
+            raw = f.read(CHUNK_BYTES)
+            held = len(decoder.getstate()[0])  # bytes of a character cut by the previous read
+            try:
+                text = cr + decoder.decode(raw, final=not raw)
+            except UnicodeDecodeError as exc:
+                bad = exc.object[exc.start : exc.end].hex(" ")
+                raise DataError(
+                    f"data.corpus: {path} is not UTF-8 text: {exc.reason} (byte {bad}) at byte offset "
+                    f"{offset - held + exc.start}"
+                ) from exc
+            offset += len(raw)
+            cr = "\r" if raw and text.endswith("\r") else ""  # a \r\n cut between two reads stays one line break
+            if cr:
+                text = text[:-1]
+            yield text.replace("\r\n", "\n").replace("\r", "\n")
+            if not raw:
+                return
+
+
+def _has_blank_line(chunks: Iterator[str]) -> bool:
+    """Whether a whitespace-only line lies between two non-blank lines (then the file is read as paragraphs).
+
+    Exactly ``re.search(r"\\n\\s*\\n", text.strip())`` on the whole text; what it carries between chunks is the line
+    breaks (at most two) of the whitespace the previous chunk ended with."""
+    seen_text, tail = False, ""
+    for chunk in chunks:
+        buf = tail + chunk
+        first = _NON_SPACE.search(buf)
+        if first is None:  # only whitespace so far in this run
+            tail = "\n" * min(2, buf.count("\n"))
+            continue
+        end = len(buf.rstrip())  # a blank line must be followed by text: search up to the last non-space
+        if _PARAGRAPH_BREAK.search(buf, 0 if seen_text else first.start(), end):
+            return True
+        seen_text = True
+        tail = "\n" * min(2, buf.count("\n", end))
+    return False
+
+
+def _blocks(chunks: Iterator[str], sep: re.Pattern) -> Iterator[str]:
+    """The text cut at every match of ``sep``, left-stripped, none longer than ``MAX_DOC_CHARS``.
+
+    Memory: one chunk plus at most ``MAX_DOC_CHARS`` of the unfinished block. Where a separator is cut between two
+    chunks the pieces split it twice, which only adds whitespace-only blocks (they make no document)."""
+    carry = ""
+    for chunk in chunks:
+        parts = sep.split(carry + chunk)
+        carry = parts.pop().lstrip()
+        for part in parts:
+            yield from _cut(part.lstrip(), final=True)[0]
+        if len(carry) > MAX_DOC_CHARS:
+            pieces, carry = _cut(carry, final=False)
+            yield from pieces
+    yield from _cut(carry, final=True)[0]
+
+
+def _cut(block: str, final: bool) -> tuple[list[str], str]:
+    """(pieces of at most ``MAX_DOC_CHARS`` cut off ``block``'s front, what is left). ``final``: the block is
+    complete, the rest is a piece too.
+
+    Each cut is at the last whitespace character before the limit, else at the limit, so the documents depend only
+    on the text, never on where reads ended: a block that is only longer than the limit because of whitespace the
+    document strips anyway (or the start of a separator a later read completes) is cut inside that whitespace,
+    which leaves its document unchanged."""
+    pieces = []
+    while len(block) > MAX_DOC_CHARS:
+        space = _SPACE.search(block[MAX_DOC_CHARS:0:-1])  # the last whitespace in block[1 : MAX_DOC_CHARS + 1]
+        at = MAX_DOC_CHARS - space.start() if space else MAX_DOC_CHARS
+        pieces.append(block[:at])
+        block = block[at:].lstrip()
+    if final:
+        pieces.append(block)
+        block = ""
+    return pieces, block
+
+
+def _join_lines(block: str) -> str:
+    """A paragraph's hard-wrapped lines, stripped and joined with one space."""
+    return " ".join(s for s in (ln.strip() for ln in block.splitlines()) if s)
+
+
+# ---------------------------------------------------------------------------------------------- tables
+def jsonl_documents(path: Path, column: str) -> Iterator[str]:
+    """The ``column`` of each JSON line; a record without it is skipped, a file where none has it is an error."""
+    found, columns, offset = False, {}, 0
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            start, offset = offset, offset + len(raw)
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(
+                    f"data.corpus: {path} is not UTF-8 text: {exc.reason} at byte offset {start + exc.start} "
+                    f"(line {number})"
+                ) from exc
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise DataError(f"data.corpus: {path} line {number} is not JSON ({exc})") from exc
+            if not isinstance(record, dict):
+                raise DataError(
+                    f"data.corpus: {path} line {number} is a JSON {type(record).__name__}; expected one object per line"
+                )
+            if column in record:
+                found = True
+                text = _cell_text(record[column])
+                if text is not None:
+                    yield text
+            elif not found and len(columns) < 100:
+                columns.update(dict.fromkeys(record))
+    if not found and columns:
+        raise _no_column(path, column, list(columns))
+
+
+def csv_documents(path: Path, column: str) -> Iterator[str]:
+    """The ``column`` of a CSV file, ``TABLE_ROWS`` rows at a time, read as text (never guessed to be numbers)."""
+    import pandas as pd
+
+    try:
+        header = list(pd.read_csv(path, nrows=0).columns)
+    except Exception as exc:  # pandas raises many types for malformed files
+        raise _unreadable(path, exc) from exc
+    if column not in header:
+        raise _no_column(path, column, header)
+    try:
+        with pd.read_csv(path, usecols=[column], dtype={column: str}, chunksize=TABLE_ROWS) as chunks:
+            for chunk in chunks:
+                yield from (str(x) for x in chunk[column].dropna().tolist())
+    except Exception as exc:
+        raise _unreadable(path, exc) from exc
+
+
+def parquet_documents(path: Path, column: str) -> Iterator[str]:
+    """The ``column`` of a Parquet file, ``TABLE_ROWS`` rows at a time, pages read as needed (buffered stream)."""
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path, buffer_size=CHUNK_BYTES)
+    except Exception as exc:
+        raise _unreadable(path, exc) from exc
+    names = pf.schema_arrow.names
+    if column not in names:
+        raise _no_column(path, column, names)
+    try:
+        for batch in pf.iter_batches(batch_size=TABLE_ROWS, columns=[column]):
+            texts = (_cell_text(x) for x in batch.column(0).to_pylist())
+            yield from (t for t in texts if t is not None)
+    except Exception as exc:
+        raise _unreadable(path, exc) from exc
+
+
+def json_documents(path: Path, column: str) -> Iterator[str]:
+    """One JSON document (records or columns), parsed whole by pandas as before."""
+    return iter(whole_table_documents(path, column))
+
+
+def _cell_text(x) -> str | None:
+    """A table cell as text; None for a null or NaN (what pandas' ``dropna`` dropped)."""
+    if x is None or (isinstance(x, float) and x != x):
+        return None
+    return str(x)
+
+
+def _unreadable(path: Path, exc: Exception) -> DataError:
+    return DataError(f"data.corpus: cannot read {path} as {path.suffix[1:]} ({type(exc).__name__}: {exc})")
+
+
+def _no_column(path: Path, column: str, columns: list) -> DataError:
+    return DataError(
+        f"data.text_column: column '{column}' not in {path.name}; columns found: {', '.join(map(str, columns))}"
+    )
+
+
+_READERS = {
+    ".txt": txt_documents,
+    ".jsonl": jsonl_documents,
+    ".csv": csv_documents,
+    ".parquet": parquet_documents,
+    ".json": json_documents,
+}
+SUFFIXES = tuple(_READERS)
+
+
+# ---------------------------------------------------------------------------------------------- the reference
+def whole_documents(path: Path, column: str) -> list[str]:
+    """The documents of one file read whole, as every version before the streaming readers did.
+
+    The reference the streaming readers must reproduce (``data.load_corpus_in_memory`` reads with it): small files."""
+    return whole_txt_documents(path) if path.suffix.lower() == ".txt" else whole_table_documents(path, column)
+
+
+def whole_txt_documents(path: Path) -> list[str]:
+    raw = path.read_bytes()
+    if b"\x00" in raw[:8192]:
+        raise DataError(f"data.corpus: {path} looks binary (NUL bytes); expected UTF-8 text")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"data.corpus: {path} is not UTF-8 text ({exc})") from exc
+    text = text.replace("\r\n", "\n").replace("\r", "\n").strip()
+    if re.search(r"\n\s*\n", text):  # paragraphs separated by blank lines; hard wraps joined
+        blocks = re.split(r"\n\s*\n", text)
+        return [" ".join(ln.strip() for ln in b.splitlines() if ln.strip()) for b in blocks]
+    return [ln.strip() for ln in text.splitlines()]
+
+
+def whole_table_documents(path: Path, column: str) -> list[str]:
+    import pandas as pd
+
+    try:
+        if path.suffix == ".parquet":
+            df = pd.read_parquet(path)
+        elif path.suffix == ".csv":
+            df = pd.read_csv(path)
+        else:
+            df = pd.read_json(path, lines=path.suffix == ".jsonl")
+    except Exception as exc:  # pandas raises many types for malformed files
+        raise _unreadable(path, exc) from exc
+    if column not in df.columns:
+        raise _no_column(path, column, list(df.columns))
+    return [str(x) for x in df[column].dropna().tolist()]
