@@ -112,6 +112,22 @@ def model_choices() -> list[str]:
     return bundled_models() + [r.name for r in trained_runs()]
 
 
+def default_picks(choices: list[str], slots: int) -> list[str | None]:
+    """What side-by-side slots start with: the bundled base, then the newest detour/MLM pair's two runs (else the
+    newest runs): the three models a class compares."""
+    from backend.core.paths import DEFAULT_MODEL
+
+    picks = [DEFAULT_MODEL] if DEFAULT_MODEL in choices else choices[:1]
+    pairs = [c.removesuffix("-detour") for c in choices if c.endswith("-detour")]
+    pairs = [p for p in pairs if f"{p}-mlm" in choices]
+    if pairs:
+        newest = max(pairs, key=lambda p: (runs_dir() / f"{p}-detour").stat().st_mtime)
+        picks += [f"{newest}-detour", f"{newest}-mlm"]
+    else:
+        picks += [c for c in choices if c not in picks][:2]
+    return (picks + [None] * slots)[:slots]
+
+
 def md_escape(text: object) -> str:
     """Text for a gr.Markdown: '<mask>' and friends must show, not vanish as HTML tags."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -8,11 +8,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from app import check_model_spec, md_escape, model_choices, warn
+from app import check_model_spec, default_picks, md_escape, model_choices, warn
 from backend.analysis import plots
 from backend.analysis.fill_mask import fill_mask
 from backend.core.errors import DetourError
-from backend.core.paths import DEFAULT_MODEL, runs_dir
+from backend.core.paths import runs_dir
 from backend.engine.rundir import read_metrics
 from backend.explain import attention_patterns, run_checkpoints, token_surprise
 from backend.explain.checkpoints import surprise_through_run
@@ -188,26 +188,13 @@ def trace(run: str | None, text: str) -> tuple:
     return trace_figure(res, read_metrics(run_dir)), f"✓ {len(res['points'])} saved models in {took:.1f} s"
 
 
-def default_models(choices: list[str]) -> list[str | None]:
-    """The base, then the newest detour/MLM pair's two runs: the three models a class compares."""
-    picks = [DEFAULT_MODEL] if DEFAULT_MODEL in choices else choices[:1]
-    pairs = [c.removesuffix("-detour") for c in choices if c.endswith("-detour")]
-    pairs = [p for p in pairs if f"{p}-mlm" in choices]
-    if pairs:
-        newest = max(pairs, key=lambda p: (runs_dir() / f"{p}-detour").stat().st_mtime)
-        picks += [f"{newest}-detour", f"{newest}-mlm"]
-    else:
-        picks += [c for c in choices if c not in picks][:2]
-    return (picks + [None] * SLOTS)[:SLOTS]
-
-
 def build(ctx) -> dict:
     import gradio as gr
 
     from app.refresh import keep_fresh
 
     choices = model_choices()
-    defaults = default_models(choices)
+    defaults = default_picks(choices, SLOTS)
     runs = run_choices()
     gr.Markdown(INTRO)
     refresh = gr.Button("↻ Refresh the model and run lists", size="sm", elem_id="dt-refresh")
@@ -278,7 +265,7 @@ def build(ctx) -> dict:
         finished after the page was built is what the surprise and the scrub show; a choice made is kept."""
         *slots, run = picks
         c, runs_now = model_choices(), run_choices()
-        d = default_models(c)
+        d = default_picks(c, SLOTS)
         if not any(slots[1:]):  # nothing picked beside the first model: the base and the newest pair
             slots = [slots[0] or d[0], *d[1:]]
         newest_detour = [x for x in d[1:] if x and x.endswith("-detour")]

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from app import check_model_spec, md_escape, model_choices, warn
+from app import check_model_spec, default_picks, md_escape, model_choices, warn
 from backend.analysis import plots
 from backend.analysis.fill_mask import check_text, fill_mask
 from backend.core.errors import DetourError
-from backend.core.paths import DEFAULT_MODEL
 
 SLOTS = 4
 EXAMPLE = "Aspirin inhibits the [MASK] of prostaglandins."
@@ -47,10 +46,7 @@ def build(ctx) -> dict:
     from app.refresh import keep_fresh
 
     choices = model_choices()
-    defaults = [DEFAULT_MODEL if DEFAULT_MODEL in choices else (choices[0] if choices else None)]
-    runs = [c for c in choices if c != DEFAULT_MODEL]
-    defaults.append(runs[0] if runs else None)
-    defaults += [None] * (SLOTS - len(defaults))
+    defaults = default_picks(choices, SLOTS)
     text = gr.Textbox(
         value=EXAMPLE,
         label="Sentence with one [MASK] (or <mask>: either works for every model)",
@@ -91,9 +87,12 @@ def build(ctx) -> dict:
         api_name="fill_mask",
     )
 
-    def lists():
+    def lists(*picks):
+        """Every list read again; with nothing picked beside the first slot, the base and the newest pair."""
         ch = model_choices()
-        return [gr.update(choices=ch) for _ in specs]
+        if not any(picks[1:]):
+            picks = [picks[0] or default_picks(ch, SLOTS)[0], *default_picks(ch, SLOTS)[1:]]
+        return [gr.update(choices=ch, value=v) for v in picks]
 
-    keep_fresh(lists, specs, button=refresh)
+    keep_fresh(lists, specs, inputs=specs, button=refresh)
     return {"text": text, "button": go_btn, "plots": outs, "message": msg, "lists": lists}

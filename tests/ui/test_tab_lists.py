@@ -83,7 +83,10 @@ def test_analyze_and_fill_mask_lists_refresh_and_fill_defaults(isolated_runs_dir
 
     fm = refresher(demo, by_id["fm-model-1"])
     assert (tab_id(demo, "fill-mask"), "select") in set(fm.targets)
-    assert "x-mlm" in fm.fn()[fm.outputs.index(by_id["fm-model-1"])]["choices"]
+    slots = fm.fn("detour-tiny-en", None, None, None)  # as built: the base only
+    assert "x-mlm" in slots[1]["choices"]
+    assert [s["value"] for s in slots[:3]] == ["detour-tiny-en", "x-detour", "x-mlm"]  # the base and the pair
+    assert [s["value"] for s in fm.fn("x-mlm", None, "detour-tiny-en", None)][:3] == ["x-mlm", None, "detour-tiny-en"]
 
 
 def test_detour_tab_lists_fill_in_the_newest_pair_made_after_build(isolated_runs_dir, tiny_bert_dir):
