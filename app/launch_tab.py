@@ -455,6 +455,7 @@ def build(ctx) -> dict:
     err_outputs = [errs[k] for k in KEYS]
     last_ok = gr.State({k: first[k] for k in PREVIEW})  # what the preview shows while a field is invalid
     base = gr.State(None)  # a loaded config: the keys the form does not show come from it
+    queued_msg = gr.State("")  # what the last launch queued, until the check that follows it has shown it
 
     def render(res: dict) -> list:
         ups = []
@@ -464,16 +465,18 @@ def build(ctx) -> dict:
         return [res["yaml"], res["python"], res["accelerate"], res["message"], *ups]
 
     def on_change(*vals):
-        *vals, last, loaded = vals
+        *vals, last, loaded, queued = vals
         res = validate_form(list(vals), base=loaded)
         shown = keep_last_preview(res, last)
-        return [*render(shown), {k: res[k] for k in PREVIEW} if res["ok"] else last]
+        if queued:  # the check that follows a launch (the name moved on to a free one) keeps the launch's message
+            shown = {**shown, "message": f"{queued}\n\nnext launch: {shown['message']}"}
+        return [*render(shown), {k: res[k] for k in PREVIEW} if res["ok"] else last, ""]
 
     preview_outputs = [yaml_box, py_cmd, acc_cmd, status, *err_outputs]
     # .change, not .input: a value set without typing (a paste, a loaded config, an upload, a script) is checked too
     validate_kw = dict(
-        inputs=[*inputs, last_ok, base],
-        outputs=[*preview_outputs, last_ok],
+        inputs=[*inputs, last_ok, base, queued_msg],
+        outputs=[*preview_outputs, last_ok, queued_msg],
         show_progress="hidden",
         concurrency_limit=1,
         concurrency_id="validate",
@@ -484,12 +487,12 @@ def build(ctx) -> dict:
         *vals, loaded = vals
         res = launch(list(vals), ctx.max_concurrent, base=loaded)
         name_update = gr.update(value=_free_name(res["cfg"]["name"])) if res.get("runs") else gr.update()
-        return [*render(res), name_update]
+        return [*render(res), name_update, res["message"] if res.get("runs") else ""]
 
     launch_btn.click(
         on_launch,
         inputs=[*inputs, base],
-        outputs=[*preview_outputs, comps["name"]],
+        outputs=[*preview_outputs, comps["name"], queued_msg],
         concurrency_limit=1,
         api_name="launch",
     )

@@ -100,6 +100,12 @@ def test_launch_restart_app_and_read_curves(tmp_path, isolated_runs_dir, tiny_mo
         assert "expected a number" in (err["value"] if isinstance(err, dict) else err)
         out = client.predict(*values, api_name="/launch")
         assert "queued live" in out[3], out[3]
+        # the launch moves the name on to a free one; the check that follows keeps saying what was queued, once
+        nxt = list(values)
+        nxt[launch_tab.KEYS.index("name")] = "live-2"
+        out = client.predict(*nxt, api_name="/validate")
+        assert "queued live" in out[3] and "next launch: ✓ config valid" in out[3], out[3]
+        assert "queued" not in client.predict(*nxt, api_name="/validate")[3]
         run = runs / "live"
         st = wait_for(
             lambda: (s := rundir.read_status(run)).get("state") == "running" and s.get("step") and s,
