@@ -31,7 +31,7 @@ from pathlib import Path
 from backend.core.errors import DataError
 
 CHUNK_BYTES = 1 << 20  # one read of a text file
-MAX_DOC_CHARS = 200_000  # a longer paragraph or line is cut: one 1M-character string took +220 MB to tokenize, 200k +42 MB
+MAX_DOC_CHARS = 200_000  # a longer paragraph or line is cut: tokenizing one 1M-char string took +220 MB, 200k +42
 TABLE_ROWS = 1000  # one read of a csv / parquet file
 
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")  # a blank line: what separates paragraphs (the whole-file rule)
