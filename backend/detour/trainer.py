@@ -31,7 +31,7 @@ from backend.detour.recipe import (
     set_lr,
     tokens_per_step,
 )
-from backend.engine import checkpoint, compiling, finite, model_files, trackers
+from backend.engine import checkpoint, compiling, finite, trackers
 from backend.engine.data import batch_indices
 from backend.engine.models import transformer_blocks
 from backend.engine.precision import full_state_dict, make_accelerator
@@ -268,7 +268,7 @@ def _save_final(s: _State) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         s.hf.save_pretrained(tmp, safe_serialization=True, state_dict=full)
         s.tokenizer.save_pretrained(tmp)
-        model_files.seal(tmp)  # manifest.json: loaders verify final/ against it
+        checkpoint.seal(tmp, "sealed\n")  # as a checkpoint is: loaders verify final/ against its manifest
         atomic.replace_dir(tmp, s.run_dir / "final")
     s.accelerator.wait_for_everyone()
     trackers.finish(s.accelerator)

@@ -27,6 +27,7 @@ from backend.engine.precision import full_state_dict
 from backend.engine.rundir import list_checkpoints
 
 MANIFEST = "manifest.json"
+COMPLETE = "COMPLETE"  # written after the manifest: a folder without it is ignored
 BACKGROUND = True  # False: every checkpoint is written before training goes on (bench/bench_checkpoint.py compares)
 
 
@@ -42,7 +43,7 @@ def write_manifest(ckpt: Path) -> None:
     files = {
         str(p.relative_to(ckpt)): {"size": p.stat().st_size, "sha256": _sha256(p)}
         for p in sorted(ckpt.rglob("*"))
-        if p.is_file() and p.name not in (MANIFEST, "COMPLETE")
+        if p.is_file() and p.name not in (MANIFEST, COMPLETE)
     }
     atomic.write_json(ckpt / MANIFEST, files)
 
@@ -52,7 +53,7 @@ def verify(ckpt: Path, what: str | None = None) -> None:
     a run's sealed ``final/`` is checked here too)."""
     what = what or f"checkpoint {ckpt}"
     mpath = ckpt / MANIFEST
-    if not (ckpt / "COMPLETE").exists():
+    if not (ckpt / COMPLETE).exists():
         raise CheckpointError(f"{what}: incomplete (no COMPLETE marker)")
     try:
         manifest = json.loads(mpath.read_text())
@@ -69,6 +70,13 @@ def verify(ckpt: Path, what: str | None = None) -> None:
             raise CheckpointError(f"{what}: file {f} is corrupt (sha256 mismatch)")
 
 
+def seal(folder: Path, note: str) -> None:
+    """The manifest (size and sha256 of every file), then the marker: what ``verify`` checks. A checkpoint and a
+    run's ``final/`` are sealed alike, before they are renamed into place."""
+    write_manifest(folder)
+    atomic.write_text(folder / COMPLETE, note)
+
+
 def _paths(run_dir: Path, step: int) -> tuple[Path, Path]:
     ck_root = Path(run_dir) / "checkpoints"
     return ck_root / f"step-{step:08d}", ck_root / f".tmp-step-{step:08d}"
@@ -77,8 +85,7 @@ def _paths(run_dir: Path, step: int) -> tuple[Path, Path]:
 def _seal(tmp: Path, final: Path, step: int, state: dict, keep: int) -> None:
     """Trainer state, manifest, COMPLETE, rename into place; then (only then) prune older checkpoints."""
     atomic.write_json(tmp / "trainer_state.json", state)
-    write_manifest(tmp)
-    atomic.write_text(tmp / "COMPLETE", f"step {step}\n")
+    seal(tmp, f"step {step}\n")
     if final.exists():
         atomic.replace_dir(tmp, final)
     else:

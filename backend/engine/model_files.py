@@ -3,7 +3,7 @@
 Weights are read only from safetensors (one file, or an index and its shards). A truncated or foreign file is
 found from its header alone, which is cheap enough for every load and for the Launch form's checks as you type.
 A folder this project wrote -- a run's ``final/`` or a checkpoint -- is sealed with ``manifest.json`` (size and
-sha256 of every file: the checkpoints' format and code, ``checkpoint.write_manifest`` / ``verify``), so a change
+sha256 of every file: the checkpoints' format and code, ``checkpoint.seal`` / ``verify``), so a change
 that keeps the size is found too. A ``final/`` written before it was sealed still loads, with a note saying so.
 """
 
@@ -13,19 +13,10 @@ import json
 import logging
 from pathlib import Path
 
-from backend.core import atomic
 from backend.core.errors import CheckpointError, ModelSpecError
 from backend.engine import checkpoint
 
-SEALED_MARKER = "COMPLETE"  # written after the manifest, as in a checkpoint: checkpoint.verify needs both
 log = logging.getLogger(__name__)
-
-
-def seal(folder: Path) -> None:
-    """Write the manifest (then the marker) of a finished model folder; call it before the folder is renamed into
-    place, so that a ``final/`` that exists is always sealed."""
-    checkpoint.write_manifest(folder)
-    atomic.write_text(folder / SEALED_MARKER, "sealed\n")
 
 
 def weight_files(model_dir: Path, label: str) -> list[Path]:
