@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from backend.core import atomic
-from backend.core.errors import CheckpointError, DataError
+from backend.core.errors import DataError
 from backend.detour.objectives import IGNORE, EncoderLM, clm_labels, mlm_mask, replacement_vocab, special_ids
 from backend.detour.recipe import (
     Phase,
@@ -197,14 +197,7 @@ def _start_step(s: _State, resume: bool) -> int:
     """0, or the step of the newest good checkpoint (whose metrics rows after it are dropped)."""
     step = 0
     found = checkpoint.latest_good(s.run_dir, log=s.log) if resume else None
-    if resume and found is None:
-        damaged = sorted(p.name for p in (s.run_dir / "checkpoints").glob("step-*"))
-        if damaged:  # starting over would rewrite the metrics of the steps those checkpoints hold, and prune them
-            raise CheckpointError(
-                f"resume: no usable checkpoint in {s.run_dir / 'checkpoints'} ({', '.join(damaged)} failed their "
-                "check: see the warnings above); nothing was changed. To train this run from the beginning, move "
-                "its checkpoints folder away and resume again"
-            )
+    if resume and found is None:  # (every checkpoint damaged: latest_good refuses)
         s.log("resume: no checkpoint yet, starting from the beginning")
     if found is not None:
         ck, state = found

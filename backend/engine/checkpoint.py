@@ -224,7 +224,9 @@ def _prune(ck_root: Path, keep: int) -> None:
 
 
 def latest_good(run_dir: Path, log=print) -> tuple[Path, dict] | None:
-    """Newest checkpoint that passes verification; each bad one is reported and skipped."""
+    """Newest checkpoint that passes verification; each bad one is reported and skipped. None when there is no
+    checkpoint; CheckpointError when every one is damaged (starting over would rewrite the metrics of the steps they
+    hold, and new checkpoints would prune them)."""
     ck_root = Path(run_dir) / "checkpoints"
     candidates = sorted(ck_root.glob("step-*"), reverse=True) if ck_root.exists() else []
     for ck in candidates:
@@ -233,4 +235,10 @@ def latest_good(run_dir: Path, log=print) -> tuple[Path, dict] | None:
             return ck, json.loads((ck / "trainer_state.json").read_text())
         except CheckpointError as exc:
             log(f"warning: {exc}; falling back to the previous checkpoint")
+    if candidates:
+        raise CheckpointError(
+            f"resume: no usable checkpoint in {ck_root} ({', '.join(c.name for c in reversed(candidates))} failed "
+            "their check: see the warnings above); nothing was changed. To train this run from the beginning, move "
+            "its checkpoints folder away and resume again"
+        )
     return None
