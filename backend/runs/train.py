@@ -151,29 +151,32 @@ def _config_to_train(run_dir: Path, resume: bool, rank0: bool) -> dict:
         if rank0:
             write_status(run_dir, state="failed", error=str(exc), finished_at=time.time())
         raise
-    trained = trained_so_far(run_dir)
-    if trained is not None:
-        again = (
+
+    def again() -> str:  # only for a refusal: suggest_name looks for a free name
+        return (
             f"to train its config again as a new run: python -m backend train {run_dir / 'config.yaml'} "
             f"--name {suggest_name(run_dir.name, run_dir.parent)}"
         )
-        if resume and (run_dir / "final").exists():  # resuming it would retrain its last steps and replace final/
-            raise RunStartedError(
-                f"run '{run_dir.name}' has finished (final/ is written): there is nothing to resume, and runs are "
-                f"never retrained in place; {again}"
-            )
-        if resume:
+
+    if resume:  # resuming a finished run would retrain its last steps and replace final/
+        if not (run_dir / "final").exists():
             return cfg
-        if trained["finished"]:
-            raise RunStartedError(
-                f"run '{run_dir.name}' has finished (final/ is written) and runs are never retrained in place; {again}"
-            )
         raise RunStartedError(
-            f"run '{run_dir.name}' has already trained to step {trained['step']} ({trained['state']}, newest "
-            f"checkpoint {trained['checkpoint']}) and runs are never retrained in place; to continue it: "
-            f"python -m backend train --run-dir {run_dir} --resume; {again}"
+            f"run '{run_dir.name}' has finished (final/ is written): there is nothing to resume, and runs are "
+            f"never retrained in place; {again()}"
         )
-    return cfg
+    trained = trained_so_far(run_dir)
+    if trained is None:
+        return cfg
+    if trained["finished"]:
+        raise RunStartedError(
+            f"run '{run_dir.name}' has finished (final/ is written) and runs are never retrained in place; {again()}"
+        )
+    raise RunStartedError(
+        f"run '{run_dir.name}' has already trained to step {trained['step']} ({trained['state']}, newest "
+        f"checkpoint {trained['checkpoint']}) and runs are never retrained in place; to continue it: "
+        f"python -m backend train --run-dir {run_dir} --resume; {again()}"
+    )
 
 
 def train_run(run_dir: str | Path, resume: bool = False) -> dict:
