@@ -34,11 +34,11 @@ def check_names_free(cfg: dict, root: Path) -> None:
     for _, c in split_pair(cfg):
         check_run_name(c["name"])
         if (root / c["name"]).exists():
-            raise ConfigError(
-                "name",
-                cfg["name"],
-                f"a run named '{c['name']}' already exists; try '{suggest_name(cfg['name'], root)}'",
-            )
+            raise _name_taken(root, c["name"], cfg["name"])
+
+
+def _name_taken(root: Path, name: str, asked: str) -> ConfigError:
+    return ConfigError("name", asked, f"a run named '{name}' already exists; try '{suggest_name(asked, root)}'")
 
 
 def prepare_runs(
@@ -90,9 +90,7 @@ def _claim_names(root: Path, names: list[str], asked: str) -> list[Path]:
             try:
                 d.mkdir(parents=True)
             except FileExistsError:
-                raise ConfigError(
-                    "name", asked, f"a run named '{name}' already exists; try '{suggest_name(asked, root)}'"
-                ) from None
+                raise _name_taken(root, name, asked) from None
             made.append(d)
     except BaseException:
         for d in made:  # empty folders this call made (the pair's first run): the name stays free
