@@ -128,6 +128,15 @@ def default_picks(choices: list[str], slots: int) -> list[str | None]:
     return (picks + [None] * slots)[:slots]
 
 
+def fill_empty_picks(picks: list, choices: list[str]) -> list:
+    """A tab's slot values after its lists are read again: with nothing picked beside the first slot (the page as
+    built, before any run), the ``default_picks``; otherwise the picks as they are."""
+    if any(picks[1:]):
+        return list(picks)
+    defaults = default_picks(choices, len(picks))
+    return [picks[0] or defaults[0], *defaults[1:]]
+
+
 def md_escape(text: object) -> str:
     """Text for a gr.Markdown: '<mask>' and friends must show, not vanish as HTML tags."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from app import check_model_spec, default_picks, md_escape, model_choices, warn
+from app import check_model_spec, default_picks, fill_empty_picks, md_escape, model_choices, warn
 from backend.analysis import plots
 from backend.analysis.fill_mask import fill_mask
 from backend.core.errors import DetourError
@@ -116,8 +116,15 @@ def show_surprise(text: str, specs: list[str | None]) -> tuple[str, str]:
     return surprise_html(results), msg
 
 
-def run_choices() -> list[str]:
-    return [c for c in model_choices() if (runs_dir() / c / "config.yaml").exists()]
+def run_choices(choices: list[str] | None = None) -> list[str]:
+    """The runs among ``choices`` (default: every model the tabs offer)."""
+    return [c for c in (model_choices() if choices is None else choices) if (runs_dir() / c / "config.yaml").exists()]
+
+
+def default_run(picks: list, runs: list[str]) -> str | None:
+    """The run the scrub starts on: the detour run among the default picks, else the newest run."""
+    detour = [x for x in picks[1:] if x and x.endswith("-detour")]
+    return (detour or runs or [None])[0]
 
 
 def load_run(run: str | None) -> tuple[dict, str]:
@@ -195,7 +202,7 @@ def build(ctx) -> dict:
 
     choices = model_choices()
     defaults = default_picks(choices, SLOTS)
-    runs = run_choices()
+    runs = run_choices(choices)
     gr.Markdown(INTRO)
     refresh = gr.Button("↻ Refresh the model and run lists", size="sm", elem_id="dt-refresh")
 
@@ -226,9 +233,8 @@ def build(ctx) -> dict:
     s_html = gr.HTML("", elem_id="dt-surprise")
 
     gr.Markdown("### 3 · Through a run\n" + SCRUB_TEXT)
-    detour_runs = [d for d in defaults[1:] if d and d.endswith("-detour")]
     with gr.Row():
-        r_run = gr.Dropdown(choices=runs, value=(detour_runs or runs or [None])[0], label="Run",
+        r_run = gr.Dropdown(choices=runs, value=default_run(defaults, runs), label="Run",
                             allow_custom_value=True, elem_id="dt-run")  # fmt: skip
         r_load = gr.Button("Load its saved models", variant="primary", elem_id="dt-run-btn")
     r_slider = gr.Slider(0, 1, value=0, step=1, label="saved model (drag to scrub)", elem_id="dt-scrub")
@@ -264,15 +270,12 @@ def build(ctx) -> dict:
         """Every list read again (page load, tab select, the button). Empty picks get the defaults, so a pair that
         finished after the page was built is what the surprise and the scrub show; a choice made is kept."""
         *slots, run = picks
-        c, runs_now = model_choices(), run_choices()
-        d = default_picks(c, SLOTS)
-        if not any(slots[1:]):  # nothing picked beside the first model: the base and the newest pair
-            slots = [slots[0] or d[0], *d[1:]]
-        newest_detour = [x for x in d[1:] if x and x.endswith("-detour")]
+        c = model_choices()
+        runs_now, d = run_choices(c), default_picks(c, SLOTS)
         return [
             gr.update(choices=c, value=model or d[0]),
-            *[gr.update(choices=c, value=v) for v in slots],
-            gr.update(choices=runs_now, value=run or (newest_detour or runs_now or [None])[0]),
+            *[gr.update(choices=c, value=v) for v in fill_empty_picks(slots, c)],
+            gr.update(choices=runs_now, value=run or default_run(d, runs_now)),
         ]
 
     outs = [m_model, *s_models, r_run]

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from app import check_model_spec, default_picks, md_escape, model_choices, warn
+from app import check_model_spec, default_picks, fill_empty_picks, md_escape, model_choices, warn
 from backend.analysis import plots
 from backend.analysis.fill_mask import check_text, fill_mask
 from backend.core.errors import DetourError
@@ -90,9 +90,7 @@ def build(ctx) -> dict:
     def lists(*picks):
         """Every list read again; with nothing picked beside the first slot, the base and the newest pair."""
         ch = model_choices()
-        if not any(picks[1:]):
-            picks = [picks[0] or default_picks(ch, SLOTS)[0], *default_picks(ch, SLOTS)[1:]]
-        return [gr.update(choices=ch, value=v) for v in picks]
+        return [gr.update(choices=ch, value=v) for v in fill_empty_picks(list(picks), ch)]
 
     keep_fresh(lists, specs, inputs=specs, button=refresh)
     return {"text": text, "button": go_btn, "plots": outs, "message": msg, "lists": lists}
