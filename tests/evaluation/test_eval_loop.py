@@ -21,13 +21,7 @@ from conftest import require_shared
 NER_HP = dict(epochs=5, lr=2e-3, max_len=64, max_train_examples=300, max_eval_examples=100)
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models on a shared 2-core machine: one thread is ~10x faster than two contending ones."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def broken_model(tmp_path):

@@ -23,12 +23,7 @@ from backend.evaluation.runner import evaluate_models
 HP = dict(epochs=1, lr=1e-3, batch_size=8, max_len=64, max_train_examples=48, max_eval_examples=16)
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class Poisoned:

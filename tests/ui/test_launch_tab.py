@@ -5,14 +5,13 @@ the experiment trackers are a field like the others."""
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 
 from app import launch_tab
-from backend.engine.config import default_config
 from backend.engine.trackers import TRACKERS
 from backend.runs import jobs
+from tests.ui.test_app_handlers import form
 
 
 @pytest.fixture(autouse=True)
@@ -20,18 +19,6 @@ def app_env(tmp_path, monkeypatch, tiny_modernbert_dir):
     monkeypatch.setenv("DETOUR_ALLOWED_ROOTS", str(tiny_modernbert_dir))
     monkeypatch.setenv("DETOUR_UPLOADS_DIR", str(tmp_path / "uploads"))
     monkeypatch.setattr(jobs, "ensure_worker", lambda *a, **k: None)  # nothing trains in these tests
-
-
-def form(model: Path, **changes) -> list:
-    cfg = default_config()
-    cfg.update(name="exp", recipe="clm_detour")
-    cfg["model"]["name"] = str(model)
-    cfg["train"].update(seq_len=64, batch_size=4)
-    cfg["phases"]["main"]["tokens"] = 4096
-    values = launch_tab.config_to_values(cfg)
-    for key, v in changes.items():
-        values[launch_tab.KEYS.index(key.replace("__", "."))] = v
-    return values
 
 
 def test_a_taken_run_name_is_flagged_while_typing_with_a_free_one(tiny_modernbert_dir, isolated_runs_dir):
