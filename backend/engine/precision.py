@@ -25,6 +25,11 @@ CPU_BF16_MIN_SPEEDUP = 1.25  # bf16 autocast also adds casts: take it only where
 PROBE_N = 512
 
 
+def from_mixed(mixed: str) -> str:
+    """Accelerate's mixed_precision (no|bf16|fp16) in ``train.precision``'s words (fp32|bf16|fp16): ``MIXED`` back."""
+    return {"no": "fp32"}.get(str(mixed), str(mixed))
+
+
 def _time_matmul(dtype: torch.dtype, n: int = PROBE_N, reps: int = 3) -> float:
     a = torch.randn(n, n, dtype=torch.float32).to(dtype)
     b = torch.randn(n, n, dtype=torch.float32).to(dtype)

@@ -26,7 +26,7 @@ import torch
 from backend.core import atomic
 from backend.core.errors import ConfigError, DetourError
 from backend.engine.models import quiet_transformers
-from backend.engine.precision import make_accelerator
+from backend.engine.precision import from_mixed, make_accelerator
 
 # The paper's English protocol: AdamW lr 5e-5, wd 0.01, batch 16, 10 epochs (20 for NER), best by dev F1.
 DEFAULT_HPARAMS = {
@@ -108,14 +108,9 @@ def effective_max_len(requested: int, tokenizer, config) -> int:
     return max(8, min(limits))
 
 
-def precision_from_mixed(mixed: str) -> str:
-    """Accelerate's mixed_precision (no|bf16|fp16) in ``train.precision``'s words (fp32|bf16|fp16)."""
-    return {"no": "fp32"}.get(str(mixed), str(mixed))
-
-
 def accelerator_precision(accelerator) -> dict:
     """The precision record for an accelerator that came without one (a caller's own)."""
-    return {"requested": None, "resolved": precision_from_mixed(accelerator.mixed_precision), "why": "given"}
+    return {"requested": None, "resolved": from_mixed(accelerator.mixed_precision), "why": "given"}
 
 
 def _param_groups(model, weight_decay: float):

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 from backend.core.errors import ConfigError, DetourError
 from backend.core.paths import DEMO_NER_DIR, evals_dir
 from backend.engine import trackers
-from backend.engine.precision import bf16_warning, make_accelerator, resolve_precision
+from backend.engine.precision import bf16_warning, from_mixed, make_accelerator, resolve_precision
 from backend.engine.schema import PRECISIONS
 from backend.evaluation import TASKS
 from backend.evaluation.datafiles import subsample
-from backend.evaluation.finetune import effective_max_len, finetune, precision_from_mixed, resolve_hparams
+from backend.evaluation.finetune import effective_max_len, finetune, resolve_hparams
 from backend.evaluation.report import refresh, write_results
 
 if TYPE_CHECKING:
@@ -527,7 +527,7 @@ def run_precision(metrics: dict) -> dict | None:
     if "mixed_precision" in metrics:
         mixed = metrics["mixed_precision"]
         why = f"recorded as mixed_precision {mixed} (older version)"
-        return {"requested": None, "resolved": precision_from_mixed(mixed), "why": why}
+        return {"requested": None, "resolved": from_mixed(mixed), "why": why}
     return None
 
 
