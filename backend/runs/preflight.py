@@ -16,10 +16,10 @@ from backend.engine.data import iter_documents, pack, split_documents, tokenize_
 from backend.engine.models import (
     load_config,
     load_tokenizer,
-    model_config_of,
     resolve_attn_implementation,
     resolve_model,
     resolve_tokenizer,
+    scratch_config,
 )
 from backend.engine.tokenstore import cached_info
 from backend.engine.trackers import check_installed
@@ -46,17 +46,13 @@ def check(cfg: dict, check_data: bool = True) -> dict:
             check_causal_supported(mconf)
         if source.kind != "hub":  # weights present and whole (a hub model is fetched when training starts)
             model_files.check(source.path, source.spec, checksums=check_data)
-        n_layers = int(mconf.num_hidden_layers)
     else:
-        from transformers import AutoConfig
-
-        arch = dict(m["from_scratch"])
         try:
-            mconf = AutoConfig.for_model(arch.pop("model_type", "modernbert"), **arch)
+            mconf = scratch_config(m["from_scratch"])
         except Exception as exc:
             raise ConfigError("model.from_scratch", m["from_scratch"], f"not a valid architecture ({exc})") from exc
-        n_layers = int(mconf.num_hidden_layers)  # the architecture's default when the mapping leaves it out
-    resolve_attn_implementation(m["attn_implementation"], model_config_of(m))  # refuses one that cannot train here
+    n_layers = int(mconf.num_hidden_layers)  # from_scratch: the architecture's default when the mapping leaves it out
+    resolve_attn_implementation(m["attn_implementation"], mconf)  # refuses one that cannot train here
     # only where compile will really be on (auto is off on CPU, and off without a compiler on GPU)
     if resolve_compile(cfg["train"]["compile"], fsdp=cfg["train"]["fsdp"])[0] and cpp_compiler() is None:
         if not torch.cuda.is_available():
