@@ -14,7 +14,6 @@ import io
 import json
 import math
 import random
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from backend.analysis.hidden_states import (
 from backend.analysis.weight_change import relative_weight_change
 from backend.core.errors import DataError, DetourError, ModelSpecError
 from backend.engine.models import ModelSource, load_encoder, load_tokenizer, quiet_transformers, resolve_model
-from backend.engine.rundir import checkpoint_state, list_checkpoints, read_status
+from backend.engine.rundir import read_status, saved_models
 
 VERSION = 1
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -426,19 +425,7 @@ def seed_noise_ratio(d, c) -> float | None:
 
 
 def _checkpoint_points(run_dir: Path, include_final: bool) -> list[dict]:
-    points = []
-    for ck in list_checkpoints(run_dir):
-        if not (ck / "model" / "config.json").exists():
-            continue
-        m = re.search(r"(\d+)$", ck.name)
-        point = {"name": ck.name, "path": str(ck / "model"), "step": int(m.group(1)) if m else None}
-        point.update({"tokens_seen": None, "tag": None, "phase": None})
-        try:
-            st = checkpoint_state(ck)
-            point.update({k: st.get(k, point.get(k)) for k in ("step", "tokens_seen", "tag", "phase")})
-        except (OSError, ValueError):
-            pass
-        points.append(point)
+    points = saved_models(run_dir)
     if include_final and (run_dir / "final" / "config.json").exists():
         st = read_status(run_dir)
         points.append(

@@ -125,3 +125,22 @@ def trained_so_far(run_dir: str | Path) -> dict | None:
 
 def checkpoint_state(ckpt: str | Path) -> dict:
     return json.loads((Path(ckpt) / "trainer_state.json").read_text())
+
+
+def saved_models(run_dir: str | Path) -> list[dict]:
+    """The complete checkpoints that hold a model, oldest first: ``{"name", "path"`` (its ``model/``), ``"step",
+    "tokens_seen", "tag", "phase"}`` from its trainer state (the step from the folder name if that is unreadable)."""
+    points = []
+    for ck in list_checkpoints(run_dir):
+        if not (ck / "model" / "config.json").exists():
+            continue
+        tail = ck.name.rsplit("-", 1)[-1]
+        point = {"name": ck.name, "path": str(ck / "model"), "step": int(tail) if tail.isdigit() else None}
+        point.update({"tokens_seen": None, "tag": None, "phase": None})
+        try:
+            st = checkpoint_state(ck)
+            point.update({k: st.get(k, point.get(k)) for k in ("step", "tokens_seen", "tag", "phase")})
+        except (OSError, ValueError):
+            pass
+        points.append(point)
+    return points

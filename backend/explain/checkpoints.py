@@ -7,7 +7,7 @@ from pathlib import Path
 
 from backend.core.errors import DetourError, ModelSpecError
 from backend.engine.models import resolve_model
-from backend.engine.rundir import checkpoint_state, list_checkpoints, read_config, read_metrics, read_status
+from backend.engine.rundir import read_config, read_metrics, read_status, saved_models
 from backend.explain.surprise import MAX_TOKENS, token_surprise
 
 FEW = 4  # fewer saved points than this and the scrub says how to get more
@@ -41,15 +41,9 @@ def run_checkpoints(run_dir: str | Path) -> dict:
         raise DetourError(f"checkpoints: '{run_dir}' is not a run directory (no config.yaml)")
     cfg, rows, status = read_config(run), read_metrics(run), read_status(run)
     objectives = _objectives(rows)
-    points = []
-    for ck in list_checkpoints(run):
-        if not (ck / "model" / "config.json").exists():
-            continue
-        st = checkpoint_state(ck)
-        phase = st.get("phase")
-        points.append({"label": f"step {st['step']}", "model": str(ck / "model"), "step": st["step"],
-                       "tokens_seen": st.get("tokens_seen"), "phase": phase, "objective": objectives.get(phase),
-                       "tag": st.get("tag")})  # fmt: skip
+    points = [{"label": f"step {ck['step']}", "model": ck["path"], "step": ck["step"], "tokens_seen": ck["tokens_seen"],
+               "phase": ck["phase"], "objective": objectives.get(ck["phase"]), "tag": ck["tag"]}
+              for ck in saved_models(run)]  # fmt: skip
     if (run / "final" / "config.json").exists():
         step = status.get("step")
         if points and points[-1]["step"] == step:  # the last phase-end checkpoint holds the same weights
