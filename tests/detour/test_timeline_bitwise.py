@@ -58,6 +58,26 @@ CASES: dict[str, dict] = {
 }  # fmt: skip
 
 
+# old mapping form -> the same recipe written as a list (no recorded value needed: both train here)
+_DECAY = {"name": "decay", "objective": "mlm", "mlm_probability": 0.15, "shape": "1-sqrt", "final_lr_ratio": 0.1}
+LIST_FORMS: dict[str, tuple[dict, list[dict]]] = {
+    "clm_detour": ({"recipe": "custom"}, [
+        {"name": "main", "objective": "clm", "steps": 3, "shape": "warmup_constant", "warmup_steps": 1},
+        {**_DECAY, "steps": 2}]),
+    "mlm": ({"recipe": "custom"}, [
+        {"name": "main", "objective": "mlm", "mlm_probability": 0.3, "steps": 3, "shape": "warmup_constant",
+         "warmup_tokens": 64}, {**_DECAY, "steps": 2}]),
+    "warmup_freeze": ({"recipe": "custom", "train.weight_decay": 0.1}, [
+        {"name": "warmup", "objective": "mlm", "mlm_probability": 0.3, "steps": 2, "shape": "warmup_constant",
+         "warmup_tokens": 64},
+        {"name": "main", "objective": "clm", "tokens": 192, "freeze": {"layers": "0-1"}},
+        {**_DECAY, "steps": 2, "freeze": {"embeddings": True}}]),
+    "decay_fraction": ({"recipe": "custom", "train.total_tokens": 832}, [
+        {"name": "main", "objective": "clm", "tokens": 640, "shape": "warmup_constant", "warmup_steps": 1},
+        {**_DECAY, "fraction": 192 / 832}]),
+}  # fmt: skip
+
+
 def machine() -> dict:
     """What a recorded checksum depends on besides the code: the CPU (model and ISA flags) and torch."""
     from backend.core.machine import cpu_flags, cpu_name
@@ -109,6 +129,21 @@ def test_old_config_trains_the_recorded_weights(case, seed0_model, tmp_path):
     if recorded["machine"] != machine():
         pytest.skip(f"checksums recorded on {recorded['machine']}, this is {machine()}: kernels may differ")
     assert case_checksums(case, seed0_model, tmp_path / "runs") == recorded["cases"][case]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(LIST_FORMS))
+def test_list_form_trains_the_same_weights_as_the_old_mapping(case, seed0_model, tmp_path):
+    from backend.detour.recipe import build_phases
+    from backend.engine.config import load_config
+
+    sets, phases = LIST_FORMS[case]
+    old_sets = _sets(case, seed0_model, CASES[case])
+    new_sets = _sets(f"{case}-list", seed0_model, sets)
+    assert build_phases(load_config({"phases": phases}, new_sets)) == build_phases(load_config(None, old_sets))
+    old = train_checksums(None, old_sets, tmp_path / "old")
+    new = train_checksums({"phases": phases}, new_sets, tmp_path / "new")
+    assert list(old.values()) == list(new.values())
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--record"]:
