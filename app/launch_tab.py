@@ -84,7 +84,8 @@ def config_to_values(cfg: dict, seeds: str | None = None) -> list:
         if f.key == "seeds":
             out.append(seeds if seeds is not None else str(cfg["train"]["seed"]))
             continue
-        v = _get(cfg, f.key)
+        listed = f.key.startswith("phases.") and isinstance(cfg["phases"], list)  # the timeline editor shows a list
+        v = _get(default_config() if listed else cfg, f.key)
         if f.kind in ("text", "sci", "layers", "optint"):
             v = "" if v is None else (",".join(map(str, v)) if isinstance(v, list) else str(v))
         elif f.kind == "radio" and isinstance(v, bool):  # auto | true | false: the radio shows text
@@ -138,6 +139,8 @@ def values_to_config(values: list, base: dict | None = None) -> tuple[dict, list
         if f.key == "seeds":
             seeds = parse_seeds(v)
             continue
+        if f.key.startswith("phases.") and isinstance(cfg["phases"], list):
+            continue  # the timeline editor's list is the recipe: the preset's phase fields are unused
         if f.kind == "sci":  # a number typed as text: 2e-4
             v = _scalar(f.key, v) if str(v or "").strip() else None
         elif f.kind == "text":
@@ -439,7 +442,7 @@ def build(ctx) -> dict:
                     load_upload = gr.File(
                         label="…or upload a YAML", file_types=[".yaml", ".yml"], height=140, elem_id="config-upload"
                     )
-        with gr.Column(scale=2):
+        with gr.Column(scale=2) as right:
             gr.Markdown("### Preview")
             py_cmd = gr.Code(
                 first["python"], label="CLI command", language="shell", lines=2, interactive=False, elem_id="cmd-python"
@@ -482,6 +485,11 @@ def build(ctx) -> dict:
         concurrency_id="validate",
     )
     gr.on([c.change for c in inputs], on_change, trigger_mode="always_last", api_name="validate", **validate_kw)
+    with right:  # the timeline (editor and drawing) under the preview
+        from app import timeline_editor
+
+        timeline = timeline_editor.build_launch(inputs, values, base, values_to_config, comps["recipe"],
+                                                revalidate=(on_change, validate_kw))  # fmt: skip
 
     def on_launch(*vals):
         *vals, loaded = vals
@@ -536,4 +544,5 @@ def build(ctx) -> dict:
         "python": py_cmd,
         "launch": launch_btn,
         "load": on_change,
+        "timeline": timeline,
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from app import warn
+from app import timeline_editor, warn
 from backend.analysis import plots
 from backend.core.errors import DetourError
 from backend.core.paths import runs_dir
@@ -234,6 +234,9 @@ def build(ctx) -> dict:
         with gr.Row():
             for (_, _, elem_id), fig in zip(FIGURES[i : i + 2], figs0[i : i + 2], strict=True):
                 plots_.append(gr.Plot(value=fig, show_label=False, elem_id=elem_id))
+    timeline_editor.build_runs(
+        compare, axis, refresh_btn, default_selection
+    )  # the phases under the curves, on the same x axis
     with gr.Row():
         with gr.Column(scale=3):
             log_run = gr.Dropdown(

@@ -60,7 +60,8 @@ SCHEMA: list[Key] = [
     Key("recipe", "pair", "choice",
         "clm_detour | mlm | pair (both, same data and budget) | pretrain (from scratch) | hybrid (CLM share, then "
         "MLM) | mask_schedule (MLM, a list of mask rates) | custom (phases written as a list; the default then)",
-        choices=RECIPES, label="Recipe", form=2, form_choices=("pair", "clm_detour", "mlm")),
+        choices=RECIPES, label="Recipe", form=2,
+        form_choices=("pair", "clm_detour", "mlm", "hybrid", "mask_schedule", "custom")),
     # model
     Key("model.name", DEFAULT_MODEL, "str", "bundled name | local folder | run dir | hub id | from_scratch",
         label="Model", form=3, widget="model"),

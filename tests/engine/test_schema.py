@@ -62,7 +62,14 @@ def test_launch_form_fields_come_from_the_schema():
     lr = launch_tab.FIELD_BY_KEY["train.lr"]
     assert lr.label == schema.BY_KEY["train.lr"].label and lr.kind == "sci"
     assert launch_tab.FIELD_BY_KEY["train.precision"].choices == list(schema.PRECISIONS)
-    assert launch_tab.FIELD_BY_KEY["recipe"].choices == ["pair", "clm_detour", "mlm"]
+    assert launch_tab.FIELD_BY_KEY["recipe"].choices == [
+        "pair",
+        "clm_detour",
+        "mlm",
+        "hybrid",
+        "mask_schedule",
+        "custom",
+    ]
     # and the form's defaults are the schema's
     values = dict(zip(launch_tab.KEYS, launch_tab.config_to_values(default_config()), strict=True))
     assert values["train.precision"] == "auto" and values["phases.decay.fraction"] == 0.1
