@@ -183,3 +183,19 @@ def test_the_example_config_trains_the_five_splits_on_one_budget():
     assert len({sum(p.steps for p in s) for s in splits}) == 1
     assert [[p.objective for p in s] for s in splits] == [["mlm"]] + [["clm", "mlm"]] * 3 + [["clm"]]
     assert len({(s[0].schedule, s[0].warmup_steps) for s in splits}) == 1  # one LR shape for every split
+
+
+def test_a_list_survives_the_launch_command_and_fractions_must_cover_the_total():
+    import shlex
+
+    from backend.runs.jobs import command_preview
+
+    cfg = _list([{"objective": "clm", "tokens": 1000, "name": "a"},
+                 {**MLM, "freeze": {"layers": "0-1"}}], recipe="pair")  # fmt: skip
+    argv = shlex.split(command_preview(cfg)["python"])
+    again = load_config(None, [argv[i + 1] for i, a in enumerate(argv) if a == "--set"])
+    assert again["recipe"] == "pair" and build_phases(split_pair(again)[1][1]) == build_phases(split_pair(cfg)[1][1])
+    with pytest.raises(ConfigError) as err:
+        _list([{**MLM, "tokens": None, "fraction": 0.5}, {**MLM, "tokens": None, "fraction": 0.4}],
+              "train.total_tokens=1000")  # fmt: skip
+    assert err.value.key == "train.total_tokens" and "add up to 900" in str(err.value)
