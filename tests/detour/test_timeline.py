@@ -199,3 +199,26 @@ def test_a_list_survives_the_launch_command_and_fractions_must_cover_the_total()
         _list([{**MLM, "tokens": None, "fraction": 0.5}, {**MLM, "tokens": None, "fraction": 0.4}],
               "train.total_tokens=1000")  # fmt: skip
     assert err.value.key == "train.total_tokens" and "add up to 900" in str(err.value)
+
+
+@pytest.mark.slow
+def test_a_listed_pair_trains_its_baseline_on_the_same_data(tiny_modernbert_dir, one_torch_thread):
+    from backend.engine.rundir import read_metrics
+    from backend.runs.train import prepare_runs, train_run
+    from conftest import tiny_train_cfg
+
+    base = tiny_train_cfg(tiny_modernbert_dir, "lp", recipe="pair")
+    base["phases"] = [{"objective": "clm", "steps": 3, "name": "detour"},
+                      {"objective": "mlm", "steps": 2, "mlm_probability": 0.15, "shape": "1-sqrt"}]  # fmt: skip
+    runs = prepare_runs(load_config(base))
+    assert [r.name for r in runs] == ["lp-detour", "lp-mlm"]
+    rows = {}
+    for run in runs:
+        assert train_run(run)["state"] == "done"
+        rows[run.name] = read_metrics(run)
+    phases = {n: [(r["phase"], r["objective"], r["mlm_probability"]) for r in m if r["type"] == "phase"]
+              for n, m in rows.items()}  # fmt: skip
+    assert phases == {"lp-detour": [("detour", "clm", None), ("p2-mlm", "mlm", 0.15)],
+                      "lp-mlm": [("detour", "mlm", 0.3), ("p2-mlm", "mlm", 0.15)]}  # fmt: skip
+    hashes = {n: [(r["step"], r["data_hash"], r["lr"]) for r in m if r["type"] == "train"] for n, m in rows.items()}
+    assert hashes["lp-detour"] == hashes["lp-mlm"]  # same batches, same LR, step by step
