@@ -204,6 +204,8 @@ def build_launch(inputs: list, values: list, base, to_config, recipe, revalidate
     draw = lambda *v: form_figure(list(v[:-1]), v[-1], to_config)  # noqa: E731
     gr.on([c.change for c in inputs] + [base.change], draw, inputs=[*inputs, base], outputs=[plot],
           trigger_mode="always_last", **hidden)  # fmt: skip
+    shown = lambda b: phases_to_rows(b["phases"]) if b and isinstance(b.get("phases"), list) else gr.skip()  # noqa: E731
+    base.change(shown, inputs=[base], outputs=[table], **hidden)  # a loaded config's list fills the table
     if revalidate is not None:
         handler, kw = revalidate
         base.change(handler, **{**kw, **hidden})
