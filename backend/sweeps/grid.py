@@ -57,8 +57,13 @@ def parse_axis(item: str) -> Axis:
     return Axis(key.strip(), values)
 
 
+def _show(v) -> str:
+    """A value as a label: a path by its last part (the run a cell starts from), anything else as written."""
+    return v.rstrip("/").rsplit("/", 1)[-1] if isinstance(v, str) and "/" in v else str(v)
+
+
 def _slug(v) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(v)).strip("_.")[:24] or "x"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", _show(v).replace("{seed}", "")).strip("_.-")[-24:] or "x"
 
 
 def expand_cells(axes: list[Axis]) -> list[Cell]:
@@ -66,7 +71,7 @@ def expand_cells(axes: list[Axis]) -> list[Cell]:
     cells = []
     for i, combo in enumerate(itertools.product(*(a.values for a in axes))):
         values = {a.key: v for a, v in zip(axes, combo, strict=True)}
-        label = ", ".join(f"{a.short}={v}" for a, v in zip(axes, combo, strict=True))
+        label = ", ".join(f"{a.short}={_show(v)}" for a, v in zip(axes, combo, strict=True))
         slug = "-".join([f"c{i:02d}", *(f"{_slug(a.short)}{_slug(v)}" for a, v in zip(axes, combo, strict=True))])
         cells.append(Cell(i, values, label, slug[:80]))
     return cells
@@ -79,9 +84,13 @@ def seed_list(base_seed: int, n: int) -> list[int]:
 
 
 def run_config(base: dict, cell: Cell, seed: int, sweep_name: str) -> dict:
-    """The validated config of one (cell, seed): the base, the cell's axis values, the seed and a unique name."""
+    """The validated config of one (cell, seed): the base, the cell's axis values, the seed and a unique name.
+    A string value may hold ``{seed}``: each seed gets its own value (a continued-pretraining cell starts from the
+    run of the same seed)."""
     raw = copy.deepcopy(base)
     for key, value in cell.values.items():
+        if isinstance(value, str) and "{seed}" in value:  # a per-seed value: e.g. the model a run continues from
+            value = value.replace("{seed}", str(seed))
         apply_override(raw, key, value, scope="config")
     raw["train"]["seed"] = int(seed)
     raw["name"] = f"{sweep_name}-{cell.slug}-s{seed}"[:100]

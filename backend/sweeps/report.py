@@ -236,8 +236,8 @@ def render_markdown(rep: dict) -> str:
     return "\n".join(lines)
 
 
-def _html(rep: dict, md: str, fig_dir: Path) -> str:
-    """A self-contained page: the markdown's tables as HTML plus the interactive figures inline."""
+def md_to_html(md: str, figs: list, title: str) -> str:
+    """A page from this module's markdown (headings, paragraphs, pipe tables) with plotly figures below it."""
     import plotly.io as pio
 
     body = []
@@ -254,11 +254,11 @@ def _html(rep: dict, md: str, fig_dir: Path) -> str:
             body.append(f"<h2>{html.escape(block[3:])}</h2>")
         elif block.strip():
             body.append(f"<p>{html.escape(block)}</p>")
-    for k in rep["tables"]:
-        body.append(pio.to_html(figure(rep, k), full_html=False, include_plotlyjs=False))
+    for fig in figs:
+        body.append(pio.to_html(fig, full_html=False, include_plotlyjs=False))
     style = "body{font-family:sans-serif;max-width:1000px;margin:auto}td,th{border:1px solid #ccc;padding:3px 6px}"
     return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>Sweep {html.escape(rep['name'])}</title>"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<script src='https://cdn.plot.ly/plotly-2.35.2.min.js'></script><style>{style}</style></head>"
         f"<body>{''.join(body)}</body></html>"
     )
@@ -272,5 +272,6 @@ def write_report(out: str | Path, png: bool = True) -> dict:
     md = render_markdown(rep)
     atomic.write_json(out / "report.json", rep)
     atomic.write_text(out / "report.md", md)
-    atomic.write_text(out / "report.html", _html(rep, md, out / "figures"))
+    figs = [figure(rep, k) for k in rep["tables"]]
+    atomic.write_text(out / "report.html", md_to_html(md, figs, f"Sweep {rep['name']}"))
     return rep
