@@ -8,7 +8,7 @@ Examples::
     python -m backend sweep --resume sweeps/NAME --wait          # after a crash or kill: re-queue what is left
     python -m backend sweep --cancel sweeps/NAME
     python -m backend sweep --status sweeps/NAME
-    python -m backend sweep --report sweeps/NAME                 # measure what finished and rewrite the report
+    python -m backend sweep --report sweeps/NAME [--wait]        # (wait,) measure what finished, write the report
 """
 
 from __future__ import annotations
@@ -96,7 +96,9 @@ def run(args: argparse.Namespace) -> int:
     if args.status:
         _print_status(sweep.sweep_status(args.status))
         return 0
-    if args.report:
+    if args.report:  # with --wait: wait for the cells first (what the app's detached waiter runs)
+        if args.wait:
+            sweep.wait(args.report, progress=lambda st: print(f"{st['name']}: {sweep._counts_line(st['counts'])}"))
         _print_report(sweep.finish(args.report))
         return 0
     if args.resume:

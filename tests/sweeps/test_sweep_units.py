@@ -157,3 +157,47 @@ def test_a_pinning_worker_runs_one_run_per_gpu(tmp_path, monkeypatch):
     # never two runs on one GPU at once: the third run started only after one of the first two ended
     assert rows[2][2] - rows[0][2] > 0.5
     assert all(rundir.read_status(root / f"r{i}")["gpu"] in ("0", "1") for i in range(4))
+
+
+# --------------------------------------------------------------------------------------------------------- report
+
+
+def test_report_from_known_values(tiny_modernbert_dir, tmp_path, monkeypatch):
+    """A sweep folder whose runs 'finished' with known held-out losses: the table, the paired deltas, the verdicts
+    and the seeds needed are the textbook numbers, and the app's view draws the figure."""
+    from backend.core import atomic, paths
+    from backend.engine import rundir
+    from backend.sweeps.manifest import write_manifest
+    from backend.sweeps.report import write_report
+
+    monkeypatch.setenv(paths.SWEEPS_ENV, str(tmp_path / "sweeps"))
+    m = plan_sweep(_base(tiny_modernbert_dir), grid=["recipe=mlm,clm_detour"], seeds=3, name="known")
+    out = tmp_path / "sweeps" / "known"
+    write_manifest(out, {**m, "state": "running"})
+    losses = {"mlm": [2.0, 2.2, 1.9], "clm_detour": [2.1, 2.45, 2.0]}  # diffs 0.1, 0.25, 0.1
+    for c in m["cells"]:
+        for i, (_seed, run) in enumerate(sorted(c["runs"].items())):
+            d = out / "runs" / run
+            d.mkdir(parents=True)
+            (d / "config.yaml").write_text("{}")
+            rundir.write_status(d, state="done")
+            atomic.write_json(out / "results" / f"{run}.json", {"heldout_mlm_loss": losses[c["values"]["recipe"]][i]})
+    rep = write_report(out, png=False)
+    ref, det = rep["tables"]["heldout_mlm_loss"]
+    assert ref["reference"] and ref["delta"] is None
+    assert det["mean"] == pytest.approx(sum(losses["clm_detour"]) / 3)
+    diffs = [0.1, 0.25, 0.1]
+    d = det["delta"]
+    ci = sps.t.interval(0.95, 2, loc=sum(diffs) / 3, scale=sps.sem(diffs))
+    assert d["mean"] == pytest.approx(0.15) and d["ci95"] == pytest.approx(list(ci))
+    assert d["verdict"] == "inconclusive"  # [-0.065, 0.365]: contains 0
+    sd = sps.tstd(diffs)
+    assert d["seeds_needed"] == seeds_needed(0.15, sd) and d["seeds_needed"] > 3
+    md = (out / "report.md").read_text()
+    assert f"inconclusive (~{d['seeds_needed']} seeds to detect)" in md and "lower is better" in md
+    assert (out / "figures" / "heldout_mlm_loss.html").exists() and "<table>" in (out / "report.html").read_text()
+
+    from app import sweeps_tab
+
+    v = sweeps_tab.view("known")
+    assert v["figure"] is not None and "6 done" in v["status"]
