@@ -148,11 +148,13 @@ def causal_attention(model, input_ids: torch.Tensor, pad_mask: torch.Tensor | No
             m.is_causal = o
 
 
-def check_causal_supported(config) -> None:
+def check_causal_supported(config, phase: str | None = None) -> None:
+    """A CLM phase (``phase`` names it) needs an architecture whose attention this module can make causal."""
     if model_family(config) is None:
+        where = f"phase '{phase}' is CLM, and a CLM phase" if phase else "the CLM detour"
         raise ConfigError(
             "model.name",
             getattr(config, "model_type", "?"),
-            "the CLM detour needs an architecture whose attention can be made causal: ModernBERT, BERT, RoBERTa, "
-            "CamemBERT, XLM-RoBERTa (use recipe: mlm for others)",
+            f"{where} needs an architecture whose attention can be made causal: ModernBERT, BERT, RoBERTa, "
+            "CamemBERT, XLM-RoBERTa (use MLM phases only for others)",
         )

@@ -1,10 +1,18 @@
 """The recipe: which phases run, with what objective, attention, masking, LR and frozen parameters.
 
-``clm_detour``: [warmup MLM?] -> main: CLM (causal attention, next-token through the MLM head)
-                -> decay: bidirectional MLM 15%, ``decay.fraction`` of main's tokens, LR 1-sqrt to 10%.
-``mlm``:        [warmup MLM?] -> main: MLM 30% (bidirectional)  -> the same decay.
-``pretrain``:   from-scratch MLM (main) -> the same decay.
-``pair``:       ``clm_detour`` and ``mlm`` with the same seed, data order and budgets (two runs).
+**A recipe is a timeline: an ordered list of phases.** Each phase has an objective (``clm``: causal attention,
+next token through the MLM head; ``mlm``: bidirectional, ``mlm_probability`` masked), a budget (``tokens``,
+``steps`` or ``fraction`` of ``train.total_tokens``), an LR shape (``warmup_constant`` | ``constant`` | ``1-sqrt`` |
+``linear``) and what it keeps frozen. ``phases`` may be written as that list (``recipe: custom``); the named
+presets expand to one (``timeline``):
+
+``clm_detour``:    [warmup MLM?] -> main: CLM -> decay: MLM 15%, ``decay.fraction`` of main's tokens, 1-sqrt to 10%.
+``mlm``:           [warmup MLM?] -> main: MLM 30% (bidirectional)  -> the same decay.
+``pretrain``:      from-scratch MLM (main) -> the same decay.
+``pair``:          ``clm_detour`` and ``mlm`` with the same seed, data order and budgets (two runs); with a list,
+                   the list and its baseline, each CLM phase replaced by MLM at ``pair.mlm_probability``.
+``hybrid``:        CLM for ``hybrid.clm_share`` of ``hybrid.tokens``, then MLM (the seed paper's splits).
+``mask_schedule``: MLM at each of ``mask_schedule.rates`` in turn (mmBERT: 30% -> 15% -> 5%).
 
 **One optimizer spans all phases.** AdamW is built once (``build_optimizer``) and its state (moments,
 step counts) is carried from phase to phase untouched. A phase change changes only three things: the
@@ -28,17 +36,18 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from backend.engine.config import parse_layer_range
+from backend.core.errors import ConfigError
+from backend.engine.config import default_phase_name, parse_layer_range
 from backend.engine.models import parameter_groups
 
 
 @dataclass(frozen=True)
 class Phase:
-    name: str  # warmup | main | decay
+    name: str  # warmup | main | decay (presets), or the list's names
     objective: str  # clm | mlm
-    mlm_probability: float  # masking rate (MLM phases)
+    mlm_probability: float | None  # masking rate (MLM phases)
     steps: int  # optimizer steps
-    schedule: str  # warmup_constant | 1-sqrt | linear
+    schedule: str  # warmup_constant | constant | 1-sqrt | linear
     warmup_steps: int = 0  # linear LR warm-up at the start of this phase (warmup_constant only)
     final_lr_ratio: float = 0.1  # where 1-sqrt / linear end, as a fraction of the peak
     freeze_layers: tuple[int, ...] = ()  # transformer blocks left untouched in this phase
@@ -52,7 +61,7 @@ class Phase:
 
     def lr_factor(self, step: int) -> float:
         """Multiplier of the peak LR at ``step`` (0-based) within this phase."""
-        if self.schedule == "warmup_constant":
+        if self.schedule in ("warmup_constant", "constant"):
             if self.warmup_steps > 0 and step < self.warmup_steps:
                 return (step + 1) / self.warmup_steps
             return 1.0
@@ -87,52 +96,184 @@ def _steps(p: dict, tps: int, default_tokens: int | None = None) -> int:
     return math.ceil(tokens / tps) if tokens else 0
 
 
-def _freeze(cfg: dict, phase: str, num_layers: int | None) -> dict:
-    fr = cfg["phases"][phase]["freeze"]
-    layers = parse_layer_range(fr["layers"], f"phases.{phase}.freeze.layers", num_layers)
-    return {"freeze_layers": tuple(layers), "freeze_embeddings": fr["embeddings"], "freeze_head": fr["head"]}
+def _freeze(fr: dict | None) -> dict:
+    fr = fr or {}
+    return {"layers": fr.get("layers"), "embeddings": bool(fr.get("embeddings")), "head": bool(fr.get("head"))}
+
+
+def _lr_warmup(cfg: dict, tps: int, default_steps: int) -> int:
+    """LR warm-up steps: ``train.warmup_tokens``, else 10% of ``default_steps`` (at least one)."""
+    wt = cfg["train"]["warmup_tokens"]
+    return math.ceil(wt / tps) if wt is not None else max(1, round(0.1 * default_steps))
+
+
+def _phase(
+    name: str,
+    objective: str,
+    steps: int,
+    rate: float | None = None,
+    shape: str = "constant",
+    warmup_steps: int = 0,
+    final_lr_ratio: float = 0.1,
+    freeze: dict | None = None,
+    key: str = "",
+) -> dict:
+    """One resolved phase as plain data (budget in steps); ``key`` is where its settings come from, for errors.
+    A warm-up of no steps is the constant shape (one name for one LR curve)."""
+    shape = "constant" if shape == "warmup_constant" and not warmup_steps else shape
+    return {"name": name, "objective": objective, "mlm_probability": rate if objective == "mlm" else None,
+            "steps": steps, "shape": shape, "warmup_steps": warmup_steps, "final_lr_ratio": final_lr_ratio,
+            "freeze": _freeze(freeze), "key": key}  # fmt: skip
+
+
+def _detour_preset(cfg: dict, tps: int) -> list[dict]:
+    """clm_detour / mlm / pretrain: [warmup MLM] -> main -> decay, from the ``phases`` mapping."""
+    ph = cfg["phases"]
+    warm_steps, main_steps = _steps(ph["warmup"], tps), _steps(ph["main"], tps)
+    lr_warmup = min(_lr_warmup(cfg, tps, main_steps), warm_steps or main_steps)  # in the first phase only
+    out = []
+    if warm_steps:
+        out.append(_phase("warmup", "mlm", warm_steps, ph["warmup"]["mlm_probability"], "warmup_constant", lr_warmup,
+                          key="phases.warmup"))  # fmt: skip
+    main = "clm" if cfg["recipe"] == "clm_detour" else "mlm"  # the detour: the one line where the recipes differ
+    out.append(_phase("main", main, main_steps, ph["main"]["mlm_probability"], "warmup_constant",
+                      0 if warm_steps else lr_warmup, freeze=ph["main"]["freeze"], key="phases.main"))  # fmt: skip
+    d = ph["decay"]
+    decay_steps = _steps(d, tps, default_tokens=round(d["fraction"] * main_steps * tps))
+    if decay_steps:  # no warm-up: from the peak straight down to final_lr_ratio of it
+        out.append(_phase("decay", "mlm", decay_steps, d["mlm_probability"], d["shape"],
+                          final_lr_ratio=d["final_lr_ratio"], freeze=d["freeze"], key="phases.decay"))  # fmt: skip
+    return out
+
+
+def _hybrid_preset(cfg: dict, tps: int) -> list[dict]:
+    """CLM for ``clm_share`` of the budget, then MLM: the objective splits of Gisserot-Boukhlef et al. (2025),
+    "Should We Still Pretrain Encoders with Masked Language Modeling?" (arXiv 2507.00994; the blog in
+    ``../shared/papers/``): 100% MLM, 25/75, 50/50, 75/25 and 100% CLM at fixed budgets, CLM first.
+
+    The MLM part masks ``hybrid.mlm_probability`` = 40%, the rate the seed paper states ("a 22,000-step CPT ...
+    using a 40% masking ratio"). The blog gives no LR schedule, so every split gets the same one: a linear
+    warm-up over the run's first ``train.warmup_tokens`` (default 10% of the budget), then constant, and
+    optionally a 1-sqrt decay to 10% over the last ``hybrid.decay_fraction``. The split moves only where the
+    objective (and the attention) changes; a zero-length part (share 0 or 1) is left out."""
+    h = cfg["hybrid"]
+    total = math.ceil(h["tokens"] / tps)
+    clm = round(h["clm_share"] * total)
+    parts = [
+        _phase("clm", "clm", clm, key="hybrid.clm_share"),
+        _phase("mlm", "mlm", total - clm, h["mlm_probability"], key="hybrid.clm_share"),
+    ]
+    parts = [p for p in parts if p["steps"]]
+    decay = round(h["decay_fraction"] * total)
+    if decay:
+        last = parts[-1]
+        if decay > last["steps"]:
+            raise ConfigError("hybrid.decay_fraction", h["decay_fraction"],
+                              f"the decay ({decay} steps) is longer than the {last['objective'].upper()} part "
+                              f"({last['steps']} steps): it would change objective mid-decay")  # fmt: skip
+        last["steps"] -= decay
+        parts.append(_phase("decay", last["objective"], decay, last["mlm_probability"], "1-sqrt",
+                            key="hybrid.decay_fraction"))  # fmt: skip
+        parts = [p for p in parts if p["steps"]]
+    warm = _lr_warmup(cfg, tps, total)
+    first = parts[0]
+    if warm > first["steps"] or first["shape"] != "constant":
+        raise ConfigError("hybrid.clm_share", h["clm_share"],
+                          f"the first phase ({first['name']}, {first['steps']} steps) is shorter than the LR warm-up "
+                          f"({warm} steps): every split shares one LR shape; lower train.warmup_tokens")  # fmt: skip
+    first.update(shape="warmup_constant" if warm else "constant", warmup_steps=warm)
+    return parts
+
+
+def _mask_schedule_preset(cfg: dict, tps: int) -> list[dict]:
+    """MLM at each rate in turn, one optimizer throughout, e.g. mmBERT's 30% -> 15% -> 5% (arXiv 2509.06888):
+    the budget split by ``shares`` (equal by default), an LR warm-up in the first phase, and the last phase
+    decaying (``decay_shape``) when there are several. A rate whose share rounds to no step is left out."""
+    m = cfg["mask_schedule"]
+    rates = m["rates"]
+    shares = m["shares"] or [1 / len(rates)] * len(rates)
+    total = math.ceil(m["tokens"] / tps)
+    bounds = [round(sum(shares[: i + 1]) * total) for i in range(len(rates))]
+    steps = [b - a for a, b in zip([0, *bounds[:-1]], bounds, strict=True)]
+    names = [f"mask{r * 100:g}".replace(".", "_") for r in rates]
+    names = [n if names.count(n) == 1 else f"{n}-{i + 1}" for i, n in enumerate(names)]
+    parts = [_phase(n, "mlm", s, r, key="mask_schedule.rates") for n, s, r in zip(names, steps, rates, strict=True)]
+    parts = [p for p in parts if p["steps"]]
+    if len(parts) > 1 and m["decay_shape"] != "constant":
+        parts[-1]["shape"] = m["decay_shape"]
+    warm = min(_lr_warmup(cfg, tps, total), parts[0]["steps"])
+    parts[0].update(shape="warmup_constant" if warm else "constant", warmup_steps=warm)
+    return parts
+
+
+def _listed(cfg: dict, tps: int) -> list[dict]:
+    """A ``phases`` list resolved: budgets in steps, defaults filled in (``check_phase_list`` has run)."""
+    total = cfg["train"]["total_tokens"]
+    out = []
+    for i, p in enumerate(cfg["phases"]):
+        if p.get("steps") is not None:
+            steps = int(p["steps"])
+        else:
+            tokens = p["tokens"] if p.get("tokens") is not None else round(p["fraction"] * total)
+            steps = math.ceil(tokens / tps)
+        if steps <= 0:
+            raise ConfigError(f"phases[{i}]", p, "an empty phase (its budget rounds to no step)")
+        if p.get("warmup_steps") is not None:
+            warm = p["warmup_steps"]
+        else:
+            warm = math.ceil(p["warmup_tokens"] / tps) if p.get("warmup_tokens") else 0
+        shape = p.get("shape", "constant")
+        fr = p.get("final_lr_ratio")
+        out.append(_phase(p.get("name") or default_phase_name(i, p["objective"]), p["objective"], steps,
+                          p.get("mlm_probability"), shape, min(warm, steps), 0.1 if fr is None else fr,
+                          p.get("freeze"), key=f"phases[{i}]"))  # fmt: skip
+    return out
+
+
+PRESETS = {"clm_detour": _detour_preset, "mlm": _detour_preset, "pretrain": _detour_preset,
+           "hybrid": _hybrid_preset, "mask_schedule": _mask_schedule_preset}  # fmt: skip
+
+
+def timeline(cfg: dict, world_size: int = 1) -> list[dict]:
+    """The phases of a validated single-run config as plain data (budgets in steps): the written list, or the
+    named preset's expansion. A pair is two runs: split it first (``split_pair``)."""
+    tps = tokens_per_step(cfg, world_size)
+    if isinstance(cfg["phases"], list):
+        return _listed(cfg, tps)
+    assert cfg["recipe"] in PRESETS, "pair is split into two runs before training"
+    return PRESETS[cfg["recipe"]](cfg, tps)
 
 
 def build_phases(cfg: dict, world_size: int = 1, num_layers: int | None = None) -> list[Phase]:
     """The recipe's phases for a validated single-run config (``num_layers`` range-checks the freeze sets)."""
-    recipe = cfg["recipe"]
-    assert recipe in ("clm_detour", "mlm", "pretrain"), "pair is split into two runs before training"
-    ph = cfg["phases"]
-    tps = tokens_per_step(cfg, world_size)
-    warm_steps, main_steps = _steps(ph["warmup"], tps), _steps(ph["main"], tps)
-    wt = cfg["train"]["warmup_tokens"]
-    lr_warmup = math.ceil(wt / tps) if wt is not None else max(1, round(0.1 * main_steps))
-    lr_warmup = min(lr_warmup, warm_steps or main_steps)  # LR warm-up happens in the first phase only
-
-    phases: list[Phase] = []
-    if warm_steps:
-        phases.append(Phase("warmup", "mlm", ph["warmup"]["mlm_probability"], warm_steps, "warmup_constant", lr_warmup))
-    phases.append(
-        Phase(
-            "main",
-            "clm" if recipe == "clm_detour" else "mlm",  # the detour: the one line where the recipes differ
-            ph["main"]["mlm_probability"],
-            main_steps,
-            "warmup_constant",
-            0 if warm_steps else lr_warmup,
-            **_freeze(cfg, "main", num_layers),
-        )
-    )
-    d = ph["decay"]
-    decay_steps = _steps(d, tps, default_tokens=round(d["fraction"] * main_steps * tps))
-    if decay_steps:  # no warm-up: from the peak straight down to final_lr_ratio of it
-        phases.append(
-            Phase(
-                "decay",
-                "mlm",
-                d["mlm_probability"],
-                decay_steps,
-                d["shape"],
-                final_lr_ratio=d["final_lr_ratio"],
-                **_freeze(cfg, "decay", num_layers),
-            )
-        )
+    phases = []
+    for d in timeline(cfg, world_size):
+        fr = d["freeze"]
+        layers = parse_layer_range(fr["layers"], f"{d['key']}.freeze.layers", num_layers)
+        phases.append(Phase(d["name"], d["objective"], d["mlm_probability"], d["steps"], d["shape"],
+                            d["warmup_steps"], d["final_lr_ratio"], tuple(layers), fr["embeddings"],
+                            fr["head"]))  # fmt: skip
     return phases
+
+
+def expand_phases(cfg: dict, world_size: int = 1, lr_points: int = 40) -> list[dict]:
+    """The resolved timeline as plain data, for drawing and for other tools: per phase its name, objective,
+    attention, mask rate, steps and tokens (start, end), LR shape, frozen blocks, and ``lr`` as [tokens, factor of
+    the peak] points. A pair gives its detour run's timeline (``split_pair`` for both)."""
+    cfg = split_pair(cfg)[0][1]
+    tps = tokens_per_step(cfg, world_size)
+    out, start = [], 0
+    for d, p in zip(timeline(cfg, world_size), build_phases(cfg, world_size), strict=True):
+        at = sorted({0, *range(0, p.steps, max(1, p.steps // lr_points)), p.warmup_steps, p.steps - 1} - {-1})
+        at = [s for s in at if s < p.steps]
+        lr = [[(start + s) * tps, p.lr_factor(s)] for s in at] + [[(start + p.steps) * tps, p.lr_factor(p.steps)]]
+        out.append({**{k: v for k, v in d.items() if k != "key"}, "causal": p.causal,
+                    "attention": "causal" if p.causal else "bidirectional",
+                    "freeze": {**d["freeze"], "layers": list(p.freeze_layers)},
+                    "start_step": start, "end_step": start + p.steps, "tokens": p.steps * tps,
+                    "start_tokens": start * tps, "end_tokens": (start + p.steps) * tps, "lr": lr})  # fmt: skip
+        start += p.steps
+    return out
 
 
 def locate(phases: list[Phase], global_step: int) -> tuple[int, int]:
@@ -146,16 +287,29 @@ def locate(phases: list[Phase], global_step: int) -> tuple[int, int]:
 
 
 def split_pair(cfg: dict) -> list[tuple[str | None, dict]]:
-    """A pair config -> [(role, cfg)] named '<name>-detour' and '<name>-mlm'; anything else -> [(None, cfg)]."""
+    """A pair config -> [(role, cfg)] named '<name>-detour' and '<name>-mlm'; anything else -> [(None, cfg)].
+
+    With ``phases`` as a list, the detour run trains the list and the baseline the same list with each CLM phase
+    replaced by MLM at ``pair.mlm_probability``: same budgets, LR shapes and frozen sets (``recipe: custom``)."""
     if cfg["recipe"] != "pair":
         return [(None, cfg)]
+    listed = isinstance(cfg["phases"], list)
     out = []
     for role, recipe in (("detour", "clm_detour"), ("mlm", "mlm")):
         c = copy.deepcopy(cfg)
-        c["recipe"], c["name"] = recipe, f"{cfg['name']}-{role}"
+        c["recipe"], c["name"] = ("custom" if listed else recipe), f"{cfg['name']}-{role}"
+        if listed and role == "mlm":
+            rate = cfg["pair"]["mlm_probability"]
+            c["phases"] = [{**p, "objective": "mlm", "mlm_probability": rate} if p["objective"] == "clm" else p
+                           for p in c["phases"]]  # fmt: skip
         c["_meta"] = {**c.get("_meta", {}), "pair": cfg["name"], "role": role}
         out.append((role, c))
     return out
+
+
+def first_causal_phase(cfg: dict) -> str | None:
+    """The name of the first CLM phase of any run ``cfg`` trains (a pair: both), else None."""
+    return next((p.name for _, c in split_pair(cfg) for p in build_phases(c) if p.causal), None)
 
 
 def drop_frozen_grads(params: list[nn.Parameter]) -> None:

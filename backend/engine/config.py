@@ -82,14 +82,22 @@ def parse_override(item: str) -> tuple[str, Any]:
 
 def apply_override(cfg: dict, key: str, value: Any, scope: str | None = None) -> None:
     """Set a dotted ``key`` in a nested dict; only existing keys (``scope`` names the dict in errors)."""
-    node = cfg
+    node, in_phase = cfg, False
     parts = key.split(".")
     for i, p in enumerate(parts[:-1]):
-        if not isinstance(node.get(p), dict):
+        if isinstance(node, list):  # phases written as a list: phases.1.tokens=500
+            if not (p.isdigit() and int(p) < len(node) and isinstance(node[int(p)], dict)):
+                where = ".".join(parts[:i])
+                raise ConfigError(key, value, f"'{where}' is a list: name a phase by its index 0-{len(node) - 1}")
+            node, in_phase = node[int(p)], True
+            continue
+        if not isinstance(node.get(p), dict | list):
             where = f" of the {scope}" if scope else ""
             raise ConfigError(key, value, f"'{'.'.join(parts[: i + 1])}' is not a section{where}")
         node = node[p]
-    if parts[-1] not in node:
+    if isinstance(node, list):
+        raise ConfigError(key, value, "a list: set one phase's key by its index, e.g. phases.0.tokens=1000")
+    if parts[-1] not in node and not (in_phase and parts[-1] in PHASE_KEYS):
         raise ConfigError(
             key, value, f"unknown {scope + ' ' if scope else ''}key; allowed here: {', '.join(sorted(node))}"
         )
@@ -116,9 +124,18 @@ def load_config(path: str | Path | dict | None = None, overrides: list[str] | tu
         if not isinstance(raw, dict):
             raise ConfigError("config", str(path), "the top level must be a mapping")
         _merge(cfg, raw)
+        _list_is_the_recipe(cfg, raw)
+    if isinstance(path, dict):
+        _list_is_the_recipe(cfg, path)
     for item in overrides:
         apply_override(cfg, *parse_override(item))
     return validate_config(cfg)
+
+
+def _list_is_the_recipe(cfg: dict, given: dict) -> None:
+    """Phases written as a list with no recipe named: the list is the recipe (not the default ``pair``)."""
+    if isinstance(given.get("phases"), list) and "recipe" not in given:
+        cfg["recipe"] = "custom"
 
 
 # --- validation -------------------------------------------------------------------------------
@@ -156,6 +173,13 @@ def check_key(k: schema.Key, v):
         parse_layer_range(v, k.key)
     if k.kind == "trackers":
         return parse_report_to(v, k.key)
+    if k.kind == "rates":
+        if not isinstance(v, list) or not v:
+            raise ConfigError(k.key, v, "expected a list of numbers in (0, 1), e.g. [0.3, 0.15, 0.05]")
+        for i, x in enumerate(v):
+            if isinstance(x, bool) or not isinstance(x, int | float) or not 0 < x < 1:
+                raise ConfigError(f"{k.key}[{i}]", x, "expected a number in (0, 1)")
+        return [float(x) for x in v]
     if k.kind == "betas" and not (
         isinstance(v, list) and len(v) == 2 and all(isinstance(b, (int, float)) and 0 <= b < 1 for b in v)
     ):
@@ -209,7 +233,10 @@ def parse_layer_range(value, key: str, num_layers: int | None = None) -> list[in
 
 def validate_config(cfg: dict) -> dict:
     """Check every key against the schema, then the rules that involve several keys. Returns the same dict."""
+    listed = isinstance(cfg.get("phases"), list)
     for k in SCHEMA:
+        if listed and k.key.startswith("phases."):
+            continue  # the list form: checked phase by phase below
         *parents, leaf = k.key.split(".")
         node = cfg
         for p in parents:
@@ -251,11 +278,134 @@ def validate_config(cfg: dict) -> dict:
         )
     if t["fsdp"] and t["compile"] is True:  # auto resolves to off with FSDP
         raise ConfigError("train.compile", True, "not supported together with train.fsdp here; set one of them false")
-    if not (ph["main"]["tokens"] or ph["main"]["steps"]):
+    if listed:
+        if cfg["recipe"] not in ("custom", "pair"):
+            raise ConfigError(
+                "recipe",
+                cfg["recipe"],
+                "phases is written as a list, which is the recipe: use recipe: custom (or leave it out), or pair to "
+                "also train its MLM baseline",
+            )
+        check_phase_list(cfg)
+    elif cfg["recipe"] == "custom":
+        raise ConfigError("phases", ph, "recipe custom needs phases written as a list (see the README's Config)")
+    elif cfg["recipe"] == "mask_schedule":
+        shares = cfg["mask_schedule"]["shares"]
+        rates = cfg["mask_schedule"]["rates"]
+        if shares is not None and (len(shares) != len(rates) or not math.isclose(sum(shares), 1.0)):
+            raise ConfigError(
+                "mask_schedule.shares", shares, f"one share per rate ({len(rates)}), adding up to 1 (null = equal)"
+            )
+    elif cfg["recipe"] != "hybrid" and not (ph["main"]["tokens"] or ph["main"]["steps"]):
         raise ConfigError(
             "phases.main.tokens", ph["main"]["tokens"], "the main phase needs a budget > 0 (tokens or steps)"
         )
     return cfg
+
+
+# --- phases written as a list --------------------------------------------------------------------
+
+PHASE_KEYS = ("name", "objective", "tokens", "steps", "fraction", "mlm_probability", "shape", "warmup_tokens",
+              "warmup_steps", "final_lr_ratio", "freeze")  # fmt: skip
+BUDGETS = ("tokens", "steps", "fraction")
+FREEZE_KEYS = ("layers", "embeddings", "head")
+
+
+def check_phase_list(cfg: dict) -> None:
+    """Every phase of a list is complete and means one thing; the budgets add up to ``train.total_tokens``.
+
+    Errors name the phase by its index, e.g. ``phases[1].mlm_probability``. Phases are normalised in place (numbers
+    as int/float); defaults (shape ``constant``, ``final_lr_ratio`` 0.1, no freezing) are left to the recipe."""
+    phases, t = cfg["phases"], cfg["train"]
+    if not phases:
+        raise ConfigError("phases", phases, "an empty list: give at least one phase")
+    tps = t["batch_size"] * t["grad_accum"] * t["seq_len"]
+    names: set[str] = set()
+    spent, fractions = 0.0, []
+    for i, p in enumerate(phases):
+        key = f"phases[{i}]"
+        if not isinstance(p, dict):
+            raise ConfigError(key, p, "expected a mapping with objective (clm | mlm) and tokens, steps or fraction")
+        if unknown := [k for k in p if k not in PHASE_KEYS]:
+            raise ConfigError(f"{key}.{unknown[0]}", p[unknown[0]], f"unknown key; allowed: {', '.join(PHASE_KEYS)}")
+        if p.get("objective") not in schema.OBJECTIVES:
+            raise ConfigError(f"{key}.objective", p.get("objective"), "allowed: clm (causal), mlm (bidirectional)")
+        budgets = [b for b in BUDGETS if p.get(b) is not None]
+        if not budgets:
+            raise ConfigError(key, p, "an empty phase: give it tokens, steps or fraction (of train.total_tokens)")
+        if len(budgets) > 1:
+            raise ConfigError(f"{key}.{budgets[1]}", p[budgets[1]], f"{key} has {budgets[0]} already: give one budget")
+        b = budgets[0]
+        hi = (1, False) if b == "fraction" else (None, False)
+        p[b] = _number(p[b], f"{key}.{b}", integer=b != "fraction", lo=0, lo_open=True, hi=hi[0])
+        if b == "fraction":
+            fractions.append((key, p[b]))
+        else:
+            spent += p[b] * (tps if b == "steps" else 1)
+        rate = p.get("mlm_probability")
+        if p["objective"] == "mlm":
+            if rate is None:
+                raise ConfigError(f"{key}.mlm_probability", None, "an MLM phase needs its masking rate, in (0, 1)")
+            p["mlm_probability"] = _number(rate, f"{key}.mlm_probability", lo=0, lo_open=True, hi=1, hi_open=True)
+        elif rate is not None:
+            raise ConfigError(f"{key}.mlm_probability", rate, "a CLM phase masks nothing: leave it out")
+        shape = p.get("shape", "constant")
+        if shape not in schema.LR_SHAPES:
+            raise ConfigError(f"{key}.shape", shape, f"allowed: {', '.join(schema.LR_SHAPES)}")
+        warm = [w for w in ("warmup_tokens", "warmup_steps") if p.get(w) is not None]
+        if warm and shape != "warmup_constant":
+            raise ConfigError(f"{key}.{warm[0]}", p[warm[0]], "an LR warm-up belongs to shape: warmup_constant")
+        if len(warm) > 1:
+            raise ConfigError(f"{key}.warmup_steps", p["warmup_steps"], "give warmup_tokens or warmup_steps")
+        for w in warm:
+            p[w] = _number(p[w], f"{key}.{w}", integer=True, lo=0)
+        if p.get("final_lr_ratio") is not None:
+            if shape not in schema.DECAY_SHAPES:
+                raise ConfigError(f"{key}.final_lr_ratio", p["final_lr_ratio"], "only a 1-sqrt or linear shape ends")
+            p["final_lr_ratio"] = _number(p["final_lr_ratio"], f"{key}.final_lr_ratio", lo=0, hi=1)
+        _check_freeze(p.get("freeze"), f"{key}.freeze")
+        name = p.get("name")
+        if name is not None and (not isinstance(name, str) or not is_plain_name(name)):
+            raise ConfigError(f"{key}.name", name, "letters, digits, '_', '-' or '.' (it names checkpoints)")
+        name = name or default_phase_name(i, p["objective"])
+        if name in names:
+            raise ConfigError(f"{key}.name", name, "another phase has this name; names tag each phase's checkpoint")
+        names.add(name)
+    total = t["total_tokens"]
+    if fractions and total is None:
+        raise ConfigError(f"{fractions[0][0]}.fraction", fractions[0][1], "a fraction of train.total_tokens: set it")
+    if total is not None:
+        planned = spent + sum(f for _, f in fractions) * total
+        if not math.isclose(planned, total, rel_tol=1e-9):
+            raise ConfigError(
+                "train.total_tokens",
+                total,
+                f"the phases add up to {planned:,.0f} tokens ({len(phases)} phases: tokens, steps x {tps} tokens per "
+                "step, fractions of this total); make them add up to it or leave train.total_tokens out",
+            )
+
+
+def default_phase_name(index: int, objective: str) -> str:
+    """An unnamed phase of a list: ``p1-clm``, ``p2-mlm``..."""
+    return f"p{index + 1}-{objective}"
+
+
+def _check_freeze(fr, key: str) -> None:
+    if fr is None:
+        return
+    if not isinstance(fr, dict):
+        raise ConfigError(key, fr, "expected a mapping: {layers: '0-7', embeddings: false, head: false}")
+    if unknown := [k for k in fr if k not in FREEZE_KEYS]:
+        raise ConfigError(f"{key}.{unknown[0]}", fr[unknown[0]], f"unknown key; allowed: {', '.join(FREEZE_KEYS)}")
+    parse_layer_range(fr.get("layers"), f"{key}.layers")
+    for b in ("embeddings", "head"):
+        if not isinstance(fr.get(b, False), bool):
+            raise ConfigError(f"{key}.{b}", fr[b], "expected true or false")
+
+
+def _number(v, key: str, integer: bool = False, **bounds):
+    """``v`` checked like a schema number (kind, finite, range), for keys inside a phase list."""
+    return check_key(schema.Key(key, None, "int" if integer else "float", "", **bounds), v)
 
 
 def config_to_yaml(cfg: dict, annotated: bool = False) -> str:

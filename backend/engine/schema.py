@@ -14,10 +14,12 @@ from typing import Any
 from backend.core.paths import DEFAULT_MODEL
 from backend.engine.trackers import TRACKERS
 
-RECIPES = ("clm_detour", "mlm", "pair", "pretrain")
+RECIPES = ("clm_detour", "mlm", "pair", "pretrain", "hybrid", "mask_schedule", "custom")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flex_attention", "flash_attention_2")
 DECAY_SHAPES = ("1-sqrt", "linear")
+LR_SHAPES = ("warmup_constant", "constant", *DECAY_SHAPES)  # of a phase in the list form
+OBJECTIVES = ("clm", "mlm")
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,7 @@ class Key:
     key: str
     default: Any
     kind: str  # int | float | bool | autobool (auto|true|false) | str | choice | layers | betas | mapping | path |
-    # trackers (a list of choices)
+    # trackers (a list of choices) | rates (a list of numbers in (0, 1))
     help: str
     lo: float | None = None
     hi: float | None = None
@@ -55,7 +57,9 @@ _FREEZE_HELP = "blocks kept bit-identical: a range like '0-7' or '0-3,6' (blank/
 SCHEMA: list[Key] = [
     Key("name", "detour", "str", "run name: letters, digits, _ - . (a folder under runs/; never overwritten)",
         label="Run name", form=1),
-    Key("recipe", "pair", "choice", "clm_detour | mlm | pair (both, same data and budget) | pretrain (from scratch)",
+    Key("recipe", "pair", "choice",
+        "clm_detour | mlm | pair (both, same data and budget) | pretrain (from scratch) | hybrid (CLM share, then "
+        "MLM) | mask_schedule (MLM, a list of mask rates) | custom (phases written as a list; the default then)",
         choices=RECIPES, label="Recipe", form=2, form_choices=("pair", "clm_detour", "mlm")),
     # model
     Key("model.name", DEFAULT_MODEL, "str", "bundled name | local folder | run dir | hub id | from_scratch",
@@ -99,6 +103,9 @@ SCHEMA: list[Key] = [
         label="Weight decay (decoupled)", form=35, advanced=True, widget="sci"),
     Key("train.warmup_tokens", None, "int", "linear LR warm-up at the start; null = 10% of the main phase", lo=0,
         optional=True, label="LR warm-up tokens (blank = 10% of main)", form=13),
+    Key("train.total_tokens", None, "int", "the run's token budget when phases is a list: phases given as a "
+        "fraction take their share of it, and the list's budgets must add up to it (null = the sum of the list)",
+        lo=1, optional=True),
     Key("train.max_grad_norm", 1.0, "float", "gradient clipping; null = none", lo=0, optional=True),
     Key("train.fsdp", False, "bool", "shard the model across GPUs (accelerate launch)"),
     Key("train.compile", "auto", "autobool",
@@ -136,6 +143,25 @@ SCHEMA: list[Key] = [
     Key("phases.decay.freeze.embeddings", False, "bool", "keep the embeddings fixed in the decay",
         label="Freeze embeddings during decay", form=19),
     Key("phases.decay.freeze.head", False, "bool", "keep the head fixed in the decay"),
+    # presets that expand to a phase list (backend/detour/recipe.py)
+    Key("pair.mlm_probability", 0.30, "float",
+        "pair with phases as a list: the baseline's masking rate, in place of each CLM phase", lo=0, hi=1,
+        lo_open=True, hi_open=True),
+    Key("hybrid.clm_share", 0.5, "float", "recipe hybrid: the share of hybrid.tokens trained with CLM first "
+        "(0 = pure MLM, 1 = pure CLM); the rest is MLM", lo=0, hi=1),
+    Key("hybrid.tokens", 200_000, "int", "recipe hybrid: the run's total token budget, CLM and MLM together", lo=1),
+    Key("hybrid.mlm_probability", 0.40, "float", "recipe hybrid: masking rate of the MLM part (seed paper: 40%)",
+        lo=0, hi=1, lo_open=True, hi_open=True),
+    Key("hybrid.decay_fraction", 0.0, "float", "recipe hybrid: an LR decay (1-sqrt to 10%) over this last share "
+        "of the run, same objective (0 = warm-up then constant, as far as the seed paper says)", lo=0, hi=1,
+        hi_open=True),
+    Key("mask_schedule.rates", [0.30, 0.15, 0.05], "rates",
+        "recipe mask_schedule: MLM masking rates, one phase each, in order (mmBERT: 0.30, 0.15, 0.05)"),
+    Key("mask_schedule.tokens", 200_000, "int", "recipe mask_schedule: the run's total token budget", lo=1),
+    Key("mask_schedule.shares", None, "rates", "recipe mask_schedule: each rate's share of the budget, adding up "
+        "to 1 (null = equal shares)", optional=True),
+    Key("mask_schedule.decay_shape", "1-sqrt", "choice", "recipe mask_schedule: LR shape of the last phase "
+        "(down to 10% of the peak) when there are several; constant = no decay", choices=LR_SHAPES[1:]),
     # logging
     Key("logging.log_every", 5, "int", "steps between training-loss rows", lo=1,
         label="Log every (steps)", form=37, advanced=True),

@@ -9,7 +9,7 @@ import torch
 
 from backend.core.errors import ConfigError, DataError
 from backend.detour.attention import check_causal_supported
-from backend.detour.recipe import build_phases, split_pair
+from backend.detour.recipe import build_phases, first_causal_phase, split_pair
 from backend.engine import model_files
 from backend.engine.compiling import cpp_compiler, resolve_compile
 from backend.engine.data import iter_documents, pack, split_documents, tokenize_documents
@@ -42,8 +42,8 @@ def check(cfg: dict, check_data: bool = True) -> dict:
     if m["name"] != "from_scratch":
         source = resolve_model(m["name"])
         mconf = load_config(source, m["trust_remote_code"])
-        if cfg["recipe"] in ("clm_detour", "pair"):
-            check_causal_supported(mconf)
+        if clm := first_causal_phase(cfg):
+            check_causal_supported(mconf, clm)
         if source.kind != "hub":  # weights present and whole (a hub model is fetched when training starts)
             model_files.check(source.path, source.spec, checksums=check_data)
     else:
