@@ -210,10 +210,29 @@ def cpt_manifest(s: dict, out: Path, splits: dict) -> dict:
     )
 
 
-def _stage(out: Path, name: str, log: Callable[[str], None]) -> float:
-    log(f"== {name}")
-    atomic.write_json(out / "status.json", {"state": "running", "step": name, "updated_at": time.time()})
+STAGES = ("splits", "cpt", "report")
+
+
+def _status(out: Path, state: str, step: str | None, **extra) -> None:
+    """status.json in the detour replication's words (state, current_step, pid, steps_total): the Reports tab
+    reads both studies' folders alike."""
+    import os
+
+    st = {"state": state, "current_step": step, "pid": os.getpid(), "steps_total": len(STAGES)}
+    atomic.write_json(out / "status.json", {**st, "study": "hybrid-splits", "updated_at": time.time(), **extra})
+
+
+def _stage(out: Path, step: str, title: str, log: Callable[[str], None]) -> float:
+    log(f"== {step}: {title}")
+    _status(out, "running", step)
     return time.time()
+
+
+def _done(out: Path, step: str, t0: float) -> float:
+    """A step marker (``steps/<step>.json``, what the Reports tab counts) with the step's wall time."""
+    took = time.time() - t0
+    atomic.write_json(out / "steps" / f"{step}.json", {"elapsed_s": took, "finished_at": time.time()})
+    return took
 
 
 def run_hybrid(s: dict, out: str | Path, log: Callable[[str], None] = print) -> dict:
@@ -227,22 +246,23 @@ def run_hybrid(s: dict, out: str | Path, log: Callable[[str], None] = print) -> 
         raise ReplicationError(f"{out} holds another study; pick another --out")
     atomic.write_json(settings_file, {**s, "study": "hybrid-splits"})
     times = {}
-    t = _stage(out, "splits: train 5 splits x 2 budgets x seeds", log)
+    t = _stage(out, "splits", "train 5 splits x 2 budgets x seeds", log)
     splits = splits_manifest(s)
     sweep.launch(splits, out / "splits")
     sweep.wait(out / "splits", progress=lambda st: log(f"   splits: {sweep._counts_line(st['counts'])}"))
-    times["splits_train_s"] = time.time() - t
-    t = _stage(out, "cpt: continue pure CLM and pure MLM with MLM 40%", log)
+    times["splits_train_s"] = _done(out, "splits", t)
+    t = _stage(out, "cpt", "continue pure CLM and pure MLM with MLM 40%", log)
     cpt = cpt_manifest(s, out, splits)
     sweep.launch(cpt, out / "cpt")
     sweep.wait(out / "cpt", progress=lambda st: log(f"   cpt: {sweep._counts_line(st['counts'])}"))
-    times["cpt_train_s"] = time.time() - t
-    t = _stage(out, "NER fine-tuning and sweep reports", log)
+    times["cpt_train_s"] = _done(out, "cpt", t)
+    t = _stage(out, "report", "NER fine-tuning of every run and the reports", log)
     sweep.finish(out / "splits", log)
     sweep.finish(out / "cpt", log)
     times["eval_s"] = time.time() - t
     rep = write_hybrid_report(out, times)
-    atomic.write_json(out / "status.json", {"state": "done", "step": None, "updated_at": time.time()})
+    _done(out, "report", t)
+    _status(out, "done", None)
     return rep
 
 

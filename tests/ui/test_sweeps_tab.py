@@ -58,3 +58,16 @@ def test_the_form_refuses_a_grid_with_unmatched_budgets(roots, tiny_modernbert_d
     with pytest.raises(DetourError, match="allow-unmatched-budget"):
         sweeps_tab.start_sweep(cfg, "", "train.batch_size", "4,8", "phases.decay.steps", "1,2", 1, 1)
     assert sweeps_tab.sweep_names() == []
+
+
+def test_the_reports_tab_does_not_start_the_hybrid_study_twice(tmp_path, monkeypatch):
+    import os
+
+    from app import reports_tab
+    from backend.core import atomic
+
+    monkeypatch.setenv(paths.REPORTS_ENV, str(tmp_path / "reports"))
+    atomic.write_json(tmp_path / "reports" / "hybrid-quick" / "status.json", {"state": "running", "pid": os.getpid()})
+    with pytest.raises(DetourError, match="already running"):
+        reports_tab.launch_hybrid("quick")
+    assert reports_tab.status_text("hybrid-quick")[0].startswith("**hybrid-quick**: running")
