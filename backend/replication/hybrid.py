@@ -237,9 +237,9 @@ def _done(out: Path, step: str, t0: float) -> float:
 
 def run_hybrid(s: dict, out: str | Path, log: Callable[[str], None] = print) -> dict:
     """Run (or resume) the study into ``out`` and write its report; returns the report."""
-    from backend.sweeps import sweep
-
     import os
+
+    from backend.sweeps import sweep
 
     # the cells train side by side: one BLAS thread pool each over this machine's cores, not each over all of them
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // s["max_concurrent"])))
