@@ -105,9 +105,21 @@ def test_cancel_stops_the_rest_of_a_sweep(tmp_path, tiny_modernbert_dir):
     assert st["finished"] and st["counts"].get("cancelled", 0) >= 3  # at most the first one had started
 
 
-def test_submitit_local_executor_trains_every_cell(tmp_path, tiny_modernbert_dir):
+def test_submitit_local_executor_trains_every_cell_and_evaluates_it(tmp_path, tiny_modernbert_dir):
+    """Each run a submitit job (LocalExecutor), then NER fine-tuning and CKA against the reference cell."""
+    from backend.core.paths import DEMO_CORPUS, DEMO_NER_DIR
+
+    ev = {
+        "task": "ner",
+        "data": str(DEMO_NER_DIR),
+        "seeds": 1,
+        "hparams": {"epochs": 1, "max_train_examples": 16, "max_eval_examples": 16, "max_len": 32},
+        "cka_texts": str(DEMO_CORPUS),
+        "cka_n_texts": 8,
+        "cka_max_len": 32,
+    }
     m = sweep.plan_sweep(
-        _config(tmp_path, tiny_modernbert_dir), grid=["recipe=mlm,clm_detour"], seeds=1, executor="local"
+        _config(tmp_path, tiny_modernbert_dir), grid=["recipe=mlm,clm_detour"], seeds=1, executor="local", evaluation=ev
     )
     res = sweep.run_sweep(m, tmp_path / "sw", wait_for=True, progress=lambda s: None)
     out = Path(res["out"])
@@ -115,4 +127,8 @@ def test_submitit_local_executor_trains_every_cell(tmp_path, tiny_modernbert_dir
     assert sorted(ids) == sorted(r for c in m["cells"] for r in c["runs"].values())
     assert set(sweep.cell_states(out).values()) == {"done"}
     assert not (out / "runs" / ".queue.lock").exists() or jobs.worker_pid(out / "runs") is None  # no queue used
-    assert len(res["report"]["tables"]["heldout_mlm_loss"]) == 2
+    tables = res["report"]["tables"]
+    assert len(tables["heldout_mlm_loss"]) == 2 and res["report"]["primary"] == "finetune"
+    assert all(0 <= row["mean"] <= 1 for row in tables["finetune"])  # a test F1 per cell
+    cka = {row["label"]: row["mean"] for row in tables["cka_divergence"]}
+    assert cka["recipe=mlm"] is None and 0 < cka["recipe=clm_detour"] < 1  # the reference is not compared to itself
