@@ -34,8 +34,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="sweep folder (default sweeps/<name>, root $DETOUR_SWEEPS_DIR)")
     p.add_argument("--reference", help="first-axis value the others are compared with (default: its first value)")
     p.add_argument("--wait", action="store_true", help="wait for every cell, evaluate and write the report")
-    p.add_argument("--max-concurrent", type=int, default=1, help="cells training at once (CPU slots)")
-    p.add_argument("--pin-gpus", action="store_true", help="one cell per GPU, pinned with CUDA_VISIBLE_DEVICES")
+    p.add_argument(
+        "--max-concurrent", type=int, help="cells training at once (default: one per GPU on a GPU box, else 1)"
+    )
+    p.add_argument(
+        "--pin-gpus",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one cell per GPU, each pinned with CUDA_VISIBLE_DEVICES (default: on where there are GPUs)",
+    )
     p.add_argument(
         "--allow-unmatched-budget",
         action="store_true",

@@ -60,15 +60,23 @@ def plan_sweep(
     allow_unmatched_budget: bool = False,
     evaluation: dict | None = None,
     executor: str = "queue",
-    max_concurrent: int = 1,
-    pin_gpus: bool = False,
+    max_concurrent: int | None = None,
+    pin_gpus: bool | None = None,
     slurm: dict | None = None,
 ) -> dict:
     """The manifest of a sweep, checked (every run config validates, the budgets are matched); nothing on disk.
 
     ``reference``: the value of the first axis every other value is compared with, within each value of the second
     axis (default: the first axis' first value). ``evaluation``: ``{"task": "ner"|"classification"|None, "data",
-    "seeds", "hparams", "cka_texts", "cka_n_texts", "cka_max_len"}``; the held-out MLM loss is always read."""
+    "seeds", "hparams", "cka_texts", "cka_n_texts", "cka_max_len"}``; the held-out MLM loss is always read.
+    ``pin_gpus`` None: pin one cell per GPU where this machine has GPUs; ``max_concurrent`` None: one cell per GPU
+    when pinning, else 1 (on CPU the user sets the slots)."""
+    from backend.runs.gpus import visible_gpus
+
+    if pin_gpus is None:
+        pin_gpus = executor == "queue" and bool(visible_gpus())
+    if max_concurrent is None:
+        max_concurrent = len(visible_gpus()) if pin_gpus else 1
     if not grid:
         raise ConfigError("--grid", None, "give at least one axis, e.g. --grid phases.main.tokens=20000,40000")
     if len(grid) > 2:

@@ -201,3 +201,12 @@ def test_report_from_known_values(tiny_modernbert_dir, tmp_path, monkeypatch):
 
     v = sweeps_tab.view("known")
     assert v["figure"] is not None and "6 done" in v["status"]
+
+
+def test_a_gpu_box_gets_one_pinned_cell_per_gpu_by_default(tiny_modernbert_dir, monkeypatch):
+    monkeypatch.setenv("DETOUR_GPUS", "0,1,2")
+    m = plan_sweep(_base(tiny_modernbert_dir), grid=["recipe=mlm,clm_detour"])
+    assert m["pin_gpus"] is True and m["max_concurrent"] == 3
+    monkeypatch.setenv("DETOUR_GPUS", "")
+    m = plan_sweep(_base(tiny_modernbert_dir), grid=["recipe=mlm,clm_detour"])
+    assert m["pin_gpus"] is False and m["max_concurrent"] == 1
