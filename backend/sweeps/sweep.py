@@ -291,9 +291,23 @@ def wait(
             return st
         if st["executor"] == "queue" and st["counts"].get("queued") and st.get("state") != "cancelled":
             jobs.ensure_worker(out / "runs", st["max_concurrent"], pin_gpus=st["pin_gpus"])
+        elif st["executor"] != "queue":
+            _fail_orphans(out, st["run_states"])
         if timeout_s is not None and time.time() - t0 > timeout_s:
             raise SweepError(f"{out}: still running after {timeout_s:.0f} s ({st['counts']})")
         time.sleep(poll_s)
+
+
+def _fail_orphans(out: Path, states: dict[str, str]) -> None:
+    """A queued run whose submitit job is gone (killed by the cluster before the trainer started) will never
+    start: mark it failed so the sweep ends and ``--resume`` submits it again."""
+    from backend.sweeps.cluster import job_alive
+
+    for run, state in states.items():
+        if state == "queued" and not job_alive(out, run):
+            time.sleep(1.0)  # a job that just started may be about to write "running"
+            if rundir.read_status(out / "runs" / run).get("state") == "queued" and not job_alive(out, run):
+                rundir.write_status(out / "runs" / run, state="failed", error="its submitit job ended without training")
 
 
 def finish(out: str | Path, progress: Callable[[str], None] = print) -> dict:
