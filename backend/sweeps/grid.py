@@ -63,7 +63,8 @@ def _show(v) -> str:
 
 
 def _slug(v) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", _show(v).replace("{seed}", "")).strip("_.-")[-24:] or "x"
+    shown = _show(v).replace("-s{seed}", "").replace("{seed}", "")
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", shown).strip("_.-")[-24:].strip("_.-") or "x"
 
 
 def expand_cells(axes: list[Axis]) -> list[Cell]:
