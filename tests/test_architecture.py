@@ -1,6 +1,6 @@
 """The architecture as a test: data flows config -> data -> detour -> run dir -> analysis/evaluation -> sweeps
--> replication -> commands/app. Every import (function-local ones too) may only point to the same or a lower layer, and no two
-modules import each other, directly or through others."""
+-> replication -> commands/app. Every import (function-local ones too) may only point to the same or a lower layer,
+and no two modules import each other, directly or through others."""
 
 from __future__ import annotations
 
