@@ -176,13 +176,13 @@ def _find_browser() -> str | None:
 
 
 def write_figures(rep: dict, fig_dir: Path, png: bool = True) -> dict:
-    """figures/<metric>.html (plotly, standalone) and, where kaleido finds a Chromium, figures/<metric>.png."""
+    """figures/<metric>.html (plotly, standalone, offline) and, where kaleido finds a Chromium, figures/<metric>.png."""
     fig_dir.mkdir(parents=True, exist_ok=True)
     figs = {k: figure(rep, k) for k in rep["tables"]}
     files = {"html": [], "png": [], "png_error": None}
     for k, f in figs.items():
         p = fig_dir / f"{k}.html"
-        f.write_html(str(p), include_plotlyjs="cdn")
+        f.write_html(str(p), include_plotlyjs=True)  # standalone: opens offline
         files["html"].append(str(p))
     if png and figs:
         browser = _find_browser()
@@ -254,12 +254,12 @@ def md_to_html(md: str, figs: list, title: str) -> str:
             body.append(f"<h2>{html.escape(block[3:])}</h2>")
         elif block.strip():
             body.append(f"<p>{html.escape(block)}</p>")
-    for fig in figs:
-        body.append(pio.to_html(fig, full_html=False, include_plotlyjs=False))
+    for i, fig in enumerate(figs):  # plotly.js inlined once: the page opens offline, from disk, anywhere
+        body.append(pio.to_html(fig, full_html=False, include_plotlyjs=i == 0))
     style = "body{font-family:sans-serif;max-width:1000px;margin:auto}td,th{border:1px solid #ccc;padding:3px 6px}"
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<script src='https://cdn.plot.ly/plotly-2.35.2.min.js'></script><style>{style}</style></head>"
+        f"<style>{style}</style></head>"
         f"<body>{''.join(body)}</body></html>"
     )
 
