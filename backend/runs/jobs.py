@@ -7,7 +7,8 @@
 * The worker takes queued runs oldest first, at most ``max_concurrent`` at once (``DETOUR_MAX_CONCURRENT``,
   default 1), launching each as ``python -m backend train --run-dir DIR [--resume]`` -- an argv list, never a
   shell -- detached, with stdout+stderr appended to ``DIR/train.log``. It exits when nothing is queued and none of
-  its own children runs.
+  its own children runs. Started with ``--pin-gpus`` (sweeps on a GPU box), it runs one run per GPU, each launched
+  with ``CUDA_VISIBLE_DEVICES`` set to a GPU no other running run holds (``backend.runs.gpus``).
 * ``ROOT/.queue.lock`` holds the worker's pid under an ``flock``: a second worker exits at once. Before exiting, a
   worker clears the pid, releases the lock and looks at the queue once more, so a run submitted at that moment
   is never stranded (``ensure_worker`` starts a new worker whenever the lock file names no live worker).
