@@ -103,6 +103,16 @@ def test_cancel_stops_the_rest_of_a_sweep(tmp_path, tiny_modernbert_dir):
     assert msgs and json.loads((out / "sweep.json").read_text())["state"] == "cancelled"
     st = sweep.wait(out, poll_s=0.5, timeout_s=120)
     assert st["finished"] and st["counts"].get("cancelled", 0) >= 3  # at most the first one had started
+    # the same sweep again (what re-running the same command does) re-queues the cancelled runs; another is refused
+    again = sweep.plan_sweep(_config(tmp_path, tiny_modernbert_dir), grid=["recipe=mlm,clm_detour"], seeds=2)
+    assert sweep.launch(again, out) == out and "queued" in sweep.cell_states(out).values()
+    sweep.cancel(out)
+    other = sweep.plan_sweep(
+        _config(tmp_path, tiny_modernbert_dir), grid=["phases.decay.mlm_probability=0.15,0.2"], seeds=2
+    )
+    with pytest.raises(sweep.SweepError, match="another sweep"):
+        sweep.launch(other, out)
+    sweep.wait(out, poll_s=0.5, timeout_s=120)
 
 
 def test_submitit_local_executor_trains_every_cell_and_evaluates_it(tmp_path, tiny_modernbert_dir):
