@@ -10,7 +10,17 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 import gradio as gr  # noqa: E402
 
-from app import analyze_tab, detour_tab, fill_mask_tab, launch_tab, ner_tab, reports_tab, runs_tab, uploads_dir  # noqa: E402
+from app import (  # noqa: E402
+    analyze_tab,
+    detour_tab,
+    fill_mask_tab,
+    launch_tab,
+    ner_tab,
+    reports_tab,
+    runs_tab,
+    sweeps_tab,
+    uploads_dir,
+)
 
 DEFAULT_MAX_UPLOAD = 50 * 1024 * 1024
 CSS = """
@@ -27,6 +37,7 @@ THEME = gr.themes.Soft(
 TABS = (
     ("Launch", "launch", launch_tab),
     ("Runs", "runs", runs_tab),
+    ("Sweeps", "sweeps", sweeps_tab),
     ("Analyze", "analyze", analyze_tab),
     ("Detour", "detour", detour_tab),
     ("Fill-mask", "fill-mask", fill_mask_tab),

@@ -144,6 +144,21 @@ def launch_quick(name: str = "quick", extra_args: list[str] | None = None) -> tu
     return f"Started the quick preset in `{out}` (pid {proc.pid}). {time_note()} The status below updates.", name
 
 
+def launch_hybrid(preset: str = "quick") -> tuple[str, str]:
+    """Start ``python -m backend replicate --study hybrid-splits --preset P`` (the second paper's study) detached
+    into ``<reports>/hybrid-<preset>``; a finished or interrupted one resumes. Returns (message, name)."""
+    from backend.replication.hybrid import resolve_hybrid
+    from backend.replication.replicate import read_state, start_detached
+
+    name = f"hybrid-{preset}"
+    out = reports_dir() / name
+    if read_state(out).get("state") == "running":
+        raise DetourError(f"'{name}' is already running (pid {read_state(out).get('pid')}); wait for it to finish")
+    resolve_hybrid(preset)  # data absent: said here, not in a log
+    proc = start_detached(out, preset, ["--study", "hybrid-splits"])
+    return f"Started the second paper's study ({preset}) in `{out}` (pid {proc.pid}). The status below updates.", name
+
+
 def quick_duration() -> tuple[float, str]:
     """(seconds, how they were had) for the quick preset: the step times of the newest finished quick
     replication on this machine when there is one (what it really took), else the plan's estimate."""
@@ -211,6 +226,7 @@ def build(ctx) -> dict:
         )
         refresh_btn = gr.Button("Refresh", scale=1, min_width=120)
         launch_btn = gr.Button(button, variant="primary", scale=2, elem_id="rep-launch")
+        hybrid_btn = gr.Button("Run the second paper's study (quick, ~15 min)", scale=2, elem_id="rep-launch-hybrid")
     gr.Markdown(
         f"{time_note()} The quick preset shows the pipeline; `--preset mini` (about an hour) is the one to read "
         "results from.",
@@ -268,9 +284,9 @@ def build(ctx) -> dict:
         value = name if name in names_now else (names_now[0] if names_now else None)
         return [gr.update(choices=names_now, value=value, visible=bool(names_now)), *show(value)]
 
-    def launch():
+    def launch(study: str = "detour"):
         try:
-            msg, name = launch_quick("quick")
+            msg, name = launch_quick("quick") if study == "detour" else launch_hybrid("quick")
         except DetourError as exc:
             return [f"**Not started:** {exc}", gr.skip(), *([gr.skip()] * len(view_outs))]
         names_now = list_reports()
@@ -279,6 +295,7 @@ def build(ctx) -> dict:
     pick.change(show, inputs=[pick], outputs=view_outs, show_progress="hidden", api_name="report_view")
     keep_fresh(listing, [pick, *view_outs], inputs=[pick], button=refresh_btn)
     launch_btn.click(launch, outputs=[launch_msg, pick, *view_outs], api_name="replicate_quick")
+    hybrid_btn.click(lambda: launch("hybrid"), outputs=[launch_msg, pick, *view_outs], api_name="replicate_hybrid")
     timer.tick(
         poll, inputs=[pick, seen], outputs=view_outs, show_progress="hidden", queue=False, api_visibility="private"
     )

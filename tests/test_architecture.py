@@ -1,6 +1,6 @@
-"""The architecture as a test: data flows config -> data -> detour -> run dir -> analysis/evaluation -> replication
--> commands/app. Every import (function-local ones too) may only point to the same or a lower layer, and no two
-modules import each other, directly or through others."""
+"""The architecture as a test: data flows config -> data -> detour -> run dir -> analysis/evaluation -> sweeps
+-> replication -> commands/app. Every import (function-local ones too) may only point to the same or a lower layer,
+and no two modules import each other, directly or through others."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ LAYERS = {  # package -> layer; an import may go sideways within a package or do
     "backend.runs": 3,
     "backend.explain": 3,
     "backend.bundle": 3,
-    "backend.replication": 4,
-    "backend.commands": 5,
-    "backend.__main__": 6,
-    "app": 7,
+    "backend.sweeps": 4,
+    "backend.replication": 5,
+    "backend.commands": 6,
+    "backend.__main__": 7,
+    "app": 8,
 }
 
 

@@ -8,10 +8,15 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--max-concurrent", type=int, default=None, help="training jobs at once (default: DETOUR_MAX_CONCURRENT or 1)"
     )
+    parser.add_argument(
+        "--pin-gpus", action="store_true", help="one run per GPU, each pinned with CUDA_VISIBLE_DEVICES (sweeps)"
+    )
     parser.add_argument("--poll", type=float, default=1.0, help="seconds between looks at the queue")
 
 
 def run(args) -> int:
+    from backend.runs.gpus import visible_gpus
     from backend.runs.jobs import run_worker
 
-    return run_worker(args.root, max_concurrent=args.max_concurrent, poll_s=args.poll)
+    gpus = visible_gpus() if args.pin_gpus else None
+    return run_worker(args.root, max_concurrent=args.max_concurrent, poll_s=args.poll, gpus=gpus)

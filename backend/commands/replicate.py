@@ -7,6 +7,7 @@ Examples::
     python -m backend replicate --preset mini --model runs/my-base --corpus ../my_corpus --out reports/mine
     python -m backend replicate --preset quick --plan          # print the plan and sizes, run nothing
     python -m backend replicate --out reports/quick --report-only
+    python -m backend replicate --study hybrid-splits --preset quick   # the second paper -> reports/hybrid-quick
 
 Rerunning the same command resumes: finished steps are skipped, an interrupted training resumes from its last
 checkpoint, fine-tunes already done are reused.
@@ -25,6 +26,13 @@ from backend.core.errors import DetourError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from backend.replication.plan import PRESETS
 
+    p.add_argument(
+        "--study",
+        choices=["detour", "hybrid-splits"],
+        default="detour",
+        help="detour: the CLM detour paper (default); hybrid-splits: the second paper (objective splits from "
+        "scratch and the 40%% MLM continuation), built on sweeps",
+    )
     p.add_argument("--preset", choices=list(PRESETS), default="quick", help="quick (~10 min) or mini (~1 hour)")
     p.add_argument("--seeds", type=int, help="fine-tuning seeds per model (preset default: 5)")
     p.add_argument("--out", help="output folder (default reports/<preset>); rerun with the same folder to resume")
@@ -81,10 +89,45 @@ def print_plan(settings: dict, out: Path) -> None:
         print(f"         {'[done] ' if step.name in done else '       '}{step.name:<18} {step.title}")
 
 
+def run_hybrid_study(args: argparse.Namespace) -> int:
+    """``--study hybrid-splits``: plan, run (or resume) and report the second paper's study."""
+    import json
+    import time
+
+    from backend.core.paths import reports_dir
+    from backend.replication.hybrid import resolve_hybrid, run_hybrid, write_hybrid_report
+
+    out = Path(args.out).expanduser() if args.out else reports_dir() / f"hybrid-{args.preset}"
+    if args.report_only:
+        rep = write_hybrid_report(out.resolve())
+    else:
+        s = resolve_hybrid(
+            args.preset, corpus=args.corpus, ner_data=args.ner_data, seeds=args.seeds, overrides=args.overrides
+        )
+        if args.plan:
+            print(f"hybrid-splits {args.preset}: {s['description']}")
+            print(
+                json.dumps(
+                    {k: s[k] for k in ("arch", "train", "budgets", "seeds", "eval", "corpus", "ner_data")}, indent=1
+                )
+            )
+            return 0
+        t0 = time.time()
+        rep = run_hybrid(s, out)
+        print(f"wall time {time.time() - t0:.0f} s")
+    for f in rep["findings"].values():
+        print(f"  {f['title']}: {f['verdict'].upper()}")
+    print(f"report: {out / 'report.md'}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from backend.core.paths import reports_dir
     from backend.replication.plan import resolve_settings
     from backend.replication.replicate import replicate
+
+    if args.study == "hybrid-splits":
+        return run_hybrid_study(args)
 
     out = Path(args.out).expanduser() if args.out else reports_dir() / args.preset
     if args.report_only:

@@ -26,6 +26,7 @@ RUNS_ENV, REPORTS_ENV, EVALS_ENV, UPLOADS_ENV = (
     "DETOUR_UPLOADS_DIR",
 )
 CACHE_ENV = "DETOUR_CACHE_DIR"
+SWEEPS_ENV = "DETOUR_SWEEPS_DIR"
 MAX_NAME_LEN = 100
 NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{MAX_NAME_LEN - 1}}}")  # a run or report name: one plain folder
 
@@ -47,6 +48,11 @@ def reports_dir() -> Path:
 def evals_dir() -> Path:
     """Root of downstream evaluations (``DETOUR_EVALS_DIR``; default ``<repo>/evals``)."""
     return _root(EVALS_ENV, "evals")
+
+
+def sweeps_dir() -> Path:
+    """Root of sweep folders (``DETOUR_SWEEPS_DIR``; default ``<repo>/sweeps``)."""
+    return _root(SWEEPS_ENV, "sweeps")
 
 
 def uploads_dir() -> Path:

@@ -97,3 +97,50 @@ def paired_comparison(a: dict[int, float], b: dict[int, float], confidence: floa
         "ci95_bootstrap": paired_bootstrap_ci(diffs, confidence),
         **win_counts(xa, xb),
     }
+
+
+def t_interval(values: list[float], confidence: float = 0.95) -> list[float] | None:
+    """Student t interval of a mean over seeds; None with fewer than 2 values."""
+    n = len(values)
+    if n < 2:
+        return None
+    m = statistics.fmean(values)
+    h = t_critical(n - 1, confidence) * statistics.stdev(values) / math.sqrt(n)
+    return [m - h, m + h]
+
+
+def verdict(ci: list[float] | None, higher_is_better: bool = True) -> str:
+    """better / worse / inconclusive for a delta (cell - reference) from its CI: only an interval that excludes 0
+    gives a direction; a missing interval (one seed) is inconclusive."""
+    if ci is None or ci[0] <= 0 <= ci[1]:
+        return "inconclusive"
+    up = ci[0] > 0
+    return "better" if up == higher_is_better else "worse"
+
+
+def paired_t_power(n: int, effect: float, alpha: float = 0.05) -> float:
+    """Power of the two-sided paired t test with ``n`` pairs at standardized effect ``mean_diff / sd_diff``
+    (noncentral t; needs scipy)."""
+    from scipy.stats import nct, t
+
+    if n < 2:
+        return 0.0
+    df = n - 1
+    crit = t.ppf(1 - alpha / 2, df)
+    nc = abs(effect) * math.sqrt(n)
+    return float(nct.sf(crit, df, nc) + nct.cdf(-crit, df, nc))
+
+
+def seeds_needed(
+    mean_diff: float | None, sd_diff: float | None, alpha: float = 0.05, power: float = 0.8, max_n: int = 10_000
+) -> int | None:
+    """Smallest number of paired seeds whose two-sided paired t test (``alpha``) detects ``mean_diff`` with
+    probability ``power`` if the seed-to-seed spread of the differences is ``sd_diff``; None when the difference is
+    zero or the spread unknown, ``max_n + 1`` when even ``max_n`` seeds are not enough."""
+    if not mean_diff or not sd_diff:
+        return None
+    effect = abs(mean_diff) / sd_diff
+    for n in range(2, max_n + 1):
+        if paired_t_power(n, effect, alpha) >= power:
+            return n
+    return max_n + 1

@@ -7,7 +7,8 @@
 * The worker takes queued runs oldest first, at most ``max_concurrent`` at once (``DETOUR_MAX_CONCURRENT``,
   default 1), launching each as ``python -m backend train --run-dir DIR [--resume]`` -- an argv list, never a
   shell -- detached, with stdout+stderr appended to ``DIR/train.log``. It exits when nothing is queued and none of
-  its own children runs.
+  its own children runs. Started with ``--pin-gpus`` (sweeps on a GPU box), it runs one run per GPU, each launched
+  with ``CUDA_VISIBLE_DEVICES`` set to a GPU no other running run holds (``backend.runs.gpus``).
 * ``ROOT/.queue.lock`` holds the worker's pid under an ``flock``: a second worker exits at once. Before exiting, a
   worker clears the pid, releases the lock and looks at the queue once more, so a run submitted at that moment
   is never stranded (``ensure_worker`` starts a new worker whenever the lock file names no live worker).
@@ -33,6 +34,7 @@ from backend.core.paths import runs_dir
 from backend.core.process import Busy, FileLock, holder_pid, pid_alive, spawn_detached
 from backend.engine import rundir
 from backend.engine.config import default_config
+from backend.runs.gpus import pick_gpu, slots
 
 LOCK_NAME = ".queue.lock"
 WORKER_LOG = ".queue.log"
@@ -82,14 +84,18 @@ def worker_pid(root: str | Path | None = None) -> int | None:
     return pid if pid is not None and _is_worker_pid(pid) else None
 
 
-def ensure_worker(root: str | Path | None = None, max_concurrent: int | None = None) -> int | None:
-    """Start a detached queue worker unless one is alive. Returns the pid started, or None if one was running."""
+def ensure_worker(
+    root: str | Path | None = None, max_concurrent: int | None = None, pin_gpus: bool = False
+) -> int | None:
+    """Start a detached queue worker unless one is alive. Returns the pid started, or None if one was running.
+    ``pin_gpus``: one run per GPU, each launched with its own ``CUDA_VISIBLE_DEVICES`` (backend.runs.gpus)."""
     root = _root(root)
     with _spawn_lock:
         if worker_pid(root) is not None:
             return None
         n = max_concurrent or default_max_concurrent()
         argv = [sys.executable, "-m", "backend", "queue", "--root", str(root), "--max-concurrent", str(n)]
+        argv += ["--pin-gpus"] if pin_gpus else []
         return spawn_detached(argv, root / WORKER_LOG).pid
 
 
@@ -283,11 +289,14 @@ def run_worker(
     max_concurrent: int | None = None,
     poll_s: float = 1.0,
     launch: Callable[[Path, bool], list[str]] = train_argv,
+    gpus: list[str] | None = None,
 ) -> int:
-    """Serve the queue of ``root`` until it is empty (returns 0 at once when another worker holds the lock)."""
+    """Serve the queue of ``root`` until it is empty (returns 0 at once when another worker holds the lock).
+    ``gpus``: pin each run to one of these GPU ids (one run per GPU); None or [] launches runs unpinned."""
     root = _root(root)
     root.mkdir(parents=True, exist_ok=True)
-    n = max_concurrent or default_max_concurrent()
+    gpus = list(gpus or [])
+    n = slots(max_concurrent or default_max_concurrent(), gpus)
     lock = FileLock(root / LOCK_NAME, f"queue {root}")
     while True:
         try:
@@ -296,8 +305,8 @@ def run_worker(
             _log(f"another worker holds {lock.path}; exiting")
             return 0
         try:
-            _log(f"worker {os.getpid()} serving {root} (max {n} at once)")
-            _serve(root, n, poll_s, launch)
+            _log(f"worker {os.getpid()} serving {root} (max {n} at once{', GPUs ' + ','.join(gpus) if gpus else ''})")
+            _serve(root, n, poll_s, launch, gpus)
         finally:
             lock.release()  # clears the pid first: an ensure_worker from now on starts a new worker
         if not queued_runs(root):  # nothing queued and no child of ours runs; look once more after releasing
@@ -305,7 +314,9 @@ def run_worker(
             return 0
 
 
-def _serve(root: Path, n: int, poll_s: float, launch: Callable[[Path, bool], list[str]]) -> None:
+def _serve(
+    root: Path, n: int, poll_s: float, launch: Callable[[Path, bool], list[str]], gpus: list[str] | None = None
+) -> None:
     mine: dict[Path, subprocess.Popen] = {}
     while True:
         for d, proc in list(mine.items()):
@@ -316,20 +327,27 @@ def _serve(root: Path, n: int, poll_s: float, launch: Callable[[Path, bool], lis
         busy = sum(1 for r in all_runs if _occupied(r) or r.path in mine)
         waiting = queued_runs(root)
         waiting = [r for r in waiting if r.path not in mine]
+        held = [r.status.get("gpu") for r in all_runs if _occupied(r) or r.path in mine]
         while waiting and busy < n:
+            gpu = pick_gpu(gpus, held) if gpus else None
+            if gpus and gpu is None:
+                break
             info = waiting.pop(0)
             st = rundir.read_status(info.path)
             if st.get("state") != "queued":  # cancelled meanwhile
                 continue
             resume_flag = bool(st.get("resume_requested"))
             argv = launch(info.path, resume_flag)
+            env = {"DETOUR_STDOUT_IS_LOG": "1"}  # stdout already is train.log: the trainer must not tee into it
+            if gpu is not None:
+                env["CUDA_VISIBLE_DEVICES"] = gpu
             try:
-                # stdout already is train.log: the trainer must not tee into it as well
-                proc = spawn_detached(argv, info.path / "train.log", {"DETOUR_STDOUT_IS_LOG": "1"})
+                proc = spawn_detached(argv, info.path / "train.log", env)
             except OSError as exc:
                 rundir.write_status(info.path, state="failed", error=f"could not start training: {exc}")
                 continue
-            rundir.write_status(info.path, launched_pid=proc.pid, launched_at=rundir.now())
+            rundir.write_status(info.path, launched_pid=proc.pid, launched_at=rundir.now(), gpu=gpu)
+            held.append(gpu)
             mine[info.path] = proc
             busy += 1
             _log(f"{info.name}: started pid {proc.pid}: {shlex.join(argv)}")

@@ -330,15 +330,16 @@ def test_app_start_gives_queued_runs_a_worker(isolated_runs_dir, monkeypatch):
 def test_every_tab_is_built_by_build_ctx(isolated_runs_dir, tmp_path, monkeypatch):
     import inspect
 
-    from app import detour_tab, main, reports_tab
+    from app import detour_tab, main, reports_tab, sweeps_tab
     from backend.core import paths
 
-    tabs = {launch_tab, runs_tab, analyze_tab, detour_tab, fill_mask_tab, ner_tab, reports_tab}
+    tabs = {launch_tab, runs_tab, analyze_tab, detour_tab, fill_mask_tab, ner_tab, reports_tab, sweeps_tab}
     assert {tab for _, _, tab in main.TABS} == tabs
     for _, _, tab in main.TABS:
         assert list(inspect.signature(tab.build).parameters) == ["ctx"], tab.__name__
     monkeypatch.setenv(paths.REPORTS_ENV, str(tmp_path / "reports"))
+    monkeypatch.setenv(paths.SWEEPS_ENV, str(tmp_path / "sweeps"))
     demo = main.build_app(main.AppContext())
-    assert {"launch", "runs", "analyze", "detour", "fill-mask", "ner", "reports"} <= {
+    assert {"launch", "runs", "analyze", "detour", "fill-mask", "ner", "reports", "sweeps"} <= {
         getattr(b, "id", None) for b in demo.blocks.values()
     }

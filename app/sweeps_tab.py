@@ -1,0 +1,236 @@
+"""Sweeps tab: launch a grid over one or two config keys x seeds, and view every sweep under ``sweeps/``: its cells
+and their states, the report (mean and 95% CI per cell, paired verdicts against the reference) and its figure.
+
+Launching does what ``python -m backend sweep ... `` does: ``backend.sweeps.sweep.plan_sweep`` checks the grid
+(matched budgets included) and ``launch`` queues the cells on the sweep's own detached queue worker; then a
+detached ``python -m backend sweep --report DIR --wait`` (output to ``DIR/sweep.log``) waits, evaluates and writes
+the report, so closing the browser stops nothing. The handlers are plain functions; ``build(ctx)`` wires them."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from backend.core.errors import DetourError
+from backend.core.paths import is_plain_name, sweeps_dir
+
+POLL_S = 3.0
+AXIS_KEYS = [
+    "hybrid.clm_share",
+    "hybrid.tokens",
+    "phases.main.tokens",
+    "phases.main.freeze.layers",
+    "phases.decay.mlm_probability",
+    "phases.decay.fraction",
+    "mask_schedule.rates",
+    "recipe",
+    "train.lr",
+]
+LOG_NAME = "sweep.log"
+
+
+def sweep_names() -> list[str]:
+    from backend.sweeps.sweep import list_sweeps
+
+    return [s["name"] if Path(s["out"]).name == s["name"] else Path(s["out"]).name for s in list_sweeps()]
+
+
+def sweep_dir(name: str | None) -> Path:
+    """A sweep folder by its plain name under the sweeps root, never a path."""
+    name = (name or "").strip()
+    if not is_plain_name(name) or not (sweeps_dir() / name / "sweep.json").exists():
+        raise DetourError(f"sweep '{name}': no such sweep under {sweeps_dir()}")
+    return sweeps_dir() / name
+
+
+def _waiter(out: Path) -> list[str]:
+    """The detached process that waits for the cells, evaluates them and writes the report (it re-queues nothing:
+    a cancel from the CLI or this tab stays a cancel)."""
+    return [sys.executable, "-m", "backend", "sweep", "--report", str(out), "--wait"]
+
+
+def _lines(text: str | None) -> list[str]:
+    return [ln.strip() for ln in (text or "").splitlines() if ln.strip() and not ln.strip().startswith("#")]
+
+
+def start_sweep(
+    config_path: str | None,
+    sets: str | None,
+    axis1: str,
+    values1: str,
+    axis2: str | None,
+    values2: str | None,
+    seeds: int,
+    max_concurrent: int,
+    name: str | None = None,
+    allow_unmatched: bool = False,
+    eval_task: str | None = None,
+    eval_data: str | None = None,
+) -> tuple[str, str]:
+    """Check and queue a sweep, start its detached waiter; returns (message, sweep name)."""
+    from app import check_path
+    from backend.core.process import spawn_detached
+    from backend.sweeps.sweep import launch, plan_sweep
+
+    config = str(check_path(config_path, "config")) if (config_path or "").strip() else None
+    grid = [f"{axis1.strip()}={values1.strip()}"]
+    if (axis2 or "").strip() and (values2 or "").strip():
+        grid.append(f"{axis2.strip()}={values2.strip()}")
+    ev = None
+    if eval_task and eval_task != "none":
+        ev = {"task": eval_task, "data": str(check_path(eval_data, "evaluation data")) if eval_data else None}
+    m = plan_sweep(
+        config,
+        _lines(sets),
+        grid,
+        int(seeds),
+        name=(name or "").strip() or None,
+        allow_unmatched_budget=bool(allow_unmatched),
+        evaluation=ev,
+        max_concurrent=int(max_concurrent),
+    )
+    out = launch(m)
+    spawn_detached(_waiter(out), out / LOG_NAME)
+    n = sum(len(c["runs"]) for c in m["cells"])
+    return f"Queued **{n} runs** in `{out}`. {m['summary']}", out.name
+
+
+def status_table(name: str | None) -> list[list]:
+    """One row per cell: its label, tokens, and each seed's run state."""
+    from backend.sweeps.sweep import sweep_status
+
+    if not name:
+        return []
+    st = sweep_status(sweep_dir(name))
+    return [[c["label"], c["tokens"], " ".join(f"s{s}:{v}" for s, v in c["states"].items())] for c in st["cells"]]
+
+
+def view(name: str | None) -> dict:
+    """Status line, cell table, report markdown and figure of a sweep (what exists)."""
+    from backend.sweeps.report import figure
+    from backend.sweeps.sweep import sweep_status
+
+    if not name:
+        return {
+            "status": "No sweep yet: launch one above, or `python -m backend sweep`.",
+            "table": [],
+            "report": "",
+            "figure": None,
+        }
+    d = sweep_dir(name)
+    st = sweep_status(d)
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(st["counts"].items()))
+    status = f"**{st['name']}** ({st.get('state')}): {counts}. {st['summary']}"
+    rep_md = (
+        (d / "report.md").read_text()
+        if (d / "report.md").exists()
+        else "_No report yet: it is written when every cell has finished._"
+    )
+    fig = None
+    if (d / "report.json").exists():
+        rep = json.loads((d / "report.json").read_text())
+        if rep.get("primary") in rep.get("tables", {}):
+            fig = figure(rep, rep["primary"])
+    return {"status": status, "table": status_table(name), "report": rep_md, "figure": fig}
+
+
+def cancel_sweep(name: str) -> str:
+    from backend.sweeps.sweep import cancel
+
+    return "\n".join(f"- {m}" for m in cancel(sweep_dir(name))) or "Nothing was running."
+
+
+def resume_sweep(name: str) -> str:
+    from backend.core.process import spawn_detached
+    from backend.sweeps.sweep import resume
+
+    out = resume(sweep_dir(name))
+    spawn_detached(_waiter(out), out / LOG_NAME)
+    return f"Resumed `{out.name}`: unfinished cells are queued again."
+
+
+def build(ctx) -> dict:
+    import gradio as gr
+
+    from app import warn
+
+    names = sweep_names()
+    gr.Markdown(
+        "### Sweeps: a grid of matched runs\nOne or two config keys (any `--set` key) x seeds. Every cell of a seed "
+        "reads the same data in the same order; a grid that would change the compute of only some cells is refused. "
+        "The report gives each cell's mean with a 95% CI and a paired verdict against the first value of axis 1."
+    )
+    with gr.Accordion("Launch a sweep", open=not names):
+        with gr.Row():
+            config = gr.Textbox(label="Config YAML (optional path; empty = defaults)", elem_id="sw-config")
+            sw_name = gr.Textbox(label="Sweep name (optional)", elem_id="sw-name")
+        sets = gr.Textbox(label="--set for every cell (one key=value per line)", lines=3, elem_id="sw-sets")
+        with gr.Row():
+            a1 = gr.Dropdown(
+                AXIS_KEYS, value="phases.main.tokens", allow_custom_value=True, label="Axis 1 (x)", elem_id="sw-a1"
+            )
+            v1 = gr.Textbox(label="values (comma-separated)", value="20000,40000", elem_id="sw-v1")
+        with gr.Row():
+            a2 = gr.Dropdown(
+                ["", *AXIS_KEYS], value="", allow_custom_value=True, label="Axis 2 (lines, optional)", elem_id="sw-a2"
+            )
+            v2 = gr.Textbox(label="values", elem_id="sw-v2")
+        with gr.Row():
+            seeds = gr.Number(value=2, precision=0, minimum=1, label="Seeds", elem_id="sw-seeds")
+            conc = gr.Number(
+                value=ctx.max_concurrent or 1, precision=0, minimum=1, label="Cells at once", elem_id="sw-conc"
+            )
+            unmatched = gr.Checkbox(label="Allow unmatched budgets", value=False)
+            task = gr.Dropdown(["none", "ner", "classification"], value="none", label="Fine-tune each cell on")
+            eval_data = gr.Textbox(label="Task data folder", elem_id="sw-evaldata")
+        go_btn = gr.Button("Launch sweep", variant="primary", elem_id="sw-launch")
+        msg = gr.Markdown("", elem_id="sw-msg")
+    with gr.Row():
+        pick = gr.Dropdown(
+            names, value=names[0] if names else None, label="Sweep", allow_custom_value=True, elem_id="sw-pick", scale=3
+        )
+        refresh = gr.Button("Refresh", scale=1)
+        cancel_btn = gr.Button("Cancel the rest", scale=1, elem_id="sw-cancel")
+        resume_btn = gr.Button("Resume", scale=1, elem_id="sw-resume")
+    v0 = view(names[0] if names else None)
+    status = gr.Markdown(v0["status"], elem_id="sw-status")
+    table = gr.Dataframe(value=v0["table"], headers=["cell", "tokens", "runs"], interactive=False, elem_id="sw-cells")
+    plot = gr.Plot(value=v0["figure"], label="Metric vs axis 1 (95% CI)", elem_id="sw-plot")
+    report = gr.Markdown(v0["report"], elem_id="sw-report")
+    timer = gr.Timer(POLL_S, active=True)
+
+    def show(name):
+        try:
+            v = view(name)
+        except DetourError as exc:
+            return [warn(exc), [], None, ""]
+        return [v["status"], v["table"], v["figure"], v["report"]]
+
+    outs = [status, table, plot, report]
+
+    def launch(*args):
+        try:
+            text, name = start_sweep(*args)
+        except DetourError as exc:
+            return [f"**Not started:** {exc}", gr.skip(), *([gr.skip()] * len(outs))]
+        return [text, gr.update(choices=sweep_names(), value=name), *show(name)]
+
+    def act(fn, name):
+        try:
+            return fn(name)
+        except DetourError as exc:
+            return warn(exc)
+
+    go_btn.click(
+        launch,
+        inputs=[config, sets, a1, v1, a2, v2, seeds, conc, sw_name, unmatched, task, eval_data],
+        outputs=[msg, pick, *outs],
+        api_name="sweep_launch",
+    )
+    pick.change(show, inputs=[pick], outputs=outs, show_progress="hidden", api_name="sweep_view")
+    refresh.click(lambda n: [gr.update(choices=sweep_names()), *show(n)], inputs=[pick], outputs=[pick, *outs])
+    cancel_btn.click(lambda n: act(cancel_sweep, n), inputs=[pick], outputs=[msg])
+    resume_btn.click(lambda n: act(resume_sweep, n), inputs=[pick], outputs=[msg])
+    timer.tick(show, inputs=[pick], outputs=outs, show_progress="hidden", queue=False, api_visibility="private")
+    return {"pick": pick, "status": status, "table": table, "plot": plot, "report": report, "launch": go_btn}

@@ -1,0 +1,141 @@
+"""``python -m backend sweep``: a grid of matched runs over one or two config keys x seeds, with a report.
+
+Examples::
+
+    python -m backend sweep configs/pretrain_tiny_en.yaml --grid phases.main.tokens=20000,40000 \\
+        --grid recipe=clm_detour,mlm --seeds 3 --wait            # -> sweeps/<name>/report.md|html|json
+    python -m backend sweep ... --eval ner --eval-data ../shared/data/ncbi_disease --eval-seeds 3 --wait
+    python -m backend sweep --resume sweeps/NAME --wait          # after a crash or kill: re-queue what is left
+    python -m backend sweep --cancel sweeps/NAME
+    python -m backend sweep --status sweeps/NAME
+    python -m backend sweep --report sweeps/NAME [--wait]        # (wait,) measure what finished, write the report
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from backend.commands import add_overrides
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", nargs="?", help="YAML config every cell starts from (default: the defaults)")
+    add_overrides(p, "override a key in every cell, e.g. train.lr=1e-4 (repeatable)")
+    p.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2,...",
+        help="an axis: any config key and its values (at most two; the first is the x axis, the second the lines)",
+    )
+    p.add_argument("--seeds", type=int, default=1, help="seeds per cell (train.seed, train.seed+1, ...)")
+    p.add_argument("--name", help="sweep name (default: config name + axis names)")
+    p.add_argument("--out", help="sweep folder (default sweeps/<name>, root $DETOUR_SWEEPS_DIR)")
+    p.add_argument("--reference", help="first-axis value the others are compared with (default: its first value)")
+    p.add_argument("--wait", action="store_true", help="wait for every cell, evaluate and write the report")
+    p.add_argument(
+        "--max-concurrent", type=int, help="cells training at once (default: one per GPU on a GPU box, else 1)"
+    )
+    p.add_argument(
+        "--pin-gpus",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one cell per GPU, each pinned with CUDA_VISIBLE_DEVICES (default: on where there are GPUs)",
+    )
+    p.add_argument(
+        "--allow-unmatched-budget",
+        action="store_true",
+        help="queue a grid whose cells do not all train the same tokens (refused by default)",
+    )
+    p.add_argument("--executor", choices=["queue", "local", "slurm"], default="queue", help="queue (default), "
+                   "slurm (one Slurm job per cell through submitit) or local (submitit's local executor)")  # fmt: skip
+    p.add_argument("--slurm-partition", help="Slurm partition")
+    p.add_argument("--gpus-per-cell", type=int, default=0, help="GPUs per Slurm job (>1: accelerate launch)")
+    p.add_argument("--timeout-min", type=int, help="per-job time limit in minutes (submitit)")
+    p.add_argument("--eval", choices=["ner", "classification"], help="fine-tune every cell on this task")
+    p.add_argument("--eval-data", help="the task's data folder (train/dev/test)")
+    p.add_argument("--eval-seeds", type=int, default=3, help="fine-tuning seeds per cell")
+    p.add_argument(
+        "--eval-set", action="append", default=[], metavar="KEY=VALUE", help="fine-tuning setting: epochs=2, lr=..."
+    )
+    p.add_argument("--cka-texts", help="held-out texts: CKA divergence of every cell from the reference cell")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--resume", metavar="DIR", help="re-queue what the sweep in DIR left unfinished")
+    g.add_argument("--cancel", metavar="DIR", help="cancel the queued and running cells of the sweep in DIR")
+    g.add_argument("--status", metavar="DIR", help="print the cells and their states")
+    g.add_argument("--report", metavar="DIR", help="measure the finished cells and rewrite the report")
+
+
+def _print_report(rep: dict) -> None:
+    from backend.sweeps.report import render_markdown
+
+    print(render_markdown(rep))
+    print(f"report: {Path(rep['out']) / 'report.md'} (and report.html, report.json, figures/)")
+
+
+def _print_status(st: dict) -> None:
+    print(f"{st['name']} ({st.get('state')}): {st['out']}")
+    print(st["summary"])
+    for c in st["cells"]:
+        print(f"  {c['label']:<40} {c['tokens']:>12,} tokens  " + " ".join(f"s{s}:{v}" for s, v in c["states"].items()))
+
+
+def _evaluation(args) -> dict:
+    from backend.engine.config import parse_override
+
+    return {
+        "task": args.eval,
+        "data": args.eval_data,
+        "seeds": args.eval_seeds,
+        "hparams": dict(parse_override(s) for s in args.eval_set),
+        "cka_texts": args.cka_texts,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from backend.sweeps import sweep
+
+    if args.cancel:
+        for msg in sweep.cancel(args.cancel):
+            print(msg)
+        return 0
+    if args.status:
+        _print_status(sweep.sweep_status(args.status))
+        return 0
+    if args.report:  # with --wait: wait for the cells first (what the app's detached waiter runs)
+        if args.wait:
+            sweep.wait(args.report, progress=lambda st: print(f"{st['name']}: {sweep._counts_line(st['counts'])}"))
+        _print_report(sweep.finish(args.report))
+        return 0
+    if args.resume:
+        m, out = sweep.read_manifest(args.resume), args.resume
+    else:
+        slurm = {
+            "partition": args.slurm_partition,
+            "gpus_per_cell": args.gpus_per_cell,
+            "timeout_min": args.timeout_min,
+        }
+        m = sweep.plan_sweep(
+            args.config,
+            args.overrides,
+            args.grid,
+            args.seeds,
+            name=args.name,
+            reference=args.reference,
+            allow_unmatched_budget=args.allow_unmatched_budget,
+            evaluation=_evaluation(args),
+            executor=args.executor,
+            max_concurrent=args.max_concurrent,
+            pin_gpus=args.pin_gpus,
+            slurm=slurm,
+        )
+        out = args.out
+        print(m["summary"])
+    res = sweep.run_sweep(m, out, wait_for=args.wait)
+    if res["report"] is None:
+        n = sum(len(c["runs"]) for c in m["cells"])
+        print(f"queued {n} runs in {res['out']}; follow with: python -m backend sweep --status {res['out']}")
+        return 0
+    _print_report(res["report"])
+    return 0 if not res["report"]["not_done"] else 1

@@ -1,0 +1,112 @@
+"""What a sweep measures on each finished run, cached in ``results/<run>.json`` so a rerun measures nothing twice:
+
+* ``heldout_mlm_loss``: the run's last held-out MLM loss (metrics.jsonl; the same masks in every run);
+* ``finetune``: the mean test score over fine-tuning seeds (NER or classification, ``backend.evaluation``);
+* ``cka_divergence``: mean over layers of 1 - CKA against the reference cell's run of the same seed
+  (``backend.analysis``), when the sweep names held-out texts.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+from backend.core import atomic
+from backend.engine import rundir
+
+METRICS = {  # name -> (label, higher is better)
+    "heldout_mlm_loss": ("held-out MLM loss", False),
+    "finetune": ("fine-tuned test score", True),
+    "cka_divergence": ("CKA divergence from the reference (mean over layers)", None),
+}
+
+
+def heldout_loss(run_dir: Path) -> float | None:
+    evals = [r for r in rundir.read_metrics(run_dir) if r.get("type") == "eval" and "eval_mlm_loss" in r]
+    return float(evals[-1]["eval_mlm_loss"]) if evals else None
+
+
+def _finetune(run_dir: Path, ev: dict, out_dir: Path) -> dict:
+    from backend.evaluation.runner import evaluate_models
+
+    res = evaluate_models(
+        [str(run_dir)],
+        task=ev["task"],
+        data=ev["data"],
+        seeds=ev["seeds"],
+        out_dir=out_dir,
+        labels=[run_dir.name],
+        keep_models=False,
+        progress=lambda e: None,
+        **ev["hparams"],
+    )
+    entry = res["models"][0]
+    primary = res["primary_metric"]
+    vals = [r["test"][primary] for r in entry["runs"] if r.get("status") == "ok" and primary in (r.get("test") or {})]
+    return {
+        "finetune": statistics.fmean(vals) if vals else None,
+        "finetune_metric": f"test {primary}",
+        "finetune_seeds": vals,
+    }
+
+
+def _cka(run_dir: Path, ref_dir: Path, ev: dict) -> dict:
+    from backend.analysis.api import cka_between
+
+    r = cka_between(str(run_dir), str(ref_dir), ev["cka_texts"], n_texts=ev["cka_n_texts"], max_len=ev["cka_max_len"])
+    div = r.get("divergence")
+    return {"cka_divergence": statistics.fmean(div) if div else None, "cka_divergence_layers": div}
+
+
+def measure_run(out: Path, m: dict, run: str, ref_run: str | None, log: Callable[[str], None]) -> dict:
+    """Everything the sweep asks of one finished run (cached per run; a new request fills only what is missing)."""
+    d = out / "runs" / run
+    cache = out / "results" / f"{run}.json"
+    rec = json.loads(cache.read_text()) if cache.exists() else {}
+    ev = m["evaluation"]
+    rec["heldout_mlm_loss"] = heldout_loss(d)
+    if ev["task"] and rec.get("finetune") is None:
+        log(f"{run}: fine-tuning on {ev['task']} ({ev['seeds']} seeds)")
+        rec.update(_finetune(d, ev, out / "evals" / run))
+    if ev["cka_texts"] and ref_run and ref_run != run and rec.get("cka_divergence") is None:
+        log(f"{run}: CKA against {ref_run}")
+        rec.update(_cka(d, out / "runs" / ref_run, ev))
+    atomic.write_json(cache, rec)
+    return rec
+
+
+def measure_all(out: Path, m: dict, log: Callable[[str], None] = print) -> dict[str, dict]:
+    """Measure every finished run; runs that did not finish are left out (the report says which)."""
+    from backend.sweeps.manifest import cell_states
+
+    states = cell_states(out, m)
+    refs = reference_runs(m)
+    res = {}
+    for c in m["cells"]:
+        for seed, run in c["runs"].items():
+            if states[run] == "done":
+                res[run] = measure_run(out, m, run, refs.get((_line_key(m, c), seed)), log)
+    return res
+
+
+def _line_key(m: dict, cell: dict) -> str:
+    """The cell's value on the second axis (its line in the figure); '' with one axis."""
+    return repr(cell["values"][m["axes"][1]["key"]]) if len(m["axes"]) > 1 else ""
+
+
+def reference_runs(m: dict) -> dict[tuple[str, str], str]:
+    """(line, seed) -> the reference cell's run on that line and seed (the pairing of every delta)."""
+    key = m["axes"][0]["key"]
+    out = {}
+    for c in m["cells"]:
+        if repr(c["values"][key]) == repr(m["reference"]):
+            for seed, run in c["runs"].items():
+                out[(_line_key(m, c), seed)] = run
+    return out
+
+
+def read_results(out: Path) -> dict[str, dict]:
+    d = out / "results"
+    return {p.stem: json.loads(p.read_text()) for p in sorted(d.glob("*.json"))} if d.exists() else {}

@@ -1,0 +1,361 @@
+"""Run a sweep: write its folder, queue its cells, wait, resume after a crash, cancel, evaluate and report.
+
+Layout of a sweep folder (default ``sweeps/<name>``, ``DETOUR_SWEEPS_DIR`` moves the root)::
+
+    sweep.json        the manifest: base config, axes, seeds, reference, evaluation, executor, cells and their runs
+    runs/<cell>-s<seed>   one run directory per (cell, seed); also the root of the sweep's own queue
+    results/<run>.json    what the evaluation measured on that run (a cache: a rerun measures nothing twice)
+    evals/<run>/          fine-tuning output (backend.evaluation) when the sweep fine-tunes
+    report.md, report.html, report.json, figures/*.html|png
+
+The cells go through the existing queue (``backend.runs.jobs``) rooted at ``runs/``: one detached worker, at
+most ``max_concurrent`` runs at once, one run per GPU with ``pin_gpus``. With ``executor`` ``slurm`` or ``local``
+each run is a submitit job instead (``backend.sweeps.cluster``). Nothing here trains in the calling process, so
+a killed ``sweep --wait`` loses nothing: rerunning the same command (or ``--resume DIR``) re-queues what did not
+finish and waits again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from backend.core.errors import ConfigError, DetourError
+from backend.core.paths import is_plain_name, sweeps_dir
+from backend.engine import rundir
+from backend.engine.config import load_config
+from backend.sweeps.grid import (
+    check_matched,
+    compute_tokens,
+    expand_cells,
+    matched_sentence,
+    parse_axis,
+    run_config,
+    seed_list,
+)
+from backend.sweeps.manifest import (
+    MANIFEST,
+    SweepError,
+    all_terminal,
+    cell_states,
+    read_manifest,
+    sweep_status,
+    write_manifest,
+)
+
+VERSION = 1
+EXECUTORS = ("queue", "local", "slurm")
+
+
+def plan_sweep(
+    config: str | Path | dict | None = None,
+    sets: list[str] | tuple[str, ...] = (),
+    grid: list[str] | tuple[str, ...] = (),
+    seeds: int = 1,
+    *,
+    name: str | None = None,
+    reference: str | None = None,
+    allow_unmatched_budget: bool = False,
+    evaluation: dict | None = None,
+    executor: str = "queue",
+    max_concurrent: int | None = None,
+    pin_gpus: bool | None = None,
+    slurm: dict | None = None,
+) -> dict:
+    """The manifest of a sweep, checked (every run config validates, the budgets are matched); nothing on disk.
+
+    ``reference``: the value of the first axis every other value is compared with, within each value of the second
+    axis (default: the first axis' first value). ``evaluation``: ``{"task": "ner"|"classification"|None, "data",
+    "seeds", "hparams", "cka_texts", "cka_n_texts", "cka_max_len"}``; the held-out MLM loss is always read.
+    ``pin_gpus`` None: pin one cell per GPU where this machine has GPUs; ``max_concurrent`` None: one cell per GPU
+    when pinning, else 1 (on CPU the user sets the slots)."""
+    from backend.runs.gpus import visible_gpus
+
+    if pin_gpus is None:
+        pin_gpus = executor == "queue" and bool(visible_gpus())
+    if max_concurrent is None:
+        max_concurrent = len(visible_gpus()) if pin_gpus else 1
+    if not grid:
+        raise ConfigError("--grid", None, "give at least one axis, e.g. --grid phases.main.tokens=20000,40000")
+    if len(grid) > 2:
+        raise ConfigError("--grid", list(grid), "at most two axes (one line per value of the second)")
+    if executor not in EXECUTORS:
+        raise ConfigError("--executor", executor, f"one of {', '.join(EXECUTORS)}")
+    if max_concurrent < 1:
+        raise ConfigError("--max-concurrent", max_concurrent, "at least 1")
+    base = load_config(config, list(sets))
+    axes = [parse_axis(g) for g in grid]
+    if len({a.key for a in axes}) != len(axes):
+        raise ConfigError("--grid", list(grid), "the same key twice")
+    name = name or "-".join([base["name"], *(a.short for a in axes)])[:60]
+    if not is_plain_name(name):
+        raise ConfigError("--name", name, "a plain folder name: letters, digits, '_', '-', '.'")
+    seeds_ = seed_list(base["train"]["seed"], seeds)
+    cells = expand_cells(axes)
+    tokens = {}
+    for c in cells:
+        for s in seeds_:
+            cfg = run_config(base, c, s, name)  # validates every run now, before anything is queued
+            cfg["name"] = f"{c.slug}-s{s}"
+            c.runs[s] = cfg["name"]
+        tokens[c.index] = compute_tokens(cfg)
+    matched = check_matched(axes, cells, tokens, allow_unmatched_budget)
+    ref = _reference(axes, reference)
+    base.pop("_meta", None)
+    return {
+        "version": VERSION,
+        "name": name,
+        "base": base,
+        "sets": list(sets),
+        "grid": list(grid),
+        "axes": [{"key": a.key, "values": a.values} for a in axes],
+        "seeds": seeds_,
+        "reference": ref,
+        "evaluation": _evaluation(evaluation),
+        "executor": executor,
+        "max_concurrent": max_concurrent,
+        "pin_gpus": pin_gpus,
+        "slurm": slurm or {},
+        "matched": matched,
+        "summary": matched_sentence(matched, len(seeds_)),
+        "cells": [
+            {
+                "index": c.index,
+                "label": c.label,
+                "slug": c.slug,
+                "values": c.values,
+                "tokens": tokens[c.index],
+                "runs": {str(s): r for s, r in c.runs.items()},
+            }
+            for c in cells
+        ],
+    }
+
+
+def _reference(axes, reference: str | None):
+    first = axes[0]
+    if reference is None:
+        return first.values[0]
+    from backend.engine.config import parse_override
+
+    value = parse_override(f"{first.key}={reference}")[1]
+    if repr(value) not in {repr(v) for v in first.values}:
+        raise ConfigError("--reference", reference, f"a value of the first axis {first.key}: {first.values}")
+    return value
+
+
+def _evaluation(ev: dict | None) -> dict:
+    ev = dict(ev or {})
+    task = ev.get("task")
+    if task not in (None, "ner", "classification"):
+        raise ConfigError("--eval", task, "ner or classification")
+    if task and not ev.get("data"):
+        raise ConfigError("--eval-data", None, f"--eval {task} needs a data folder")
+    return {
+        "task": task,
+        "data": str(ev["data"]) if ev.get("data") else None,
+        "seeds": int(ev.get("seeds") or 3),
+        "hparams": dict(ev.get("hparams") or {}),
+        "cka_texts": str(ev["cka_texts"]) if ev.get("cka_texts") else None,
+        "cka_n_texts": int(ev.get("cka_n_texts") or 100),
+        "cka_max_len": int(ev.get("cka_max_len") or 128),
+    }
+
+
+# ------------------------------------------------------------------------------------------------ the folder
+
+
+def default_out(name: str) -> Path:
+    return sweeps_dir() / name
+
+
+def _same_sweep(a: dict, b: dict) -> bool:
+    keys = ("base", "axes", "seeds", "executor")
+    return json.dumps([a[k] for k in keys], sort_keys=True, default=str) == json.dumps(
+        [b[k] for k in keys], sort_keys=True, default=str
+    )
+
+
+# ------------------------------------------------------------------------------------------------ launch / resume
+
+
+def launch(m: dict, out: str | Path | None = None) -> Path:
+    """Write the sweep folder (or find the same sweep there) and queue every run that is not done or running.
+    Rerunning with the same manifest resumes; a different sweep in the same folder is refused."""
+    out = Path(out).expanduser().resolve() if out else default_out(m["name"])
+    if (out / MANIFEST).exists():
+        old = read_manifest(out)
+        if not _same_sweep(old, m):
+            raise SweepError(f"{out} holds another sweep ({old['name']}: {old['grid']}); pick another --out")
+        m = {**old, "state": "running", "max_concurrent": m["max_concurrent"], "pin_gpus": m["pin_gpus"]}
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        m = {**m, "created_at": rundir.now(), "state": "running"}
+    write_manifest(out, m)
+    _queue_missing(out, m)
+    return out
+
+
+def resume(out: str | Path) -> Path:
+    """Re-queue what a killed or cancelled sweep left unfinished (the manifest says what it was)."""
+    return launch(read_manifest(out), out)
+
+
+def _queue_missing(out: Path, m: dict) -> None:
+    from backend.runs import jobs
+
+    root = out / "runs"
+    states = cell_states(out, m)
+    base = m["base"]
+    to_start: list[Path] = []
+    for c in m["cells"]:
+        from backend.sweeps.grid import Cell
+
+        cell = Cell(c["index"], c["values"], c["label"], c["slug"])
+        for seed, r in c["runs"].items():
+            d = root / r
+            state = states[r]
+            if state == "missing":
+                cfg = run_config(base, cell, int(seed), m["name"])
+                cfg["name"] = r
+                jobs.submit(cfg, root=root, start_worker=False)
+                to_start.append(d)
+            elif state in ("failed", "cancelled"):
+                if rundir.read_status(d).get("state") == "running":  # killed without saying so
+                    rundir.write_status(d, state="failed", error="the training process is gone (killed?)")
+                rundir.write_status(
+                    d, state="queued", resume_requested=True, error=None, queued_at=rundir.now(), launched_pid=None
+                )
+                to_start.append(d)
+            elif state == "queued":
+                to_start.append(d)
+    if not to_start:
+        return
+    if m["executor"] == "queue":
+        jobs.ensure_worker(root, m["max_concurrent"], pin_gpus=m["pin_gpus"])
+    else:
+        from backend.sweeps.cluster import submit_runs
+
+        submit_runs(out, m, [d for d in to_start if not _job_alive(out, d.name)])
+
+
+def _job_alive(out: Path, run: str) -> bool:
+    from backend.sweeps.cluster import job_alive
+
+    return job_alive(out, run)
+
+
+def cancel(out: str | Path) -> list[str]:
+    """Cancel every queued or running run of the sweep (running ones checkpoint first); finished ones stay."""
+    from backend.runs import jobs
+
+    out = Path(out)
+    m = read_manifest(out)
+    msgs = []
+    if m["executor"] != "queue":
+        from backend.sweeps.cluster import cancel_jobs
+
+        msgs += cancel_jobs(out)
+    for r, state in cell_states(out, m).items():
+        if state in ("queued", "running"):
+            try:
+                msgs.append(jobs.cancel(out / "runs" / r))
+            except jobs.JobError as exc:
+                msgs.append(str(exc))
+    m["state"] = "cancelled"
+    write_manifest(out, m)
+    return msgs
+
+
+def wait(
+    out: str | Path,
+    poll_s: float = 2.0,
+    timeout_s: float | None = None,
+    progress: Callable[[dict], None] | None = None,
+) -> dict:
+    """Block until every run is done, failed or cancelled; keeps a queue worker alive (one killed meanwhile is
+    replaced). Returns the final ``sweep_status``."""
+    from backend.runs import jobs
+
+    out = Path(out)
+    t0 = time.time()
+    last = None
+    while True:
+        st = sweep_status(out)
+        if st["counts"] != last and progress:
+            progress(st)
+        last = st["counts"]
+        if st["finished"]:
+            return st
+        if st["executor"] == "queue" and st["counts"].get("queued") and st.get("state") != "cancelled":
+            jobs.ensure_worker(out / "runs", st["max_concurrent"], pin_gpus=st["pin_gpus"])
+        elif st["executor"] != "queue":
+            _fail_orphans(out, st["run_states"])
+        if timeout_s is not None and time.time() - t0 > timeout_s:
+            raise SweepError(f"{out}: still running after {timeout_s:.0f} s ({st['counts']})")
+        time.sleep(poll_s)
+
+
+def _fail_orphans(out: Path, states: dict[str, str]) -> None:
+    """A queued run whose submitit job is gone (killed by the cluster before the trainer started) will never
+    start: mark it failed so the sweep ends and ``--resume`` submits it again."""
+    from backend.sweeps.cluster import job_alive
+
+    for run, state in states.items():
+        if state == "queued" and not job_alive(out, run):
+            time.sleep(1.0)  # a job that just started may be about to write "running"
+            if rundir.read_status(out / "runs" / run).get("state") == "queued" and not job_alive(out, run):
+                rundir.write_status(out / "runs" / run, state="failed", error="its submitit job ended without training")
+
+
+def finish(out: str | Path, progress: Callable[[str], None] = print) -> dict:
+    """Evaluate every finished run (what ``evaluation`` asks for), then write the report. Returns the report."""
+    from backend.sweeps.measure import measure_all
+    from backend.sweeps.report import write_report
+
+    out = Path(out)
+    m = read_manifest(out)
+    measure_all(out, m, progress)
+    rep = write_report(out)
+    states = cell_states(out, m)
+    m["state"] = "done" if all(s == "done" for s in states.values()) else m.get("state", "running")
+    if m["state"] == "running" and all_terminal(states):
+        m["state"] = "incomplete"
+    write_manifest(out, m)
+    return rep
+
+
+def run_sweep(m: dict, out: str | Path | None = None, wait_for: bool = True, progress=print) -> dict:
+    """Launch (or resume) and, with ``wait_for``, wait and report: the one function the CLI and the app call."""
+    out = launch(m, out)
+    if not wait_for:
+        return {"out": str(out), "report": None}
+    wait(out, progress=lambda st: progress(f"{st['name']}: {_counts_line(st['counts'])}"))
+    return {"out": str(out), "report": finish(out, progress)}
+
+
+def _counts_line(counts: dict) -> str:
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+
+
+def list_sweeps(root: str | Path | None = None) -> list[dict]:
+    """Every sweep folder under the sweeps root, newest first (name, out, state, counts)."""
+    root = Path(root) if root else sweeps_dir()
+    out = []
+    for p in sorted(root.glob(f"*/{MANIFEST}")) if root.exists() else []:
+        try:
+            st = sweep_status(p.parent)
+        except (OSError, ValueError, KeyError, DetourError):
+            continue
+        out.append(
+            {
+                "name": st["name"],
+                "out": str(p.parent),
+                "state": st.get("state"),
+                "counts": st["counts"],
+                "created": st.get("created_at") or 0,
+            }
+        )
+    return sorted(out, key=lambda s: s["created"], reverse=True)

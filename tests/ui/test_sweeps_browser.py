@@ -1,0 +1,56 @@
+"""The Sweeps tab in a real browser (Playwright + /usr/bin/chromium, headless): launch a 2x2 grid x 2 seeds of tiny
+runs from the form, see its cells, and see the report's figure drawn once every cell has finished."""
+
+from __future__ import annotations
+
+import yaml
+
+from tests.ui.test_app_client import start_app
+from tests.ui.test_browser import CHROMIUM, _playwright, pytestmark  # noqa: F401  (browser + slow marks)
+
+
+def test_sweep_from_the_browser(tmp_path, isolated_runs_dir, tiny_modernbert_dir, monkeypatch):
+    sync_playwright = _playwright()
+    monkeypatch.setenv("DETOUR_UPLOADS_DIR", str(tmp_path / "uploads"))
+    monkeypatch.setenv("DETOUR_SWEEPS_DIR", str(tmp_path / "sweeps"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    (tmp_path / "uploads").mkdir()
+    isolated_runs_dir.mkdir(parents=True, exist_ok=True)
+    cfg = {
+        "name": "web",
+        "model": {"name": str(tiny_modernbert_dir)},
+        "data": {"corpus": "demo", "heldout_fraction": 0.1},
+        "train": {"seq_len": 64, "batch_size": 4, "precision": "fp32"},
+        "recipe": "clm_detour",
+        "phases": {"main": {"tokens": 256}, "decay": {"steps": 1}},
+        "logging": {"eval_every": 4, "eval_batches": 1},
+    }
+    cfg_file = tmp_path / "uploads" / "web.yaml"
+    cfg_file.write_text(yaml.safe_dump(cfg))
+    proc, url = start_app(isolated_runs_dir, tmp_path)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(url)
+            page.get_by_role("tab", name="Sweeps").click()
+            page.wait_for_selector("#sw-launch", timeout=60_000)
+            page.locator("#sw-config textarea, #sw-config input").first.fill(str(cfg_file))
+            for sel, value in (("#sw-a1", "recipe"), ("#sw-a2", "phases.main.tokens")):
+                box = page.locator(f"{sel} input")
+                box.fill(value)
+                box.press("Enter")
+            page.locator("#sw-v1 textarea, #sw-v1 input").first.fill("mlm,clm_detour")
+            page.locator("#sw-v2 textarea, #sw-v2 input").first.fill("256,512")
+            page.locator("#sw-conc input").fill("2")
+            page.click("#sw-launch")
+            page.wait_for_selector("#sw-msg :text('8 runs')", timeout=90_000)
+            page.wait_for_selector("#sw-cells :text('recipe=clm_detour, tokens=512')", timeout=30_000)
+            # the detached waiter writes the report when the 8 runs are done; the tab's timer draws it
+            page.wait_for_selector("#sw-plot .js-plotly-plot .scatterlayer .trace", timeout=400_000)
+            assert "95% CI" in page.inner_text("#sw-report")
+            page.screenshot(path=str(tmp_path / "sweeps.png"), full_page=True)
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

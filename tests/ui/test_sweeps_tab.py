@@ -1,0 +1,73 @@
+"""The Sweeps tab's handlers, without a browser: launch a real (tiny) sweep the way the form does, see its cells,
+cancel the rest, and read a finished sweep's report and figure."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import yaml
+
+from app import sweeps_tab
+from backend.core import paths
+from backend.core.errors import DetourError
+
+
+@pytest.fixture
+def roots(tmp_path, monkeypatch):
+    monkeypatch.setenv(paths.SWEEPS_ENV, str(tmp_path / "sweeps"))
+    monkeypatch.setenv(paths.UPLOADS_ENV, str(tmp_path / "uploads"))
+    (tmp_path / "uploads").mkdir()
+    return tmp_path
+
+
+def _config(roots, model_dir) -> str:
+    cfg = {
+        "name": "tab",
+        "model": {"name": str(model_dir)},
+        "data": {"corpus": "demo", "heldout_fraction": 0.1},
+        "train": {"seq_len": 64, "batch_size": 4, "precision": "fp32"},
+        "recipe": "clm_detour",
+        "phases": {"main": {"tokens": 256}, "decay": {"steps": 1}},
+        "logging": {"eval_every": 4, "eval_batches": 1},
+    }
+    p = roots / "uploads" / "tab.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    return str(p)
+
+
+def test_launch_view_and_cancel_from_the_tab(roots, tiny_modernbert_dir):
+    cfg = _config(roots, tiny_modernbert_dir)
+    msg, name = sweeps_tab.start_sweep(cfg, "", "recipe", "mlm,clm_detour", "", "", 2, 1)
+    assert "Queued **4 runs**" in msg and "same documents in the same order" in msg
+    assert sweeps_tab.sweep_names() == [name]
+    rows = sweeps_tab.status_table(name)
+    assert [r[0] for r in rows] == ["recipe=mlm", "recipe=clm_detour"] and all("s0:" in r[2] for r in rows)
+    assert sweeps_tab.cancel_sweep(name).count("- ") >= 3  # the queued runs (and the running one, if any)
+    deadline = time.time() + 90
+    while time.time() < deadline and "queued" in sweeps_tab.view(name)["status"]:
+        time.sleep(0.5)
+    v = sweeps_tab.view(name)
+    assert "cancelled" in v["status"]
+    with pytest.raises(DetourError):
+        sweeps_tab.sweep_dir("../etc")
+
+
+def test_the_form_refuses_a_grid_with_unmatched_budgets(roots, tiny_modernbert_dir):
+    cfg = _config(roots, tiny_modernbert_dir)
+    with pytest.raises(DetourError, match="allow-unmatched-budget"):
+        sweeps_tab.start_sweep(cfg, "", "train.batch_size", "4,8", "phases.decay.steps", "1,2", 1, 1)
+    assert sweeps_tab.sweep_names() == []
+
+
+def test_the_reports_tab_does_not_start_the_hybrid_study_twice(tmp_path, monkeypatch):
+    import os
+
+    from app import reports_tab
+    from backend.core import atomic
+
+    monkeypatch.setenv(paths.REPORTS_ENV, str(tmp_path / "reports"))
+    atomic.write_json(tmp_path / "reports" / "hybrid-quick" / "status.json", {"state": "running", "pid": os.getpid()})
+    with pytest.raises(DetourError, match="already running"):
+        reports_tab.launch_hybrid("quick")
+    assert reports_tab.status_text("hybrid-quick")[0].startswith("**hybrid-quick**: running")
