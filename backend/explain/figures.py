@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
-from backend.analysis.plots import phase_boundaries
+from backend.analysis.plots import fit_y_range, phase_boundaries
 
 ALLOWED, MASKED = "#2563eb", "#f1f5f9"
 SURPRISE_SCALE = "YlOrRd"
@@ -139,7 +139,7 @@ def _over_the_run(fig: go.Figure, rows: list[dict], title: str, y_title: str) ->
         legend={"orientation": "h", "y": -0.25},
         template="plotly_white",
     )
-    return fig
+    return fit_y_range(fig)
 
 
 def _line(x: list, y: list, name: str, objective: str, **kw) -> go.Scatter:
