@@ -5,6 +5,7 @@ explain``)."""
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -53,6 +54,9 @@ SCRUB_TEXT = (
     "during the detour and the fill-mask guesses come back in the decay. More saved points: train with "
     "`--set logging.checkpoint_every=N --set logging.keep_checkpoints=M`."
 )
+
+
+SLIDER_LABEL = "tokens seen (drag to scrub: it stops at the nearest saved model)"
 
 
 def show_masks(spec: str | None, seq_len=128) -> tuple:
@@ -127,22 +131,55 @@ def default_run(picks: list, runs: list[str]) -> str | None:
     return (detour or runs or [None])[0]
 
 
+NO_RUNS = (
+    "**No runs yet.** This view scrubs through the models a run saved as it trained. Make one in the **Launch** "
+    "tab (recipe `pair` trains a CLM-detour run and its MLM sibling; the defaults take a few minutes on a laptop), "
+    "then come back and press **↻ Refresh the model and run lists**. The two views above work with the bundled "
+    "model already."
+)
+EMPTY_SLIDER = {"minimum": 0, "maximum": 1, "value": 0, "step": 1}  # Gradio refuses a slider with min == max
+
+
+def _ticks(points: list[dict]) -> list[int]:
+    """The slider position of each saved model: its tokens seen (the start model at 0)."""
+    ticks, last = [], 0
+    for p in points:
+        last = p["tokens_seen"] if p.get("tokens_seen") is not None else last
+        ticks.append(int(last))
+    return ticks
+
+
 def load_run(run: str | None) -> tuple[dict, str]:
-    """-> ({"maximum", "value"} for the slider, message naming every saved model and each phase switch)."""
+    """-> (slider settings {"minimum", "maximum", "value", "step"} in tokens seen, message naming every saved model
+    and each phase switch). With no run (a fresh install) the message says how to make one."""
+    if not (run or "").strip():
+        return dict(EMPTY_SLIDER), NO_RUNS if not run_choices() else warn("choose a run")
     try:
         res = run_checkpoints(_run_dir(run))
     except DetourError as exc:
-        return {"maximum": 0, "value": 0}, warn(exc)
+        return dict(EMPTY_SLIDER), warn(exc)
     pts = res["points"]
     if not pts:
-        return {"maximum": 0, "value": 0}, warn(f"run '{run}': no saved model yet")
-    msg = f"✓ {len(pts)} saved models in **{md_escape(run)}**: " + ", ".join(md_escape(p["label"]) for p in pts)
+        return dict(EMPTY_SLIDER), warn(f"run '{run}': no saved model yet")
+    ticks = _ticks(pts)
+    gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False) if b > a]
+    step = math.gcd(*gaps) if gaps else 1
+    msg = f"✓ {len(pts)} saved models in **{md_escape(run)}**: " + ", ".join(
+        f"{md_escape(p['label'])} ({t:,} tokens)" for p, t in zip(pts, ticks, strict=True)
+    )
     for i in res["switches"]:
-        msg += f"\n\nPhase switch between slider positions {i - 1} and {i}: {md_escape(pts[i]['label'])} is the first "
-        msg += f"model of phase {md_escape(pts[i]['phase'])}."
+        msg += f"\n\nPhase switch between {ticks[i - 1]:,} and {ticks[i]:,} tokens: {md_escape(pts[i]['label'])} is "
+        msg += f"the first model of phase {md_escape(pts[i]['phase'])}."
     if res["advice"]:
         msg += "\n\n⚠ " + md_escape(res["advice"])
-    return {"maximum": max(len(pts) - 1, 1), "value": 0}, msg
+    return {"minimum": 0, "maximum": max(ticks[-1], 1), "value": 0, "step": max(step, 1)}, msg
+
+
+def nearest_point(points: list[dict], tokens) -> int:
+    """The saved model nearest to ``tokens`` seen (the slider's value), the earlier one on a tie."""
+    ticks = _ticks(points)
+    t = float(tokens or 0)
+    return min(range(len(points)), key=lambda i: (abs(ticks[i] - t), i))
 
 
 def _run_dir(run: str | None) -> str:
@@ -152,9 +189,12 @@ def _run_dir(run: str | None) -> str:
     return spec
 
 
-def scrub(run: str | None, index, masked_text: str, text: str, top_k=5) -> tuple:
-    """-> (timeline, fill-mask bars or None, coloured tokens, message) for saved model ``index`` of ``run``. A bad
-    fill-mask sentence is reported under the other two views, which still show."""
+def scrub(run: str | None, tokens, masked_text: str, text: str, top_k=5) -> tuple:
+    """-> (timeline, fill-mask bars or None, coloured tokens, message) for the saved model of ``run`` nearest to
+    ``tokens`` seen (the slider's value). A bad fill-mask sentence is reported under the other two views, which
+    still show."""
+    if not (run or "").strip() and not run_choices():
+        return None, None, "", NO_RUNS
     t0 = time.perf_counter()
     try:
         run_dir = _run_dir(run)
@@ -162,7 +202,7 @@ def scrub(run: str | None, index, masked_text: str, text: str, top_k=5) -> tuple
         pts = res["points"]
         if not pts:
             raise DetourError(f"run '{run}': no saved model yet")
-        i = min(max(int(index or 0), 0), len(pts) - 1)
+        i = nearest_point(pts, tokens)
         point = pts[i]
         surprise = token_surprise([point["model"]], text)[0]
         surprise["model"] = point["label"]
@@ -185,6 +225,8 @@ def scrub(run: str | None, index, masked_text: str, text: str, top_k=5) -> tuple
 
 def trace(run: str | None, text: str) -> tuple:
     """-> (the text's mean surprise per objective at every saved model of ``run``, message)."""
+    if not (run or "").strip() and not run_choices():
+        return None, NO_RUNS
     t0 = time.perf_counter()
     try:
         run_dir = _run_dir(run)
@@ -237,7 +279,7 @@ def build(ctx) -> dict:
         r_run = gr.Dropdown(choices=runs, value=default_run(defaults, runs), label="Run",
                             allow_custom_value=True, elem_id="dt-run")  # fmt: skip
         r_load = gr.Button("Load its saved models", variant="primary", elem_id="dt-run-btn")
-    r_slider = gr.Slider(0, 1, value=0, step=1, label="saved model (drag to scrub)", elem_id="dt-scrub")
+    r_slider = gr.Slider(0, 1, value=0, step=1, label=SLIDER_LABEL, elem_id="dt-scrub")
     r_info = gr.Markdown("", elem_id="dt-run-msg")
     with gr.Row():
         r_masked = gr.Textbox(value=EXAMPLE_MASKED, label="Fill-mask sentence (one [MASK])", max_lines=2)
@@ -253,7 +295,7 @@ def build(ctx) -> dict:
 
     def on_load(run):
         slider, msg = load_run(run)
-        return gr.update(minimum=0, maximum=slider["maximum"], value=slider["value"]), msg
+        return gr.update(**slider), msg
 
     scrub_io = {"inputs": [r_run, r_slider, r_masked, r_text], "outputs": [r_timeline, r_fill, r_html, r_msg]}
     busy = {"concurrency_limit": 1, "concurrency_id": "detour"}

@@ -98,6 +98,9 @@ def legend_html(top: float) -> str:
         f'<span style="display:inline-block;width:220px;height:12px;background:linear-gradient(to right, {stops});'
         'border:1px solid #cbd5e1"></span>'
         f"<span>{top:.1f} nats = ln(vocabulary): a blind guess, or worse</span></div>"
+        '<div style="font-size:0.85em;color:#475569;margin:-6px 0 10px"><span style="color:#94a3b8">Grey</span> '
+        "tokens have no score: the first token of the next-token line opens the text, so nothing comes before it "
+        "to predict it from (training never predicts it either), and special tokens are never predicted.</div>"
     )
 
 
