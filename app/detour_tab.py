@@ -51,8 +51,9 @@ SURPRISE_TEXT = (
 SCRUB_TEXT = (
     "Pick a run and drag the slider through its saved models, from the model it started from to the end. The plot "
     "marks where the phase switches (CLM to the MLM decay in a detour run): watch the next-token line cool down "
-    "during the detour and the fill-mask guesses come back in the decay. More saved points: train with "
-    "`--set logging.checkpoint_every=N --set logging.keep_checkpoints=M`."
+    "during the detour and the fill-mask guesses come back in the decay. More saved points: set **Checkpoint every** "
+    "and **Keep checkpoints** in the Launch form's Advanced section (or train with "
+    "`--set logging.checkpoint_every=N --set logging.keep_checkpoints=M`)."
 )
 
 

@@ -248,11 +248,12 @@ def keep_last_preview(res: dict, last: dict | None) -> dict:
     return {**res, **{k: STALE + last[k] for k in PREVIEW}}
 
 
-def launch(values: list, max_concurrent: int | None = None, base: dict | None = None) -> dict:
-    """Validate, then queue through ``backend.runs.jobs.submit`` (prepare_runs + detached worker)."""
+def launch(values: list, max_concurrent: int | None = None, base: dict | None = None, last: dict | None = None) -> dict:
+    """Validate, then queue through ``backend.runs.jobs.submit`` (prepare_runs + detached worker). Refused, it keeps
+    ``last`` (the last valid preview) marked stale, as a field's change does (``keep_last_preview``)."""
     res = validate_form(values, base=base)
     if not res["ok"]:
-        return {**res, "runs": []}
+        return {**keep_last_preview(res, last), "runs": []}
     try:
         dirs = jobs.submit(res["cfg"], root=runs_dir(), seeds=res["seeds"] or None, max_concurrent=max_concurrent)
     except DetourError as exc:
@@ -484,14 +485,14 @@ def build(ctx) -> dict:
     gr.on([c.change for c in inputs], on_change, trigger_mode="always_last", api_name="validate", **validate_kw)
 
     def on_launch(*vals):
-        *vals, loaded = vals
-        res = launch(list(vals), ctx.max_concurrent, base=loaded)
+        *vals, loaded, last = vals
+        res = launch(list(vals), ctx.max_concurrent, base=loaded, last=last)
         name_update = gr.update(value=_free_name(res["cfg"]["name"])) if res.get("runs") else gr.update()
         return [*render(res), name_update, res["message"] if res.get("runs") else ""]
 
     launch_btn.click(
         on_launch,
-        inputs=[*inputs, base],
+        inputs=[*inputs, base, last_ok],
         outputs=[*preview_outputs, comps["name"], queued_msg],
         concurrency_limit=1,
         api_name="launch",

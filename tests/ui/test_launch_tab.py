@@ -99,3 +99,26 @@ def test_sequence_length_beyond_the_positions_is_refused_or_warned_in_the_form(
     res = launch_tab.validate_form(form(tiny_modernbert_dir, train__seq_len=2 * limit))
     assert res["ok"] and "warning" in res["message"] and str(limit) in res["message"]
     assert "warning" not in launch_tab.validate_form(form(tiny_modernbert_dir))["message"]
+
+
+def test_launch_with_an_invalid_field_keeps_the_last_valid_preview(tiny_modernbert_dir, isolated_runs_dir):
+    """Issue 24 #3: Launch with an invalid field emptied the CLI, accelerate and YAML boxes."""
+    good = launch_tab.validate_form(form(tiny_modernbert_dir))
+    last = {k: good[k] for k in launch_tab.PREVIEW}
+    out = launch_tab.launch(form(tiny_modernbert_dir, train__lr="fast"), last=last)
+    assert not out["ok"] and out["runs"] == [] and list(out["errors"]) == ["train.lr"]
+    for k in launch_tab.PREVIEW:
+        assert out[k] == launch_tab.STALE + good[k]
+    assert not isolated_runs_dir.exists() or not any(isolated_runs_dir.iterdir())  # nothing queued
+
+
+def test_the_form_has_the_checkpoint_fields_the_scrub_advises(tiny_modernbert_dir):
+    """Issue 24 #10: the Detour scrub's advice (checkpoint_every, keep_checkpoints) can be followed from the form."""
+    for key in ("logging.checkpoint_every", "logging.keep_checkpoints"):
+        assert key in launch_tab.KEYS
+    res = launch_tab.validate_form(form(tiny_modernbert_dir, logging__checkpoint_every=2, logging__keep_checkpoints=20))
+    assert (
+        res["ok"] and res["cfg"]["logging"]["keep_checkpoints"] == 20 and res["cfg"]["logging"]["checkpoint_every"] == 2
+    )
+    assert "logging.keep_checkpoints=20" in res["python"]
+    assert launch_tab.FIELD_BY_KEY["logging.keep_checkpoints"].label == "Keep checkpoints"
