@@ -263,22 +263,34 @@ def launch(values: list, max_concurrent: int | None = None, base: dict | None = 
     return {**res, "runs": dirs, "message": f"✓ queued {names}: follow it in the Runs tab"}
 
 
-def save_config(values: list, base: dict | None = None) -> tuple[Path | None, str]:
+def save_config(values: list, base: dict | None = None, overwrite: bool = False) -> tuple[Path | None, str]:
+    """Save the form as ``<uploads>/configs/<run name>.yaml``. A saved config of that name is replaced only with
+    ``overwrite``; otherwise the message says so and names a free one."""
     res = validate_form(values, deep=False, base=base)
     if not res["ok"]:
         return None, res["message"]
     d = uploads_dir() / "configs"
     d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{res['cfg']['name']}.yaml"
+    name = res["cfg"]["name"]
+    path = d / f"{name}.yaml"
+    if path.exists() and not overwrite:
+        free = next(f"{name}-{i}" for i in range(2, 10_000) if not (d / f"{name}-{i}.yaml").exists())
+        return None, warn(
+            f"a saved config named '{name}' already exists: not saved. Tick 'Replace a saved config of the same "
+            f"name' to replace it, or change the run name (e.g. '{free}')"
+        )
     from backend.core.atomic import write_text
 
     write_text(path, res["yaml"])
-    return path, f"saved {path}"
+    return path, f"saved config '{md_escape(name)}'" + (" (replaced the one of that name)" if overwrite else "")
 
 
-def saved_configs() -> list[str]:
+def saved_configs() -> list[tuple[str, str]]:
+    """The saved configs as (name, path) dropdown choices, newest first: the list shows names, loading gets the
+    path. Read again on every call (page load, tab select, a save)."""
     d = uploads_dir() / "configs"
-    return sorted(str(p) for p in d.glob("*.yaml")) if d.exists() else []
+    files = sorted(d.glob("*.yaml"), key=lambda p: p.stat().st_mtime, reverse=True) if d.exists() else []
+    return [(p.stem, str(p)) for p in files]
 
 
 def load_config_file(path: str | None) -> tuple[list | None, str, dict | None]:
@@ -350,6 +362,8 @@ def store_upload(path: str | None, max_bytes: int) -> tuple[str | None, str]:
 
 def build(ctx) -> dict:
     import gradio as gr
+
+    from app.refresh import keep_fresh
 
     values = default_values()
     first = validate_form(values, deep=False)
@@ -432,11 +446,14 @@ def build(ctx) -> dict:
             with gr.Row():
                 launch_btn = gr.Button("Launch (queue)", variant="primary", elem_id="launch-btn")
                 save_btn = gr.Button("Save config")
+                overwrite = gr.Checkbox(False, label="Replace a saved config of the same name", elem_id="save-replace")
             status = gr.Markdown(first["message"], elem_id="launch-status")
             saved_file = gr.File(label="Saved config", visible=False, interactive=False)
             with gr.Accordion("Load a config", open=False):
                 with gr.Row():
-                    load_saved = gr.Dropdown(choices=saved_configs(), label="Saved configs", allow_custom_value=True)
+                    load_saved = gr.Dropdown(
+                        choices=saved_configs(), label="Saved configs", allow_custom_value=True, elem_id="saved-configs"
+                    )
                     load_upload = gr.File(
                         label="…or upload a YAML", file_types=[".yaml", ".yml"], height=140, elem_id="config-upload"
                     )
@@ -499,15 +516,20 @@ def build(ctx) -> dict:
     )
 
     def on_save(*vals):
-        *vals, loaded = vals
-        path, msg = save_config(list(vals), base=loaded)
+        *vals, loaded, replace = vals
+        path, msg = save_config(list(vals), base=loaded, overwrite=bool(replace))
         return (
             gr.update(value=str(path) if path else None, visible=bool(path)),
             msg,
             gr.update(choices=saved_configs()),
         )
 
-    save_btn.click(on_save, inputs=[*inputs, base], outputs=[saved_file, status, load_saved], api_name="save_config")
+    save_btn.click(
+        on_save, inputs=[*inputs, base, overwrite], outputs=[saved_file, status, load_saved], api_name="save_config"
+    )
+    keep_fresh(lambda: gr.update(choices=saved_configs()), [load_saved])  # a config saved since the page was built
+    load_saved.focus(lambda: gr.update(choices=saved_configs()), outputs=[load_saved], queue=False,
+                     api_visibility="private")  # fmt: skip
 
     def on_load(path):
         vals_, msg, cfg = load_config_file(path)

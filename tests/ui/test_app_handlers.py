@@ -99,7 +99,7 @@ def test_save_load_and_upload(tiny_modernbert_dir, tmp_path):
     assert loaded is not None, msg
     assert loaded[launch_tab.KEYS.index("train.lr")] == "0.0001"
     assert loaded[launch_tab.KEYS.index("name")] == "saved-exp"
-    assert str(path) in launch_tab.saved_configs()
+    assert ("saved-exp", str(path)) in launch_tab.saved_configs()
     _, msg, _ = launch_tab.load_config_file("/etc/hostname")
     assert "outside" in msg
 

@@ -122,3 +122,24 @@ def test_the_form_has_the_checkpoint_fields_the_scrub_advises(tiny_modernbert_di
     )
     assert "logging.keep_checkpoints=20" in res["python"]
     assert launch_tab.FIELD_BY_KEY["logging.keep_checkpoints"].label == "Keep checkpoints"
+
+
+def test_saved_configs_are_listed_by_name_fresh_and_never_silently_overwritten(tiny_modernbert_dir, tmp_path):
+    """Issue 24 #6: the list was built at app start, showed absolute paths, and a save replaced a same-named config."""
+    from app import main
+
+    demo = main.build_app(main.AppContext())
+    saved = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "saved-configs")
+    refresh = [f for f in demo.fns.values() if saved in f.outputs and {ev for _, ev in f.targets} >= {"load"}]
+    assert len(refresh) == 1  # read again on page load (a reload), not only at build
+
+    path, msg = launch_tab.save_config(form(tiny_modernbert_dir, name="cfg-a", train__lr="1e-4"))
+    assert path is not None, msg
+    assert refresh[0].fn()["choices"] == [("cfg-a", str(path))]  # the name shown, the path loaded
+    assert launch_tab.saved_configs() == [("cfg-a", str(path))]
+
+    again, msg = launch_tab.save_config(form(tiny_modernbert_dir, name="cfg-a", train__lr="3e-4"))
+    assert again is None and "already exists" in msg and "cfg-a-2" in msg
+    assert "lr: 0.0001" in path.read_text()  # untouched
+    again, msg = launch_tab.save_config(form(tiny_modernbert_dir, name="cfg-a", train__lr="3e-4"), overwrite=True)
+    assert again == path and "replaced" in msg and "lr: 0.0003" in path.read_text()
