@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app import check_model_spec, check_path, md_escape, model_choices, trained_runs, warn
+from app import check_model_spec, check_path, md_escape, model_choices, newest_pair, warn
 from backend.analysis import plots
 from backend.core.errors import DetourError
 from backend.core.paths import DEFAULT_MODEL, DEMO_CORPUS
@@ -93,29 +93,12 @@ def compute_cka(
 
 
 def default_models() -> tuple[str | None, str | None, str]:
-    """(A, B, note): the newest CLM-detour run as A and its MLM sibling (else the newest MLM run, else the base)
-    as B, the pairing the seed-noise ratio expects; without a detour run, the newest run against the base. With
-    only one model there is nothing to compare: B is None and the note says so."""
-    from backend.engine.rundir import read_config
-
-    runs = []
-    for r in trained_runs():
-        try:
-            cfg = read_config(r.path)
-        except (OSError, ValueError):
-            continue
-        runs.append((r.name, cfg.get("recipe"), (cfg.get("_meta") or {}).get("pair")))
-    base = DEFAULT_MODEL if DEFAULT_MODEL in model_choices() else None
-    detours = [r for r in runs if r[1] == "clm_detour"]
-    mlms = [r for r in runs if r[1] == "mlm"]
-    if detours:
-        a, _, pair = detours[0]
-        sibling = [name for name, _, p in mlms if pair and p == pair]
-        b = (sibling or [name for name, _, _ in mlms] or [base])[0]
-    elif runs:
-        a, b = runs[0][0], base
-    else:
-        a, b = base, None
+    """(A, B, note) by the rule every tab shares (``app.newest_pair``): the newest pair's detour run as A and its
+    MLM sibling as B (the pairing the seed-noise ratio expects); without a pair, the newest run against the base
+    model it started from. With only one model there is nothing to compare: B is None and the note says so."""
+    a, b, _ = newest_pair()
+    if a is None:
+        a = DEFAULT_MODEL if DEFAULT_MODEL in model_choices() else None
     if b is None or b == a:
         only = a or "no model"
         return a, None, f"Only one model is available ({only}): train a run on the Launch tab to compare it."
