@@ -161,6 +161,33 @@ def newest_pair() -> tuple[str | None, str | None, bool]:
     return None, None, False
 
 
+def training_step(name: str | None) -> int | None:
+    """For a run that is still training (no ``final/`` yet): the step of its newest saved model, the one a tab
+    loads for it; else None."""
+    from backend.engine.rundir import RunInfo, read_status, saved_models
+
+    if not name or "/" in name:
+        return None
+    d = runs_dir() / name
+    if not (d / "config.yaml").exists() or (d / "final" / "config.json").exists():
+        return None
+    if RunInfo(name, d, read_status(d)).state != "running":
+        return None
+    saved = saved_models(d)
+    return saved[-1]["step"] if saved else None
+
+
+def labelled(name: str | None) -> str:
+    """A model's name as the tabs show it: a run still training says so, with the step of the model used."""
+    step = training_step(name)
+    return f"{name} (training, step {step})" if step is not None else str(name or "")
+
+
+def labelled_choices(choices: list[str]) -> list[tuple[str, str]]:
+    """Dropdown choices (label, value): the value stays the name, the label says which runs are still training."""
+    return [(labelled(c), c) for c in choices]
+
+
 def default_picks(choices: list[str], slots: int) -> list[str | None]:
     """What side-by-side slots start with (``newest_pair``): the bundled base and the newest pair's two runs: the
     three models a class compares; without a pair, the newest run's base and the run."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app import check_model_spec, check_path, md_escape, model_choices, newest_pair, warn
+from app import check_model_spec, check_path, labelled, labelled_choices, md_escape, model_choices, newest_pair, warn
 from backend.analysis import plots
 from backend.core.errors import DetourError
 from backend.core.paths import DEFAULT_MODEL, DEMO_CORPUS
@@ -71,9 +71,16 @@ def compute_cka(
     except DetourError as exc:
         return None, None, [], warn(exc)
     heat = plots.cka_heatmap(res["matrix"], res["layers_a"], res["layers_b"], a, b)
-    div = plots.divergence_figure(res["layers_a"], res["divergence"], res.get("control_divergence"), res.get("ratio"))
+    if res.get("divergence") is None:  # different depths: no layer-by-layer match (the heatmap still shows)
+        div = plots.divergence_figure([], [])
+        layers = []
+    else:
+        div = plots.divergence_figure(
+            res["layers_a"], res["divergence"], res.get("control_divergence"), res.get("ratio")
+        )
+        layers = res["layers_a"]
     rows = []
-    for i, layer in enumerate(res["layers_a"]):
+    for i, layer in enumerate(layers):
         ctrl = res.get("control_divergence")
         ratio = res.get("ratio")
         rows.append(
@@ -86,7 +93,10 @@ def compute_cka(
             ]
         )
     inp = res["inputs"]
-    msg = f"✓ CKA on {inp['n']} texts (max length {inp['max_len_effective']}) in {res['elapsed_s']:.1f} s"
+    msg = (
+        f"✓ CKA between A = {md_escape(labelled(a))} and B = {md_escape(labelled(b))} on {inp['n']} texts "
+        f"(max length {inp['max_len_effective']}) in {res['elapsed_s']:.1f} s"
+    )
     if res.get("notes"):
         msg += "\n\n" + "\n".join(f"- {n}" for n in res["notes"])
     return heat, div, rows, msg
@@ -219,16 +229,17 @@ def build(ctx) -> dict:
     choices = model_choices()
     a0, b0, note0 = default_models()
     runs = [c for c in choices if c != DEFAULT_MODEL]
+    shown = labelled_choices(choices)  # a run still training says so
     with gr.Accordion("What CKA, divergence and the seed-noise control mean", open=not runs, elem_id="an-explain"):
         gr.Markdown(EXPLAIN)
     with gr.Row():
-        a = gr.Dropdown(choices=choices, value=a0, label="Model A (rows)", allow_custom_value=True, elem_id="an-a")
-        b = gr.Dropdown(choices=choices, value=b0, label="Model B (columns)", allow_custom_value=True, elem_id="an-b")
+        a = gr.Dropdown(choices=shown, value=a0, label="Model A (rows)", allow_custom_value=True, elem_id="an-a")
+        b = gr.Dropdown(choices=shown, value=b0, label="Model B (columns)", allow_custom_value=True, elem_id="an-b")
     with gr.Accordion("Seed-noise control (optional): ratio = div(A, B) / div(MLM seed 2, MLM seed 1)", open=False):
         with gr.Row():
-            ca = gr.Dropdown(choices=choices, value=None, label="MLM seed 1 (blank = model B)", allow_custom_value=True)
+            ca = gr.Dropdown(choices=shown, value=None, label="MLM seed 1 (blank = model B)", allow_custom_value=True)
             cb = gr.Dropdown(
-                choices=choices, value=None, label="MLM seed 2 (B's recipe, another seed)", allow_custom_value=True
+                choices=shown, value=None, label="MLM seed 2 (B's recipe, another seed)", allow_custom_value=True
             )
     with gr.Row():
         texts = gr.Textbox(value="demo", label="Texts ('demo' or a .txt/.jsonl file in an allowed folder)", max_lines=1)
@@ -250,10 +261,14 @@ def build(ctx) -> dict:
     gr.Markdown("### Trajectory over a run's checkpoints")
     with gr.Row():
         run = gr.Dropdown(
-            choices=runs, value=default_run(a0, runs), label="Run", allow_custom_value=True, elem_id="an-run"
+            choices=labelled_choices(runs),
+            value=default_run(a0, runs),
+            label="Run",
+            allow_custom_value=True,
+            elem_id="an-run",
         )
         ref = gr.Dropdown(
-            choices=choices, value=None, label="Reference (blank = the run's starting model)", allow_custom_value=True
+            choices=shown, value=None, label="Reference (blank = the run's starting model)", allow_custom_value=True
         )
         traj_btn = gr.Button("Trajectory", elem_id="an-traj-btn")
     traj_msg = gr.Markdown("", elem_id="an-traj-msg")
@@ -296,9 +311,10 @@ def build(ctx) -> dict:
         """Every model list read again; an empty A, B or run gets the default (with B empty, A = the base is the
         page's build state, not a choice: it gives way to the newest detour run too), and the note says when there
         is only one model."""
-        ch = model_choices()
+        names = model_choices()
+        ch = labelled_choices(names)
         da, db, note_ = default_models()
-        run_ch = [c for c in ch if c != DEFAULT_MODEL]
+        run_ch = [c for c in names if c != DEFAULT_MODEL]
         if not b_ and a_ == DEFAULT_MODEL:  # the page's state when it was built with nothing to compare
             a_ = None
         a_ = a_ or da
@@ -307,7 +323,7 @@ def build(ctx) -> dict:
             gr.update(choices=ch, value=a_),
             gr.update(choices=ch, value=b_),
             *[gr.update(choices=ch) for _ in (ca, cb, ref)],
-            gr.update(choices=run_ch, value=run_ or default_run(da, run_ch)),
+            gr.update(choices=labelled_choices(run_ch), value=run_ or default_run(da, run_ch)),
             "" if b_ else note_,
         ]
 

@@ -9,7 +9,16 @@ import math
 import time
 from pathlib import Path
 
-from app import check_model_spec, default_picks, fill_empty_picks, md_escape, model_choices, warn
+from app import (
+    check_model_spec,
+    default_picks,
+    fill_empty_picks,
+    labelled,
+    labelled_choices,
+    md_escape,
+    model_choices,
+    warn,
+)
 from backend.analysis import plots
 from backend.analysis.fill_mask import fill_mask
 from backend.core.errors import DetourError
@@ -114,7 +123,7 @@ def show_surprise(text: str, specs: list[str | None]) -> tuple[str, str]:
     except DetourError as exc:
         return "", warn(exc)
     for r, (_, s) in zip(results, chosen, strict=True):
-        r["model"] = s  # the name the user chose, not the resolved path
+        r["model"] = labelled(s)  # the name the user chose, not the resolved path; a run still training says so
     msg = _table(results) + f" Computed in {time.perf_counter() - t0:.1f} s."
     if any(r["truncated"] for r in results):
         msg += f" The text was cut to its first {MAX_TOKENS} tokens."
@@ -165,7 +174,7 @@ def load_run(run: str | None) -> tuple[dict, str]:
     ticks = _ticks(pts)
     gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False) if b > a]
     step = math.gcd(*gaps) if gaps else 1
-    msg = f"✓ {len(pts)} saved models in **{md_escape(run)}**: " + ", ".join(
+    msg = f"✓ {len(pts)} saved models in **{md_escape(labelled(run))}**: " + ", ".join(
         f"{md_escape(p['label'])} ({t:,} tokens)" for p, t in zip(pts, ticks, strict=True)
     )
     for i in res["switches"]:
@@ -251,8 +260,8 @@ def build(ctx) -> dict:
 
     gr.Markdown("### 1 · The masks\n" + MASKS_TEXT)
     with gr.Row():
-        m_model = gr.Dropdown(choices=choices, value=defaults[0], label="Model", allow_custom_value=True,
-                              elem_id="dt-mask-model")  # fmt: skip
+        m_model = gr.Dropdown(choices=labelled_choices(choices), value=defaults[0], label="Model",
+                              allow_custom_value=True, elem_id="dt-mask-model")  # fmt: skip
         m_len = gr.Slider(8, MAX_SEQ_LEN, value=128, step=8, label="sequence length (tokens)", elem_id="dt-mask-len")
         m_btn = gr.Button("Show the masks", variant="primary", elem_id="dt-mask-btn")
     m_msg = gr.Markdown("", elem_id="dt-mask-msg")
@@ -263,7 +272,7 @@ def build(ctx) -> dict:
     with gr.Row():
         s_models = [
             gr.Dropdown(
-                choices=choices,
+                choices=labelled_choices(choices),
                 value=defaults[i],
                 label=f"Model {i + 1}",
                 allow_custom_value=True,
@@ -277,7 +286,7 @@ def build(ctx) -> dict:
 
     gr.Markdown("### 3 · Through a run\n" + SCRUB_TEXT)
     with gr.Row():
-        r_run = gr.Dropdown(choices=runs, value=default_run(defaults, runs), label="Run",
+        r_run = gr.Dropdown(choices=labelled_choices(runs), value=default_run(defaults, runs), label="Run",
                             allow_custom_value=True, elem_id="dt-run")  # fmt: skip
         r_load = gr.Button("Load its saved models", variant="primary", elem_id="dt-run-btn")
     r_slider = gr.Slider(0, 1, value=0, step=1, label=SLIDER_LABEL, elem_id="dt-scrub")
@@ -314,16 +323,18 @@ def build(ctx) -> dict:
         finished after the page was built is what the surprise and the scrub show; a choice made is kept."""
         *slots, run = picks
         c = model_choices()
-        runs_now, d = run_choices(c), default_picks(c, SLOTS)
+        runs_now, d, shown = run_choices(c), default_picks(c, SLOTS), labelled_choices(c)
         return [
-            gr.update(choices=c, value=model or d[0]),
-            *[gr.update(choices=c, value=v) for v in fill_empty_picks(slots, c)],
-            gr.update(choices=runs_now, value=run or default_run(d, runs_now)),
+            gr.update(choices=shown, value=model or d[0]),
+            *[gr.update(choices=shown, value=v) for v in fill_empty_picks(slots, c)],
+            gr.update(choices=labelled_choices(runs_now), value=run or default_run(d, runs_now)),
         ]
 
     outs = [m_model, *s_models, r_run]
     keep_fresh(lists, outs, inputs=outs, button=refresh)
     for d in (m_model, *s_models):
-        d.focus(lambda: gr.update(choices=model_choices()), outputs=[d], queue=False, api_visibility="private")
-    r_run.focus(lambda: gr.update(choices=run_choices()), outputs=[r_run], queue=False, api_visibility="private")
+        d.focus(lambda: gr.update(choices=labelled_choices(model_choices())), outputs=[d], queue=False,
+                api_visibility="private")  # fmt: skip
+    r_run.focus(lambda: gr.update(choices=labelled_choices(run_choices())), outputs=[r_run], queue=False,
+                api_visibility="private")  # fmt: skip
     return {"mask_plot": m_plot, "surprise": s_html, "scrub": r_slider}

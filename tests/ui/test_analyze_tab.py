@@ -122,3 +122,26 @@ def test_one_newest_pair_rule_across_tabs(isolated_runs_dir, tiny_modernbert_dir
     saved_run(isolated_runs_dir, "late", "clm_detour", created=4)  # a lone detour run, newer than the pair
     assert analyze_tab.default_models() == ("p-detour", "p-mlm", "")
     assert default_picks(model_choices(), 4) == ["detour-tiny-en", "p-detour", "p-mlm", None]
+
+
+def test_a_run_still_training_is_labelled_with_its_step(isolated_runs_dir, tiny_modernbert_dir):
+    """Issue 24 #9: Detour and Analyze used a training run's newest checkpoint silently."""
+    import os
+
+    from app import detour_tab, labelled, labelled_choices
+
+    d = saved_run(isolated_runs_dir, "busy", "clm_detour")
+    shutil.rmtree(d / "final")
+    ck = d / "checkpoints" / "step-000040"
+    shutil.copytree(tiny_modernbert_dir, ck / "model")
+    (ck / "COMPLETE").write_text("")
+    rundir.write_status(d, state="running", pid=os.getpid(), created_at=time.time())
+    assert labelled("busy") == "busy (training, step 40)"
+    assert ("busy (training, step 40)", "busy") in labelled_choices(["detour-tiny-en", "busy"])
+    assert labelled("detour-tiny-en") == "detour-tiny-en"
+    _, msg = detour_tab.show_surprise("The cell divides.", ["busy"])
+    assert "busy (training, step 40)" in msg
+    *_, msg = analyze_tab.compute_cka("busy", "detour-tiny-en", None, None, "demo", n_texts=2, max_len=16)
+    assert "A = busy (training, step 40)" in msg, msg
+    rundir.write_status(d, state="done")  # finished: no label
+    assert labelled("busy") == "busy"
