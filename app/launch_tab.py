@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from app import check_corpus_spec, check_model_spec, check_path, md_escape, model_choices, uploads_dir, warn
-from backend.core.errors import ConfigError, DetourError
+from backend.core.errors import ConfigError, DataError, DetourError
 from backend.core.paths import runs_dir
 from backend.engine import schema
 from backend.engine.config import config_to_yaml, default_config, load_config
@@ -195,11 +195,55 @@ def preflight(cfg: dict) -> list[str]:
     return list(check(cfg, check_data=False).get("warnings", []))
 
 
-def validate_form(values: list, deep: bool = True, base: dict | None = None) -> dict:
-    """-> {"ok", "cfg", "seeds", "yaml", "python", "accelerate", "errors": {key: message}, "message"}.
+_CORPUS_CHECKS: dict[tuple, str | None] = {}  # corpus_key -> the problem found (None: fine)
+CHECKING_CORPUS = "checking corpus…"
 
-    ``deep``: also what launching would refuse (a run name already taken, model-level checks). ``base``: the loaded
-    config whose keys the form does not show (``values_to_config``)."""
+
+def corpus_key(cfg: dict) -> tuple | None:
+    """What the corpus check depends on: the local corpus (its files' sizes and times) and the settings that read
+    it. None for what is not checked as you choose it: the bundled demo text and hub datasets (read at launch)."""
+    d = cfg["data"]
+    p = Path(str(d["corpus"]))
+    if d["corpus"] == "demo" or not p.exists():
+        return None
+    files = sorted(q for q in p.rglob("*") if q.is_file())[:1000] if p.is_dir() else [p]
+    sig = tuple((str(q), q.stat().st_size, q.stat().st_mtime_ns) for q in files)
+    m, t = cfg["model"], cfg["train"]
+    return (str(p), sig, d["text_column"], d["max_documents"], d["heldout_file"], d["heldout_fraction"],
+            t["seq_len"], t["batch_size"], m["tokenizer"] or m["name"])  # fmt: skip
+
+
+def check_corpus(cfg: dict) -> str | None:
+    """Read the corpus as a launch would (``preflight.check_corpus``): the problem as a message, or None. Kept per
+    ``corpus_key``: the form's next checks look it up instead of reading the corpus again."""
+    from backend.runs.preflight import check_corpus as read_corpus
+
+    key = corpus_key(cfg)
+    if key is None:
+        return None
+    if key not in _CORPUS_CHECKS:
+        try:
+            read_corpus(cfg)
+            _CORPUS_CHECKS[key] = None
+        except (DetourError, OSError, ValueError) as exc:  # the tokenizer's own problems are Launch's to report
+            _CORPUS_CHECKS[key] = str(exc) if str(exc).startswith("data.") else None
+    return _CORPUS_CHECKS[key]
+
+
+def corpus_pending(cfg: dict | None) -> bool:
+    """True when the corpus of ``cfg`` still has to be read (``check_corpus``)."""
+    key = corpus_key(cfg) if cfg else None
+    return key is not None and key not in _CORPUS_CHECKS
+
+
+def validate_form(values: list, deep: bool = True, base: dict | None = None, corpus: str = "cached") -> dict:
+    """-> {"ok", "cfg", "seeds", "yaml", "python", "accelerate", "errors": {key: message}, "message",
+    "corpus_pending"}.
+
+    ``deep``: also what launching would refuse (a run name already taken, model-level checks, the corpus's
+    content). ``corpus``: "cached" uses a check already made (a corpus not read yet is ``corpus_pending`` and the
+    message says "checking corpus…": the form reads it in the background), "check" reads it now (Launch).
+    ``base``: the loaded config whose keys the form does not show (``values_to_config``)."""
     out = {
         "ok": False,
         "cfg": None,
@@ -209,6 +253,7 @@ def validate_form(values: list, deep: bool = True, base: dict | None = None) -> 
         "accelerate": "",
         "errors": {},
         "message": "",
+        "corpus_pending": False,
     }
     warnings: list[str] = []
     try:
@@ -216,6 +261,12 @@ def validate_form(values: list, deep: bool = True, base: dict | None = None) -> 
         if deep:
             jobs.check_names_free(cfg, runs_dir(), seeds or None)  # the check Launch would make, as you type
             warnings = preflight(cfg)
+            if corpus == "check" or not corpus_pending(cfg):
+                problem = check_corpus(cfg)
+                if problem:
+                    raise DataError(problem)
+            else:
+                out["corpus_pending"] = True
     except (DetourError, ValueError) as exc:
         key = error_key(exc)
         msg = str(exc)
@@ -231,7 +282,10 @@ def validate_form(values: list, deep: bool = True, base: dict | None = None) -> 
         yaml=config_to_yaml(cfg),
         python=prev["python"] + seed_note,
         accelerate=prev["accelerate"] + seed_note,
-        message="✓ config valid" + _kept_note(cfg) + "".join(f"\n\n⚠ warning: {md_escape(w)}" for w in warnings),
+        message="✓ config valid"
+        + (f" · {CHECKING_CORPUS}" if out["corpus_pending"] else "")
+        + _kept_note(cfg)
+        + "".join(f"\n\n⚠ warning: {md_escape(w)}" for w in warnings),
     )
     return out
 
@@ -251,7 +305,7 @@ def keep_last_preview(res: dict, last: dict | None) -> dict:
 def launch(values: list, max_concurrent: int | None = None, base: dict | None = None, last: dict | None = None) -> dict:
     """Validate, then queue through ``backend.runs.jobs.submit`` (prepare_runs + detached worker). Refused, it keeps
     ``last`` (the last valid preview) marked stale, as a field's change does (``keep_last_preview``)."""
-    res = validate_form(values, base=base)
+    res = validate_form(values, base=base, corpus="check")
     if not res["ok"]:
         return {**keep_last_preview(res, last), "runs": []}
     try:
@@ -499,7 +553,23 @@ def build(ctx) -> dict:
         concurrency_limit=1,
         concurrency_id="validate",
     )
-    gr.on([c.change for c in inputs], on_change, trigger_mode="always_last", api_name="validate", **validate_kw)
+    checked = gr.on([c.change for c in inputs], on_change, trigger_mode="always_last", api_name="validate",
+                    **validate_kw)  # fmt: skip
+
+    def on_corpus(*vals):
+        """After a check that left the corpus pending ("checking corpus…"): read it, then show the form's check
+        again, with any problem under the Corpus field. Nothing to do otherwise."""
+        *form_vals, _, loaded, _ = vals
+        try:
+            cfg, _ = values_to_config(list(form_vals), loaded)
+        except (DetourError, ValueError):
+            return [gr.skip()] * len(validate_kw["outputs"])
+        if not corpus_pending(cfg):
+            return [gr.skip()] * len(validate_kw["outputs"])
+        check_corpus(cfg)
+        return on_change(*vals)
+
+    checked.then(on_corpus, **{**validate_kw, "concurrency_id": "corpus"})
 
     def on_launch(*vals):
         *vals, loaded, last = vals

@@ -143,3 +143,44 @@ def test_saved_configs_are_listed_by_name_fresh_and_never_silently_overwritten(t
     assert "lr: 0.0001" in path.read_text()  # untouched
     again, msg = launch_tab.save_config(form(tiny_modernbert_dir, name="cfg-a", train__lr="3e-4"), overwrite=True)
     assert again == path and "replaced" in msg and "lr: 0.0003" in path.read_text()
+
+
+@pytest.mark.parametrize("problem", ["two lines", "binary", "empty folder"])
+def test_a_corpus_problem_shows_under_the_corpus_field_when_chosen(problem, tiny_modernbert_dir, tmp_path):
+    """Issue 24 #2: a 2-line .txt, a binary file or an empty folder showed "config valid" and failed only after
+    Launch. Chosen, the corpus is read in the background ("checking corpus…"), then its problem is shown under
+    the Corpus field; Launch reads it at once."""
+    corpora = tmp_path / "uploads" / "corpora"  # inside an allowed root
+    corpora.mkdir(parents=True)
+    path = {"two lines": corpora / "two.txt", "binary": corpora / "blob.txt", "empty folder": corpora / "empty"}[
+        problem
+    ]
+    if problem == "two lines":
+        path.write_text("One line.\nTwo lines.\n")
+    elif problem == "binary":
+        path.write_bytes(bytes(range(256)) * 20)
+    else:
+        path.mkdir()
+    values = form(tiny_modernbert_dir, data__corpus=str(path))
+    first = launch_tab.validate_form(values)
+    assert first["ok"] and first["corpus_pending"] and launch_tab.CHECKING_CORPUS in first["message"]
+    assert launch_tab.check_corpus(first["cfg"])  # the background read finds the problem
+    res = launch_tab.validate_form(values)
+    assert not res["ok"] and list(res["errors"]) == ["data.corpus"] and "config valid" not in res["message"]
+    assert {"two lines": "fewer than one batch", "binary": "binary", "empty folder": "has no"}[problem] in (
+        res["errors"]["data.corpus"]
+    )
+    out = launch_tab.launch(values)
+    assert not out["ok"] and list(out["errors"]) == ["data.corpus"] and out["runs"] == []
+
+
+def test_a_good_corpus_is_checked_once_and_demo_is_not_pending(tiny_modernbert_dir, tmp_path):
+    corpus = tmp_path / "uploads" / "good.txt"
+    corpus.parent.mkdir(parents=True)
+    corpus.write_text(("A sentence about cells and proteins that goes on for a while. " * 20 + "\n\n") * 40)
+    values = form(tiny_modernbert_dir, data__corpus=str(corpus))
+    assert launch_tab.validate_form(values)["corpus_pending"]
+    assert launch_tab.check_corpus(launch_tab.validate_form(values)["cfg"]) is None
+    res = launch_tab.validate_form(values)
+    assert res["ok"] and not res["corpus_pending"] and launch_tab.CHECKING_CORPUS not in res["message"]
+    assert not launch_tab.validate_form(form(tiny_modernbert_dir))["corpus_pending"]  # demo: bundled, fine
