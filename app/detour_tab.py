@@ -204,7 +204,7 @@ def scrub(run: str | None, tokens, masked_text: str, text: str, top_k=5) -> tupl
     ``tokens`` seen (the slider's value). A bad fill-mask sentence is reported under the other two views, which
     still show."""
     if not (run or "").strip() and not run_choices():
-        return None, None, "", NO_RUNS
+        return None, None, "", ""  # 'Load its saved models' (which this follows) has said how to make a run
     t0 = time.perf_counter()
     try:
         run_dir = _run_dir(run)

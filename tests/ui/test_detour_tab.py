@@ -89,7 +89,7 @@ def test_no_runs_yet_says_how_to_make_one(tmp_path, monkeypatch):
     slider, msg = detour_tab.load_run(None)
     gr.Slider(**slider)  # Gradio accepts it (it raised "Slider minimum must be less than maximum")
     assert "No runs yet" in msg and "Launch" in msg and "⚠" not in msg
-    assert detour_tab.scrub(None, 0, detour_tab.EXAMPLE_MASKED, "x")[3] == detour_tab.NO_RUNS
+    assert detour_tab.scrub(None, 0, detour_tab.EXAMPLE_MASKED, "x") == (None, None, "", "")  # said once, not twice
     assert detour_tab.trace(None, "x")[1] == detour_tab.NO_RUNS
 
 
