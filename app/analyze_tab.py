@@ -120,6 +120,12 @@ def default_run(a: str | None, runs: list[str]) -> str | None:
     return a if a in runs else (runs[0] if runs else None)
 
 
+NO_RUNS = (
+    "**No runs yet.** The trajectory follows a run's saved checkpoints. Train one on the **Launch** tab (recipe "
+    "`pair` for a CLM-detour run and its MLM sibling), then press **Refresh models**."
+)
+
+
 def compute_trajectory(
     run: str, reference: str | None, texts: str | None, n_texts=50, max_len=128, progress=None
 ) -> tuple:
@@ -129,6 +135,8 @@ def compute_trajectory(
     from backend.analysis.api import cka_trajectory
     from backend.engine.rundir import read_config, read_status
 
+    if not (run or "").strip() and not [c for c in model_choices() if c != DEFAULT_MODEL]:
+        return None, None, NO_RUNS
     try:
         run_spec = check_model_spec(run, "run")
         if not (Path(run_spec) / "config.yaml").exists():

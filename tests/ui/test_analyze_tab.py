@@ -145,3 +145,9 @@ def test_a_run_still_training_is_labelled_with_its_step(isolated_runs_dir, tiny_
     assert "A = busy (training, step 40)" in msg, msg
     rundir.write_status(d, state="done")  # finished: no label
     assert labelled("busy") == "busy"
+
+
+def test_trajectory_with_no_run_yet_says_how_to_make_one(isolated_runs_dir):
+    """Found in the fresh-install browser walk: the Trajectory button said "run: choose a model"."""
+    fig, wfig, msg = analyze_tab.compute_trajectory("", "", "demo")
+    assert fig is None and wfig is None and msg == analyze_tab.NO_RUNS and "Launch" in msg
