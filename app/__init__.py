@@ -112,19 +112,95 @@ def model_choices() -> list[str]:
     return bundled_models() + [r.name for r in trained_runs()]
 
 
+def _pair_of(name: str, cfg: dict) -> tuple[str | None, str | None]:
+    """(pair id, role) of a run: from its ``_meta`` (written by ``prepare_runs``), else from its name's suffix."""
+    meta = cfg.get("_meta") or {}
+    if meta.get("pair") and meta.get("role") in ("detour", "mlm"):
+        return meta["pair"], meta["role"]
+    for role in ("detour", "mlm"):
+        if name.endswith(f"-{role}"):
+            return name.removesuffix(f"-{role}"), role
+    return None, None
+
+
+def base_of(cfg: dict) -> str | None:
+    """The model a run started from, as the model lists name it: a run's name for a run folder, else the spec."""
+    spec = str((cfg.get("model") or {}).get("name") or "").strip()
+    if not spec or spec == "from_scratch":
+        return None
+    p = Path(spec)
+    if p.is_absolute() and p.parent == runs_dir() and (p / "config.yaml").exists():
+        return p.name
+    return spec
+
+
+def newest_pair() -> tuple[str | None, str | None, bool]:
+    """The one rule every tab's default models follow (Analyze, Detour, Fill-mask): (the detour run, its MLM
+    sibling, True) of the newest pair whose two runs both saved a model; without one, (the newest run, the base
+    model it started from, False); with no run, (None, None, False)."""
+    from backend.engine.rundir import read_config
+
+    runs = trained_runs()  # newest first
+    pairs: dict[str, dict[str, str]] = {}
+    configs = {}
+    for r in runs:
+        try:
+            configs[r.name] = cfg = read_config(r.path)
+        except (OSError, ValueError):
+            continue
+        pair, role = _pair_of(r.name, cfg)
+        if pair:
+            pairs.setdefault(pair, {}).setdefault(role, r.name)
+    for r in runs:  # newest first: the first run that belongs to a complete pair names the newest pair
+        pair, role = _pair_of(r.name, configs.get(r.name, {}))
+        if pair and len(pairs.get(pair, {})) == 2:
+            return pairs[pair]["detour"], pairs[pair]["mlm"], True
+    for r in runs:
+        if r.name in configs:
+            return r.name, base_of(configs[r.name]), False
+    return None, None, False
+
+
+def training_step(name: str | None) -> int | None:
+    """For a run that is still training (no ``final/`` yet): the step of its newest saved model, the one a tab
+    loads for it; else None."""
+    from backend.engine.rundir import RunInfo, read_status, saved_models
+
+    if not name or "/" in name:
+        return None
+    d = runs_dir() / name
+    if not (d / "config.yaml").exists() or (d / "final" / "config.json").exists():
+        return None
+    if RunInfo(name, d, read_status(d)).state != "running":
+        return None
+    saved = saved_models(d)
+    return saved[-1]["step"] if saved else None
+
+
+def labelled(name: str | None) -> str:
+    """A model's name as the tabs show it: a run still training says so, with the step of the model used."""
+    step = training_step(name)
+    return f"{name} (training, step {step})" if step is not None else str(name or "")
+
+
+def labelled_choices(choices: list[str]) -> list[tuple[str, str]]:
+    """Dropdown choices (label, value): the value stays the name, the label says which runs are still training."""
+    return [(labelled(c), c) for c in choices]
+
+
 def default_picks(choices: list[str], slots: int) -> list[str | None]:
-    """What side-by-side slots start with: the bundled base, then the newest detour/MLM pair's two runs (else the
-    newest runs): the three models a class compares."""
+    """What side-by-side slots start with (``newest_pair``): the bundled base and the newest pair's two runs: the
+    three models a class compares; without a pair, the newest run's base and the run."""
     from backend.core.paths import DEFAULT_MODEL
 
-    picks = [DEFAULT_MODEL] if DEFAULT_MODEL in choices else choices[:1]
-    pairs = [c.removesuffix("-detour") for c in choices if c.endswith("-detour")]
-    pairs = [p for p in pairs if f"{p}-mlm" in choices]
-    if pairs:
-        newest = max(pairs, key=lambda p: (runs_dir() / f"{p}-detour").stat().st_mtime)
-        picks += [f"{newest}-detour", f"{newest}-mlm"]
+    base = DEFAULT_MODEL if DEFAULT_MODEL in choices else (choices[:1] or [None])[0]
+    a, b, paired = newest_pair()
+    if a is None:
+        picks = [base]
+    elif paired:
+        picks = [base, a, b]
     else:
-        picks += [c for c in choices if c not in picks][:2]
+        picks = [b or base, a]
     return (picks + [None] * slots)[:slots]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app import check_model_spec, check_path, md_escape, model_choices, trained_runs, warn
+from app import check_model_spec, check_path, labelled, labelled_choices, md_escape, model_choices, newest_pair, warn
 from backend.analysis import plots
 from backend.core.errors import DetourError
 from backend.core.paths import DEFAULT_MODEL, DEMO_CORPUS
@@ -71,9 +71,16 @@ def compute_cka(
     except DetourError as exc:
         return None, None, [], warn(exc)
     heat = plots.cka_heatmap(res["matrix"], res["layers_a"], res["layers_b"], a, b)
-    div = plots.divergence_figure(res["layers_a"], res["divergence"], res.get("control_divergence"), res.get("ratio"))
+    if res.get("divergence") is None:  # different depths: no layer-by-layer match (the heatmap still shows)
+        div = plots.divergence_figure([], [])
+        layers = []
+    else:
+        div = plots.divergence_figure(
+            res["layers_a"], res["divergence"], res.get("control_divergence"), res.get("ratio")
+        )
+        layers = res["layers_a"]
     rows = []
-    for i, layer in enumerate(res["layers_a"]):
+    for i, layer in enumerate(layers):
         ctrl = res.get("control_divergence")
         ratio = res.get("ratio")
         rows.append(
@@ -86,36 +93,22 @@ def compute_cka(
             ]
         )
     inp = res["inputs"]
-    msg = f"✓ CKA on {inp['n']} texts (max length {inp['max_len_effective']}) in {res['elapsed_s']:.1f} s"
+    msg = (
+        f"✓ CKA between A = {md_escape(labelled(a))} and B = {md_escape(labelled(b))} on {inp['n']} texts "
+        f"(max length {inp['max_len_effective']}) in {res['elapsed_s']:.1f} s"
+    )
     if res.get("notes"):
         msg += "\n\n" + "\n".join(f"- {n}" for n in res["notes"])
     return heat, div, rows, msg
 
 
 def default_models() -> tuple[str | None, str | None, str]:
-    """(A, B, note): the newest CLM-detour run as A and its MLM sibling (else the newest MLM run, else the base)
-    as B, the pairing the seed-noise ratio expects; without a detour run, the newest run against the base. With
-    only one model there is nothing to compare: B is None and the note says so."""
-    from backend.engine.rundir import read_config
-
-    runs = []
-    for r in trained_runs():
-        try:
-            cfg = read_config(r.path)
-        except (OSError, ValueError):
-            continue
-        runs.append((r.name, cfg.get("recipe"), (cfg.get("_meta") or {}).get("pair")))
-    base = DEFAULT_MODEL if DEFAULT_MODEL in model_choices() else None
-    detours = [r for r in runs if r[1] == "clm_detour"]
-    mlms = [r for r in runs if r[1] == "mlm"]
-    if detours:
-        a, _, pair = detours[0]
-        sibling = [name for name, _, p in mlms if pair and p == pair]
-        b = (sibling or [name for name, _, _ in mlms] or [base])[0]
-    elif runs:
-        a, b = runs[0][0], base
-    else:
-        a, b = base, None
+    """(A, B, note) by the rule every tab shares (``app.newest_pair``): the newest pair's detour run as A and its
+    MLM sibling as B (the pairing the seed-noise ratio expects); without a pair, the newest run against the base
+    model it started from. With only one model there is nothing to compare: B is None and the note says so."""
+    a, b, _ = newest_pair()
+    if a is None:
+        a = DEFAULT_MODEL if DEFAULT_MODEL in model_choices() else None
     if b is None or b == a:
         only = a or "no model"
         return a, None, f"Only one model is available ({only}): train a run on the Launch tab to compare it."
@@ -127,6 +120,12 @@ def default_run(a: str | None, runs: list[str]) -> str | None:
     return a if a in runs else (runs[0] if runs else None)
 
 
+NO_RUNS = (
+    "**No runs yet.** The trajectory follows a run's saved checkpoints. Train one on the **Launch** tab (recipe "
+    "`pair` for a CLM-detour run and its MLM sibling), then press **Refresh models**."
+)
+
+
 def compute_trajectory(
     run: str, reference: str | None, texts: str | None, n_texts=50, max_len=128, progress=None
 ) -> tuple:
@@ -136,6 +135,8 @@ def compute_trajectory(
     from backend.analysis.api import cka_trajectory
     from backend.engine.rundir import read_config, read_status
 
+    if not (run or "").strip() and not [c for c in model_choices() if c != DEFAULT_MODEL]:
+        return None, None, NO_RUNS
     try:
         run_spec = check_model_spec(run, "run")
         if not (Path(run_spec) / "config.yaml").exists():
@@ -236,16 +237,17 @@ def build(ctx) -> dict:
     choices = model_choices()
     a0, b0, note0 = default_models()
     runs = [c for c in choices if c != DEFAULT_MODEL]
+    shown = labelled_choices(choices)  # a run still training says so
     with gr.Accordion("What CKA, divergence and the seed-noise control mean", open=not runs, elem_id="an-explain"):
         gr.Markdown(EXPLAIN)
     with gr.Row():
-        a = gr.Dropdown(choices=choices, value=a0, label="Model A (rows)", allow_custom_value=True, elem_id="an-a")
-        b = gr.Dropdown(choices=choices, value=b0, label="Model B (columns)", allow_custom_value=True, elem_id="an-b")
+        a = gr.Dropdown(choices=shown, value=a0, label="Model A (rows)", allow_custom_value=True, elem_id="an-a")
+        b = gr.Dropdown(choices=shown, value=b0, label="Model B (columns)", allow_custom_value=True, elem_id="an-b")
     with gr.Accordion("Seed-noise control (optional): ratio = div(A, B) / div(MLM seed 2, MLM seed 1)", open=False):
         with gr.Row():
-            ca = gr.Dropdown(choices=choices, value=None, label="MLM seed 1 (blank = model B)", allow_custom_value=True)
+            ca = gr.Dropdown(choices=shown, value=None, label="MLM seed 1 (blank = model B)", allow_custom_value=True)
             cb = gr.Dropdown(
-                choices=choices, value=None, label="MLM seed 2 (B's recipe, another seed)", allow_custom_value=True
+                choices=shown, value=None, label="MLM seed 2 (B's recipe, another seed)", allow_custom_value=True
             )
     with gr.Row():
         texts = gr.Textbox(value="demo", label="Texts ('demo' or a .txt/.jsonl file in an allowed folder)", max_lines=1)
@@ -267,10 +269,14 @@ def build(ctx) -> dict:
     gr.Markdown("### Trajectory over a run's checkpoints")
     with gr.Row():
         run = gr.Dropdown(
-            choices=runs, value=default_run(a0, runs), label="Run", allow_custom_value=True, elem_id="an-run"
+            choices=labelled_choices(runs),
+            value=default_run(a0, runs),
+            label="Run",
+            allow_custom_value=True,
+            elem_id="an-run",
         )
         ref = gr.Dropdown(
-            choices=choices, value=None, label="Reference (blank = the run's starting model)", allow_custom_value=True
+            choices=shown, value=None, label="Reference (blank = the run's starting model)", allow_custom_value=True
         )
         traj_btn = gr.Button("Trajectory", elem_id="an-traj-btn")
     traj_msg = gr.Markdown("", elem_id="an-traj-msg")
@@ -313,9 +319,10 @@ def build(ctx) -> dict:
         """Every model list read again; an empty A, B or run gets the default (with B empty, A = the base is the
         page's build state, not a choice: it gives way to the newest detour run too), and the note says when there
         is only one model."""
-        ch = model_choices()
+        names = model_choices()
+        ch = labelled_choices(names)
         da, db, note_ = default_models()
-        run_ch = [c for c in ch if c != DEFAULT_MODEL]
+        run_ch = [c for c in names if c != DEFAULT_MODEL]
         if not b_ and a_ == DEFAULT_MODEL:  # the page's state when it was built with nothing to compare
             a_ = None
         a_ = a_ or da
@@ -324,7 +331,7 @@ def build(ctx) -> dict:
             gr.update(choices=ch, value=a_),
             gr.update(choices=ch, value=b_),
             *[gr.update(choices=ch) for _ in (ca, cb, ref)],
-            gr.update(choices=run_ch, value=run_ or default_run(da, run_ch)),
+            gr.update(choices=labelled_choices(run_ch), value=run_ or default_run(da, run_ch)),
             "" if b_ else note_,
         ]
 

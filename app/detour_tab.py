@@ -5,10 +5,20 @@ explain``)."""
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
-from app import check_model_spec, default_picks, fill_empty_picks, md_escape, model_choices, warn
+from app import (
+    check_model_spec,
+    default_picks,
+    fill_empty_picks,
+    labelled,
+    labelled_choices,
+    md_escape,
+    model_choices,
+    warn,
+)
 from backend.analysis import plots
 from backend.analysis.fill_mask import fill_mask
 from backend.core.errors import DetourError
@@ -50,9 +60,13 @@ SURPRISE_TEXT = (
 SCRUB_TEXT = (
     "Pick a run and drag the slider through its saved models, from the model it started from to the end. The plot "
     "marks where the phase switches (CLM to the MLM decay in a detour run): watch the next-token line cool down "
-    "during the detour and the fill-mask guesses come back in the decay. More saved points: train with "
-    "`--set logging.checkpoint_every=N --set logging.keep_checkpoints=M`."
+    "during the detour and the fill-mask guesses come back in the decay. More saved points: set **Checkpoint every** "
+    "and **Keep checkpoints** in the Launch form's Advanced section (or train with "
+    "`--set logging.checkpoint_every=N --set logging.keep_checkpoints=M`)."
 )
+
+
+SLIDER_LABEL = "tokens seen (drag to scrub: it stops at the nearest saved model)"
 
 
 def show_masks(spec: str | None, seq_len=128) -> tuple:
@@ -109,7 +123,7 @@ def show_surprise(text: str, specs: list[str | None]) -> tuple[str, str]:
     except DetourError as exc:
         return "", warn(exc)
     for r, (_, s) in zip(results, chosen, strict=True):
-        r["model"] = s  # the name the user chose, not the resolved path
+        r["model"] = labelled(s)  # the name the user chose, not the resolved path; a run still training says so
     msg = _table(results) + f" Computed in {time.perf_counter() - t0:.1f} s."
     if any(r["truncated"] for r in results):
         msg += f" The text was cut to its first {MAX_TOKENS} tokens."
@@ -127,22 +141,55 @@ def default_run(picks: list, runs: list[str]) -> str | None:
     return (detour or runs or [None])[0]
 
 
+NO_RUNS = (
+    "**No runs yet.** This view scrubs through the models a run saved as it trained. Make one in the **Launch** "
+    "tab (recipe `pair` trains a CLM-detour run and its MLM sibling; the defaults take a few minutes on a laptop), "
+    "then come back and press **↻ Refresh the model and run lists**. The two views above work with the bundled "
+    "model already."
+)
+EMPTY_SLIDER = {"minimum": 0, "maximum": 1, "value": 0, "step": 1}  # Gradio refuses a slider with min == max
+
+
+def _ticks(points: list[dict]) -> list[int]:
+    """The slider position of each saved model: its tokens seen (the start model at 0)."""
+    ticks, last = [], 0
+    for p in points:
+        last = p["tokens_seen"] if p.get("tokens_seen") is not None else last
+        ticks.append(int(last))
+    return ticks
+
+
 def load_run(run: str | None) -> tuple[dict, str]:
-    """-> ({"maximum", "value"} for the slider, message naming every saved model and each phase switch)."""
+    """-> (slider settings {"minimum", "maximum", "value", "step"} in tokens seen, message naming every saved model
+    and each phase switch). With no run (a fresh install) the message says how to make one."""
+    if not (run or "").strip():
+        return dict(EMPTY_SLIDER), NO_RUNS if not run_choices() else warn("choose a run")
     try:
         res = run_checkpoints(_run_dir(run))
     except DetourError as exc:
-        return {"maximum": 0, "value": 0}, warn(exc)
+        return dict(EMPTY_SLIDER), warn(exc)
     pts = res["points"]
     if not pts:
-        return {"maximum": 0, "value": 0}, warn(f"run '{run}': no saved model yet")
-    msg = f"✓ {len(pts)} saved models in **{md_escape(run)}**: " + ", ".join(md_escape(p["label"]) for p in pts)
+        return dict(EMPTY_SLIDER), warn(f"run '{run}': no saved model yet")
+    ticks = _ticks(pts)
+    gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False) if b > a]
+    step = math.gcd(*gaps) if gaps else 1
+    msg = f"✓ {len(pts)} saved models in **{md_escape(labelled(run))}**: " + ", ".join(
+        f"{md_escape(p['label'])} ({t:,} tokens)" for p, t in zip(pts, ticks, strict=True)
+    )
     for i in res["switches"]:
-        msg += f"\n\nPhase switch between slider positions {i - 1} and {i}: {md_escape(pts[i]['label'])} is the first "
-        msg += f"model of phase {md_escape(pts[i]['phase'])}."
+        msg += f"\n\nPhase switch between {ticks[i - 1]:,} and {ticks[i]:,} tokens: {md_escape(pts[i]['label'])} is "
+        msg += f"the first model of phase {md_escape(pts[i]['phase'])}."
     if res["advice"]:
         msg += "\n\n⚠ " + md_escape(res["advice"])
-    return {"maximum": max(len(pts) - 1, 1), "value": 0}, msg
+    return {"minimum": 0, "maximum": max(ticks[-1], 1), "value": 0, "step": max(step, 1)}, msg
+
+
+def nearest_point(points: list[dict], tokens) -> int:
+    """The saved model nearest to ``tokens`` seen (the slider's value), the earlier one on a tie."""
+    ticks = _ticks(points)
+    t = float(tokens or 0)
+    return min(range(len(points)), key=lambda i: (abs(ticks[i] - t), i))
 
 
 def _run_dir(run: str | None) -> str:
@@ -152,9 +199,12 @@ def _run_dir(run: str | None) -> str:
     return spec
 
 
-def scrub(run: str | None, index, masked_text: str, text: str, top_k=5) -> tuple:
-    """-> (timeline, fill-mask bars or None, coloured tokens, message) for saved model ``index`` of ``run``. A bad
-    fill-mask sentence is reported under the other two views, which still show."""
+def scrub(run: str | None, tokens, masked_text: str, text: str, top_k=5) -> tuple:
+    """-> (timeline, fill-mask bars or None, coloured tokens, message) for the saved model of ``run`` nearest to
+    ``tokens`` seen (the slider's value). A bad fill-mask sentence is reported under the other two views, which
+    still show."""
+    if not (run or "").strip() and not run_choices():
+        return None, None, "", ""  # 'Load its saved models' (which this follows) has said how to make a run
     t0 = time.perf_counter()
     try:
         run_dir = _run_dir(run)
@@ -162,7 +212,7 @@ def scrub(run: str | None, index, masked_text: str, text: str, top_k=5) -> tuple
         pts = res["points"]
         if not pts:
             raise DetourError(f"run '{run}': no saved model yet")
-        i = min(max(int(index or 0), 0), len(pts) - 1)
+        i = nearest_point(pts, tokens)
         point = pts[i]
         surprise = token_surprise([point["model"]], text)[0]
         surprise["model"] = point["label"]
@@ -185,6 +235,8 @@ def scrub(run: str | None, index, masked_text: str, text: str, top_k=5) -> tuple
 
 def trace(run: str | None, text: str) -> tuple:
     """-> (the text's mean surprise per objective at every saved model of ``run``, message)."""
+    if not (run or "").strip() and not run_choices():
+        return None, NO_RUNS
     t0 = time.perf_counter()
     try:
         run_dir = _run_dir(run)
@@ -208,8 +260,8 @@ def build(ctx) -> dict:
 
     gr.Markdown("### 1 · The masks\n" + MASKS_TEXT)
     with gr.Row():
-        m_model = gr.Dropdown(choices=choices, value=defaults[0], label="Model", allow_custom_value=True,
-                              elem_id="dt-mask-model")  # fmt: skip
+        m_model = gr.Dropdown(choices=labelled_choices(choices), value=defaults[0], label="Model",
+                              allow_custom_value=True, elem_id="dt-mask-model")  # fmt: skip
         m_len = gr.Slider(8, MAX_SEQ_LEN, value=128, step=8, label="sequence length (tokens)", elem_id="dt-mask-len")
         m_btn = gr.Button("Show the masks", variant="primary", elem_id="dt-mask-btn")
     m_msg = gr.Markdown("", elem_id="dt-mask-msg")
@@ -220,7 +272,7 @@ def build(ctx) -> dict:
     with gr.Row():
         s_models = [
             gr.Dropdown(
-                choices=choices,
+                choices=labelled_choices(choices),
                 value=defaults[i],
                 label=f"Model {i + 1}",
                 allow_custom_value=True,
@@ -234,10 +286,10 @@ def build(ctx) -> dict:
 
     gr.Markdown("### 3 · Through a run\n" + SCRUB_TEXT)
     with gr.Row():
-        r_run = gr.Dropdown(choices=runs, value=default_run(defaults, runs), label="Run",
+        r_run = gr.Dropdown(choices=labelled_choices(runs), value=default_run(defaults, runs), label="Run",
                             allow_custom_value=True, elem_id="dt-run")  # fmt: skip
         r_load = gr.Button("Load its saved models", variant="primary", elem_id="dt-run-btn")
-    r_slider = gr.Slider(0, 1, value=0, step=1, label="saved model (drag to scrub)", elem_id="dt-scrub")
+    r_slider = gr.Slider(0, 1, value=0, step=1, label=SLIDER_LABEL, elem_id="dt-scrub")
     r_info = gr.Markdown("", elem_id="dt-run-msg")
     with gr.Row():
         r_masked = gr.Textbox(value=EXAMPLE_MASKED, label="Fill-mask sentence (one [MASK])", max_lines=2)
@@ -253,7 +305,7 @@ def build(ctx) -> dict:
 
     def on_load(run):
         slider, msg = load_run(run)
-        return gr.update(minimum=0, maximum=slider["maximum"], value=slider["value"]), msg
+        return gr.update(**slider), msg
 
     scrub_io = {"inputs": [r_run, r_slider, r_masked, r_text], "outputs": [r_timeline, r_fill, r_html, r_msg]}
     busy = {"concurrency_limit": 1, "concurrency_id": "detour"}
@@ -271,16 +323,18 @@ def build(ctx) -> dict:
         finished after the page was built is what the surprise and the scrub show; a choice made is kept."""
         *slots, run = picks
         c = model_choices()
-        runs_now, d = run_choices(c), default_picks(c, SLOTS)
+        runs_now, d, shown = run_choices(c), default_picks(c, SLOTS), labelled_choices(c)
         return [
-            gr.update(choices=c, value=model or d[0]),
-            *[gr.update(choices=c, value=v) for v in fill_empty_picks(slots, c)],
-            gr.update(choices=runs_now, value=run or default_run(d, runs_now)),
+            gr.update(choices=shown, value=model or d[0]),
+            *[gr.update(choices=shown, value=v) for v in fill_empty_picks(slots, c)],
+            gr.update(choices=labelled_choices(runs_now), value=run or default_run(d, runs_now)),
         ]
 
     outs = [m_model, *s_models, r_run]
     keep_fresh(lists, outs, inputs=outs, button=refresh)
     for d in (m_model, *s_models):
-        d.focus(lambda: gr.update(choices=model_choices()), outputs=[d], queue=False, api_visibility="private")
-    r_run.focus(lambda: gr.update(choices=run_choices()), outputs=[r_run], queue=False, api_visibility="private")
+        d.focus(lambda: gr.update(choices=labelled_choices(model_choices())), outputs=[d], queue=False,
+                api_visibility="private")  # fmt: skip
+    r_run.focus(lambda: gr.update(choices=labelled_choices(run_choices())), outputs=[r_run], queue=False,
+                api_visibility="private")  # fmt: skip
     return {"mask_plot": m_plot, "surprise": s_html, "scrub": r_slider}

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from app import check_corpus_spec, check_model_spec, check_path, md_escape, model_choices, uploads_dir, warn
-from backend.core.errors import ConfigError, DetourError
+from backend.core.errors import ConfigError, DataError, DetourError
 from backend.core.paths import runs_dir
 from backend.engine import schema
 from backend.engine.config import config_to_yaml, default_config, load_config
@@ -198,11 +198,55 @@ def preflight(cfg: dict) -> list[str]:
     return list(check(cfg, check_data=False).get("warnings", []))
 
 
-def validate_form(values: list, deep: bool = True, base: dict | None = None) -> dict:
-    """-> {"ok", "cfg", "seeds", "yaml", "python", "accelerate", "errors": {key: message}, "message"}.
+_CORPUS_CHECKS: dict[tuple, str | None] = {}  # corpus_key -> the problem found (None: fine)
+CHECKING_CORPUS = "checking corpus…"
 
-    ``deep``: also what launching would refuse (a run name already taken, model-level checks). ``base``: the loaded
-    config whose keys the form does not show (``values_to_config``)."""
+
+def corpus_key(cfg: dict) -> tuple | None:
+    """What the corpus check depends on: the local corpus (its files' sizes and times) and the settings that read
+    it. None for what is not checked as you choose it: the bundled demo text and hub datasets (read at launch)."""
+    d = cfg["data"]
+    p = Path(str(d["corpus"]))
+    if d["corpus"] == "demo" or not p.exists():
+        return None
+    files = sorted(q for q in p.rglob("*") if q.is_file())[:1000] if p.is_dir() else [p]
+    sig = tuple((str(q), q.stat().st_size, q.stat().st_mtime_ns) for q in files)
+    m, t = cfg["model"], cfg["train"]
+    return (str(p), sig, d["text_column"], d["max_documents"], d["heldout_file"], d["heldout_fraction"],
+            t["seq_len"], t["batch_size"], m["tokenizer"] or m["name"])  # fmt: skip
+
+
+def check_corpus(cfg: dict) -> str | None:
+    """Read the corpus as a launch would (``preflight.check_corpus``): the problem as a message, or None. Kept per
+    ``corpus_key``: the form's next checks look it up instead of reading the corpus again."""
+    from backend.runs.preflight import check_corpus as read_corpus
+
+    key = corpus_key(cfg)
+    if key is None:
+        return None
+    if key not in _CORPUS_CHECKS:
+        try:
+            read_corpus(cfg)
+            _CORPUS_CHECKS[key] = None
+        except (DetourError, OSError, ValueError) as exc:  # the tokenizer's own problems are Launch's to report
+            _CORPUS_CHECKS[key] = str(exc) if str(exc).startswith("data.") else None
+    return _CORPUS_CHECKS[key]
+
+
+def corpus_pending(cfg: dict | None) -> bool:
+    """True when the corpus of ``cfg`` still has to be read (``check_corpus``)."""
+    key = corpus_key(cfg) if cfg else None
+    return key is not None and key not in _CORPUS_CHECKS
+
+
+def validate_form(values: list, deep: bool = True, base: dict | None = None, corpus: str = "cached") -> dict:
+    """-> {"ok", "cfg", "seeds", "yaml", "python", "accelerate", "errors": {key: message}, "message",
+    "corpus_pending"}.
+
+    ``deep``: also what launching would refuse (a run name already taken, model-level checks, the corpus's
+    content). ``corpus``: "cached" uses a check already made (a corpus not read yet is ``corpus_pending`` and the
+    message says "checking corpus…": the form reads it in the background), "check" reads it now (Launch).
+    ``base``: the loaded config whose keys the form does not show (``values_to_config``)."""
     out = {
         "ok": False,
         "cfg": None,
@@ -212,6 +256,7 @@ def validate_form(values: list, deep: bool = True, base: dict | None = None) -> 
         "accelerate": "",
         "errors": {},
         "message": "",
+        "corpus_pending": False,
     }
     warnings: list[str] = []
     try:
@@ -219,6 +264,12 @@ def validate_form(values: list, deep: bool = True, base: dict | None = None) -> 
         if deep:
             jobs.check_names_free(cfg, runs_dir(), seeds or None)  # the check Launch would make, as you type
             warnings = preflight(cfg)
+            if corpus == "check" or not corpus_pending(cfg):
+                problem = check_corpus(cfg)
+                if problem:
+                    raise DataError(problem)
+            else:
+                out["corpus_pending"] = True
     except (DetourError, ValueError) as exc:
         key = error_key(exc)
         msg = str(exc)
@@ -234,7 +285,10 @@ def validate_form(values: list, deep: bool = True, base: dict | None = None) -> 
         yaml=config_to_yaml(cfg),
         python=prev["python"] + seed_note,
         accelerate=prev["accelerate"] + seed_note,
-        message="✓ config valid" + _kept_note(cfg) + "".join(f"\n\n⚠ warning: {md_escape(w)}" for w in warnings),
+        message="✓ config valid"
+        + (f" · {CHECKING_CORPUS}" if out["corpus_pending"] else "")
+        + _kept_note(cfg)
+        + "".join(f"\n\n⚠ warning: {md_escape(w)}" for w in warnings),
     )
     return out
 
@@ -251,11 +305,12 @@ def keep_last_preview(res: dict, last: dict | None) -> dict:
     return {**res, **{k: STALE + last[k] for k in PREVIEW}}
 
 
-def launch(values: list, max_concurrent: int | None = None, base: dict | None = None) -> dict:
-    """Validate, then queue through ``backend.runs.jobs.submit`` (prepare_runs + detached worker)."""
-    res = validate_form(values, base=base)
+def launch(values: list, max_concurrent: int | None = None, base: dict | None = None, last: dict | None = None) -> dict:
+    """Validate, then queue through ``backend.runs.jobs.submit`` (prepare_runs + detached worker). Refused, it keeps
+    ``last`` (the last valid preview) marked stale, as a field's change does (``keep_last_preview``)."""
+    res = validate_form(values, base=base, corpus="check")
     if not res["ok"]:
-        return {**res, "runs": []}
+        return {**keep_last_preview(res, last), "runs": []}
     try:
         dirs = jobs.submit(res["cfg"], root=runs_dir(), seeds=res["seeds"] or None, max_concurrent=max_concurrent)
     except DetourError as exc:
@@ -265,22 +320,34 @@ def launch(values: list, max_concurrent: int | None = None, base: dict | None = 
     return {**res, "runs": dirs, "message": f"✓ queued {names}: follow it in the Runs tab"}
 
 
-def save_config(values: list, base: dict | None = None) -> tuple[Path | None, str]:
+def save_config(values: list, base: dict | None = None, overwrite: bool = False) -> tuple[Path | None, str]:
+    """Save the form as ``<uploads>/configs/<run name>.yaml``. A saved config of that name is replaced only with
+    ``overwrite``; otherwise the message says so and names a free one."""
     res = validate_form(values, deep=False, base=base)
     if not res["ok"]:
         return None, res["message"]
     d = uploads_dir() / "configs"
     d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{res['cfg']['name']}.yaml"
+    name = res["cfg"]["name"]
+    path = d / f"{name}.yaml"
+    if path.exists() and not overwrite:
+        free = next(f"{name}-{i}" for i in range(2, 10_000) if not (d / f"{name}-{i}.yaml").exists())
+        return None, warn(
+            f"a saved config named '{name}' already exists: not saved. Tick 'Replace a saved config of the same "
+            f"name' to replace it, or change the run name (e.g. '{free}')"
+        )
     from backend.core.atomic import write_text
 
     write_text(path, res["yaml"])
-    return path, f"saved {path}"
+    return path, f"saved config '{md_escape(name)}'" + (" (replaced the one of that name)" if overwrite else "")
 
 
-def saved_configs() -> list[str]:
+def saved_configs() -> list[tuple[str, str]]:
+    """The saved configs as (name, path) dropdown choices, newest first: the list shows names, loading gets the
+    path. Read again on every call (page load, tab select, a save)."""
     d = uploads_dir() / "configs"
-    return sorted(str(p) for p in d.glob("*.yaml")) if d.exists() else []
+    files = sorted(d.glob("*.yaml"), key=lambda p: p.stat().st_mtime, reverse=True) if d.exists() else []
+    return [(p.stem, str(p)) for p in files]
 
 
 def load_config_file(path: str | None) -> tuple[list | None, str, dict | None]:
@@ -352,6 +419,8 @@ def store_upload(path: str | None, max_bytes: int) -> tuple[str | None, str]:
 
 def build(ctx) -> dict:
     import gradio as gr
+
+    from app.refresh import keep_fresh
 
     values = default_values()
     first = validate_form(values, deep=False)
@@ -434,11 +503,14 @@ def build(ctx) -> dict:
             with gr.Row():
                 launch_btn = gr.Button("Launch (queue)", variant="primary", elem_id="launch-btn")
                 save_btn = gr.Button("Save config")
+                overwrite = gr.Checkbox(False, label="Replace a saved config of the same name", elem_id="save-replace")
             status = gr.Markdown(first["message"], elem_id="launch-status")
             saved_file = gr.File(label="Saved config", visible=False, interactive=False)
             with gr.Accordion("Load a config", open=False):
                 with gr.Row():
-                    load_saved = gr.Dropdown(choices=saved_configs(), label="Saved configs", allow_custom_value=True)
+                    load_saved = gr.Dropdown(
+                        choices=saved_configs(), label="Saved configs", allow_custom_value=True, elem_id="saved-configs"
+                    )
                     load_upload = gr.File(
                         label="…or upload a YAML", file_types=[".yaml", ".yml"], height=140, elem_id="config-upload"
                     )
@@ -484,7 +556,23 @@ def build(ctx) -> dict:
         concurrency_limit=1,
         concurrency_id="validate",
     )
-    gr.on([c.change for c in inputs], on_change, trigger_mode="always_last", api_name="validate", **validate_kw)
+    checked = gr.on([c.change for c in inputs], on_change, trigger_mode="always_last", api_name="validate",
+                    **validate_kw)  # fmt: skip
+
+    def on_corpus(*vals):
+        """After a check that left the corpus pending ("checking corpus…"): read it, then show the form's check
+        again, with any problem under the Corpus field. Nothing to do otherwise."""
+        *form_vals, _, loaded, _ = vals
+        try:
+            cfg, _ = values_to_config(list(form_vals), loaded)
+        except (DetourError, ValueError):
+            return [gr.skip()] * len(validate_kw["outputs"])
+        if not corpus_pending(cfg):
+            return [gr.skip()] * len(validate_kw["outputs"])
+        check_corpus(cfg)
+        return on_change(*vals)
+
+    checked.then(on_corpus, **{**validate_kw, "concurrency_id": "corpus"})
     with right:  # the timeline (editor and drawing) under the preview
         from app import timeline_editor
 
@@ -492,29 +580,34 @@ def build(ctx) -> dict:
                                                 revalidate=(on_change, validate_kw))  # fmt: skip
 
     def on_launch(*vals):
-        *vals, loaded = vals
-        res = launch(list(vals), ctx.max_concurrent, base=loaded)
+        *vals, loaded, last = vals
+        res = launch(list(vals), ctx.max_concurrent, base=loaded, last=last)
         name_update = gr.update(value=_free_name(res["cfg"]["name"])) if res.get("runs") else gr.update()
         return [*render(res), name_update, res["message"] if res.get("runs") else ""]
 
     launch_btn.click(
         on_launch,
-        inputs=[*inputs, base],
+        inputs=[*inputs, base, last_ok],
         outputs=[*preview_outputs, comps["name"], queued_msg],
         concurrency_limit=1,
         api_name="launch",
     )
 
     def on_save(*vals):
-        *vals, loaded = vals
-        path, msg = save_config(list(vals), base=loaded)
+        *vals, loaded, replace = vals
+        path, msg = save_config(list(vals), base=loaded, overwrite=bool(replace))
         return (
             gr.update(value=str(path) if path else None, visible=bool(path)),
             msg,
             gr.update(choices=saved_configs()),
         )
 
-    save_btn.click(on_save, inputs=[*inputs, base], outputs=[saved_file, status, load_saved], api_name="save_config")
+    save_btn.click(
+        on_save, inputs=[*inputs, base, overwrite], outputs=[saved_file, status, load_saved], api_name="save_config"
+    )
+    keep_fresh(lambda: gr.update(choices=saved_configs()), [load_saved])  # a config saved since the page was built
+    load_saved.focus(lambda: gr.update(choices=saved_configs()), outputs=[load_saved], queue=False,
+                     api_visibility="private")  # fmt: skip
 
     def on_load(path):
         vals_, msg, cfg = load_config_file(path)

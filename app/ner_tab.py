@@ -27,12 +27,22 @@ def finetuned_choices() -> list[tuple[str, str]]:
     return [(m["name"], m["path"]) for m in finetuned()]
 
 
+def default_slots(picks: list, choices: list[tuple[str, str]] | None = None) -> list:
+    """The slots' values: with nothing picked (a page built before any evaluation), the first two fine-tuned models
+    that exist; a choice made is kept."""
+    if any(picks):
+        return list(picks)
+    choices = finetuned_choices() if choices is None else choices
+    return [choices[i][1] if i < min(2, len(choices)) else None for i in range(len(picks))]
+
+
 def tag(text: str, model_dirs: list[str | None]) -> tuple[list, str]:
     """-> (HighlightedText value or None per slot, message)."""
     from backend.evaluation.predict import predict_entities
 
     if not (text or "").strip():
         return [None] * len(model_dirs), "⚠ write a text to tag"
+    model_dirs = default_slots(list(model_dirs))  # empty slots take the defaults
     if len(text) > 5000:
         return [None] * len(model_dirs), f"⚠ the text has {len(text)} characters; at most 5000"
     out, notes = [], []
@@ -213,7 +223,7 @@ def build(ctx) -> dict:
                 slots.append(
                     gr.Dropdown(
                         choices=choices,
-                        value=choices[i][1] if i < min(2, len(choices)) else None,
+                        value=default_slots([None] * SLOTS, choices)[i],
                         label=f"Fine-tuned model {i + 1}",
                         elem_id=f"ner-model-{i}",
                         allow_custom_value=True,  # paths are checked by the handler
@@ -273,25 +283,31 @@ def build(ctx) -> dict:
         api_name="ner_tag",
     )
 
-    def lists():
-        """Every list this tab shows, read again: the fine-tuned models, the models to evaluate, the F1 table."""
+    def lists(*picks):
+        """Every list this tab shows, read again: the fine-tuned models (empty slots take the defaults), the models
+        to evaluate, the F1 table."""
         ch = finetuned_choices()
-        return [*[gr.update(choices=ch) for _ in slots], gr.update(choices=model_choices()), f1_table() or None]
+        values = default_slots(list(picks) or [None] * SLOTS, ch)
+        return [
+            *[gr.update(choices=ch, value=v) for v in values],
+            gr.update(choices=model_choices()),
+            f1_table() or None,
+        ]
 
     list_outs = [*slots, ev_models, table]
-    keep_fresh(lists, list_outs, button=refresh)
+    keep_fresh(lists, list_outs, inputs=slots, button=refresh)
 
-    def on_eval(models, seeds, epochs, max_train):
+    def on_eval(models, seeds, epochs, max_train, *picks):
         for live, final in evaluate_live(models, seeds, epochs, max_train):
             shown = [gr.update(value=live.table(), visible=True), gr.update(value=live.log(), visible=True)]
             if final is None:
                 yield [f"**Running** · {md_escape(live.status)}", *shown, *[gr.skip()] * len(list_outs)]
             else:
-                yield [final, *shown, *lists()]
+                yield [final, *shown, *lists(*picks)]
 
     ev = ev_btn.click(
         on_eval,
-        inputs=[ev_models, ev_seeds, ev_epochs, ev_max],
+        inputs=[ev_models, ev_seeds, ev_epochs, ev_max, *slots],
         outputs=[ev_msg, live_table, live_log, *list_outs],
         concurrency_limit=1,
         concurrency_id="analysis",

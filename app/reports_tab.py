@@ -159,9 +159,10 @@ def launch_hybrid(preset: str = "quick") -> tuple[str, str]:
     return f"Started the second paper's study ({preset}) in `{out}` (pid {proc.pid}). The status below updates.", name
 
 
-def quick_duration() -> tuple[float, str]:
-    """(seconds, how they were had) for the quick preset: the step times of the newest finished quick
-    replication on this machine when there is one (what it really took), else the plan's estimate."""
+def quick_measurement() -> dict:
+    """The quick preset's time: ``{"seconds", "how", "load", "cpus"}``. ``how`` is "measured" (the step times of the
+    newest finished quick replication on this machine, with the mean machine load its steps recorded, weighted by
+    their time; None for a report written before loads were kept) or "estimated" (the plan's estimate)."""
     from backend.replication.plan import PRESETS, estimate
     from backend.replication.replicate import read_markers, read_state
 
@@ -169,21 +170,44 @@ def quick_duration() -> tuple[float, str]:
         d = reports_dir() / name
         st = read_state(d)
         if st.get("state") == "done" and st.get("preset") == "quick":
-            took = sum(m.get("elapsed_s") or 0 for k, m in read_markers(d).items() if not k.endswith(".failed"))
+            steps = [m for k, m in read_markers(d).items() if not k.endswith(".failed")]
+            took = sum(m.get("elapsed_s") or 0 for m in steps)
             if took > 0:
-                return took, "measured"
-    return estimate(PRESETS["quick"])["total_s"], "estimated"
+                machines = [(m.get("elapsed_s") or 0, m.get("machine") or {}) for m in steps]
+                loaded = [(t, mc) for t, mc in machines if mc.get("load_1m") is not None]
+                weight = sum(t for t, _ in loaded)
+                load = sum(t * mc["load_1m"] for t, mc in loaded) / weight if weight > 0 else None
+                cpus = next((mc.get("cpus") for _, mc in loaded if mc.get("cpus")), None)
+                return {"seconds": took, "how": "measured", "load": load, "cpus": cpus}
+    return {"seconds": estimate(PRESETS["quick"])["total_s"], "how": "estimated", "load": None, "cpus": None}
+
+
+def quick_duration() -> tuple[float, str]:
+    """(seconds, "measured" | "estimated") for the quick preset (``quick_measurement``)."""
+    m = quick_measurement()
+    return m["seconds"], m["how"]
 
 
 def _minutes(seconds: float) -> str:
     return f"~{max(1, round(seconds / 60))} min"
 
 
+def button_label() -> str:
+    """The launch button: the last measured time of the quick preset here, else the plan's estimate."""
+    return f"Run the quick preset ({_minutes(quick_duration()[0])})"
+
+
 def time_note() -> str:
-    """Where the launch button's time comes from, in one sentence."""
-    seconds, how = quick_duration()
-    if how == "measured":
-        return f"The last quick replication here took {int(seconds) // 60} min {int(seconds) % 60:02d} s."
+    """Where the launch button's time comes from, in one sentence, with the machine load it was measured under."""
+    m = quick_measurement()
+    seconds = m["seconds"]
+    if m["how"] == "measured":
+        if m["load"] is None:
+            under = " (the machine load was not recorded)"
+        else:
+            cpus = f" on {m['cpus']} CPUs" if m["cpus"] else ""
+            under = f" under a machine load of {m['load']:.1f}{cpus}"
+        return f"The last quick replication here took {int(seconds) // 60} min {int(seconds) % 60:02d} s{under}."
     return f"The plan estimates {_minutes(seconds)} on 2 CPU cores (`--plan` prints the breakdown)."
 
 
@@ -209,7 +233,7 @@ def build(ctx) -> dict:
     names = list_reports()
     first = names[0] if names else None
     v0 = load_view(first)
-    button = f"Run the quick preset ({_minutes(quick_duration()[0])})"
+    button = button_label()
     gr.Markdown(
         "Mini replications of the paper's three findings (`python -m backend replicate --preset quick|mini`). "
         "Each report states what was measured, what the paper found and whether it replicated, in plain words."
@@ -227,11 +251,7 @@ def build(ctx) -> dict:
         refresh_btn = gr.Button("Refresh", scale=1, min_width=120)
         launch_btn = gr.Button(button, variant="primary", scale=2, elem_id="rep-launch")
         hybrid_btn = gr.Button("Run the second paper's study (quick, ~15 min)", scale=2, elem_id="rep-launch-hybrid")
-    gr.Markdown(
-        f"{time_note()} The quick preset shows the pipeline; `--preset mini` (about an hour) is the one to read "
-        "results from.",
-        elem_id="rep-time",
-    )
+    time_md = gr.Markdown(_time_text(), elem_id="rep-time")
     launch_msg = gr.Markdown("", elem_id="rep-launch-msg")
     empty = gr.Markdown(EMPTY.format(button=button), visible=not names, elem_id="rep-empty")
     with gr.Column(visible=bool(names)) as view_col:
@@ -296,6 +316,14 @@ def build(ctx) -> dict:
     keep_fresh(listing, [pick, *view_outs], inputs=[pick], button=refresh_btn)
     launch_btn.click(launch, outputs=[launch_msg, pick, *view_outs], api_name="replicate_quick")
     hybrid_btn.click(lambda: launch("hybrid"), outputs=[launch_msg, pick, *view_outs], api_name="replicate_hybrid")
+
+    def times():
+        """The button's time and its note read again: a quick replication that finished after the page was built
+        shows what it took."""
+        label = button_label()
+        return [gr.update(value=label), _time_text(), gr.update(value=EMPTY.format(button=label))]
+
+    keep_fresh(times, [launch_btn, time_md, empty], button=refresh_btn)
     timer.tick(
         poll, inputs=[pick, seen], outputs=view_outs, show_progress="hidden", queue=False, api_visibility="private"
     )
@@ -308,7 +336,15 @@ def build(ctx) -> dict:
         "empty": empty,
         "view": view_col,
         "listing": listing,
+        "times": times,
     }
+
+
+def _time_text() -> str:
+    return (
+        f"{time_note()} The quick preset shows the pipeline; `--preset mini` (about an hour) is the one to read "
+        "results from."
+    )
 
 
 def _mtime(name: str | None) -> float | None:

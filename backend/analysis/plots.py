@@ -22,6 +22,25 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 360) -> go
         legend={"orientation": "h", "y": -0.22},
         template="plotly_white",
     )
+    return fit_y_range(fig)
+
+
+def fit_y_range(fig: go.Figure) -> go.Figure:
+    """Give the primary y axis an explicit range when its curves are flat: Plotly autoscales a constant series to
+    about -1..1, so a constant LR of 2e-4 sits on the 0 line and reads as "LR = 0". Varying curves keep autorange."""
+    ys = []
+    for t in fig.data:
+        if getattr(t, "type", None) != "scatter" or (getattr(t, "yaxis", None) or "y") != "y" or t.y is None:
+            continue
+        ys += [float(v) for v in t.y if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v]
+    if not ys:
+        return fig
+    lo, hi = min(ys), max(ys)
+    scale = max(abs(lo), abs(hi))
+    if hi - lo > 1e-6 * scale:
+        return fig
+    pad = 0.5 * scale if scale > 0 else 1.0
+    fig.update_layout(yaxis_range=[lo - pad, hi + pad])
     return fig
 
 

@@ -171,7 +171,8 @@ SCHEMA: list[Key] = [
     Key("logging.eval_batches", 8, "int", "held-out batches per evaluation", lo=1),
     Key("logging.checkpoint_every", 100, "int", "steps between checkpoints", lo=1,
         label="Checkpoint every (steps)", form=39, advanced=True),
-    Key("logging.keep_checkpoints", 2, "int", "checkpoints kept (older ones are deleted)", lo=1),
+    Key("logging.keep_checkpoints", 2, "int", "checkpoints kept (older ones are deleted; phase-end ones stay)", lo=1,
+        label="Keep checkpoints", form=41, advanced=True),
     Key("logging.report_to", [], "trackers",
         "experiment trackers that also get every metric: tensorboard | trackio | wandb | mlflow (none: offline, "
         "metrics.jsonl only)", choices=tuple(TRACKERS), label="Report to (experiment trackers)", form=22),

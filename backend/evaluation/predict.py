@@ -10,7 +10,10 @@ from pathlib import Path
 from backend.core.atomic import read_json
 from backend.core.errors import ModelSpecError
 
-_WORD = re.compile(r"\w+|[^\w\s]")  # words, and each punctuation mark on its own (as in CoNLL-style data)
+# words, and each punctuation mark between words on its own (as in CoNLL-style data); punctuation inside a word
+# stays in it ("Alzheimer's", "IL-2", "Smith-Lemli-Opitz", "3.5"): split off, a model tagged its "'" and "s" as
+# two entities, and a highlighted entity must be whole words
+_WORD = re.compile(r"\w+(?:['’.\-/]\w+)*|[^\w\s]")
 _CACHE: dict[str, tuple[float, object, object, dict]] = {}
 _CACHE_MAX = 3
 _LOCK = threading.Lock()

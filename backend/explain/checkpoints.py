@@ -77,9 +77,9 @@ def _advice(cfg: dict, status: dict, points: list[dict]) -> str | None:
     every = max(1, int(total) // SCRUB_POINTS) if total else 1
     return (
         f"this run kept {len(saved)} saved model(s) (logging.checkpoint_every = {log['checkpoint_every']}, "
-        f"logging.keep_checkpoints = {log['keep_checkpoints']}): train with "
-        f"--set logging.checkpoint_every={every} --set logging.keep_checkpoints={SCRUB_POINTS * 2} "
-        "to scrub through more of it"
+        f"logging.keep_checkpoints = {log['keep_checkpoints']}): to scrub through more of it, train with "
+        f"Checkpoint every = {every} and Keep checkpoints = {SCRUB_POINTS * 2} (the Launch form's Advanced "
+        f"fields), or --set logging.checkpoint_every={every} --set logging.keep_checkpoints={SCRUB_POINTS * 2}"
     )
 
 

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
-from backend.analysis.plots import phase_boundaries
+from backend.analysis.plots import fit_y_range, phase_boundaries
 
 ALLOWED, MASKED = "#2563eb", "#f1f5f9"
 SURPRISE_SCALE = "YlOrRd"
@@ -98,6 +98,9 @@ def legend_html(top: float) -> str:
         f'<span style="display:inline-block;width:220px;height:12px;background:linear-gradient(to right, {stops});'
         'border:1px solid #cbd5e1"></span>'
         f"<span>{top:.1f} nats = ln(vocabulary): a blind guess, or worse</span></div>"
+        '<div style="font-size:0.85em;color:#475569;margin:-6px 0 10px"><span style="color:#94a3b8">Grey</span> '
+        "tokens have no score: the first token of the next-token line opens the text, so nothing comes before it "
+        "to predict it from (training never predicts it either), and special tokens are never predicted.</div>"
     )
 
 
@@ -139,7 +142,7 @@ def _over_the_run(fig: go.Figure, rows: list[dict], title: str, y_title: str) ->
         legend={"orientation": "h", "y": -0.25},
         template="plotly_white",
     )
-    return fig
+    return fit_y_range(fig)
 
 
 def _line(x: list, y: list, name: str, objective: str, **kw) -> go.Scatter:

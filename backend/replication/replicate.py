@@ -57,6 +57,16 @@ from backend.replication.steps import Context, Step, build_plan
 LOG_NAME = "replicate.log"
 
 
+def machine_load() -> dict:
+    """The machine's load as a step finishes, kept with the step's time: ``{"load_1m", "load_15m", "cpus"}`` (a
+    time measured on a busy machine is read with its load). Load averages are None where the OS has none."""
+    try:
+        one, _, fifteen = os.getloadavg()
+    except (AttributeError, OSError):
+        one = fifteen = None
+    return {"load_1m": one, "load_15m": fifteen, "cpus": os.cpu_count()}
+
+
 # ---------------------------------------------------------------------------------------------- reading a folder
 def read_settings(out: str | Path) -> dict | None:
     return atomic.read_json(Path(out) / "settings.json")
@@ -217,7 +227,7 @@ def _run_step(step: Step, ctx: Context, tally: _Tally, markers: dict[str, dict],
         return True
     elapsed = time.time() - t0
     m = {"step": step.name, "key": key, "settings": step.key, "finished_at": time.time()}
-    m.update({"elapsed_s": elapsed, "result": result})
+    m.update({"elapsed_s": elapsed, "result": result, "machine": machine_load()})
     atomic.write_json(out / "steps" / f"{step.name}.json", m)
     (out / "steps" / f"{step.name}.failed.json").unlink(missing_ok=True)
     markers[step.name] = m

@@ -118,6 +118,12 @@ def check_positions(mconf, seq_len: int, pad_token_id: int | None = None) -> str
     return None
 
 
+def check_corpus(cfg: dict) -> dict:
+    """The corpus part of ``check`` alone (what the Launch form runs in the background when the corpus changes):
+    readable text that fills one batch and a held-out sequence. Raises a DataError naming ``data.corpus``."""
+    return _check_batch_fills(cfg, tokenizer_for(cfg))
+
+
 def _check_batch_fills(cfg: dict, tok) -> dict:
     """The training split fills one batch and the held-out text one sequence (an empty held-out set would log a
     held-out loss of 0): from a built token store if there is one, else by streaming the corpus only until one

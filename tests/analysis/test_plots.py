@@ -26,3 +26,31 @@ def test_fill_mask_panels_share_one_axis_and_one_format():
 def test_one_panel_axis_leaves_room_and_stops_at_one():
     assert plots.fill_mask_figures([result("a", [0.99])])[0].layout.xaxis.range[1] == 1.0
     assert plots.fill_mask_figures([result("a", [0.001])])[0].layout.xaxis.range[1] == 0.02
+
+
+def _train_rows(key: str, values: list[float]) -> list[dict]:
+    return [{"type": "train", "phase": "main", "objective": "clm", "step": i, "tokens_seen": 256 * i, key: v}
+            for i, v in enumerate(values)]  # fmt: skip
+
+
+def test_a_flat_curve_axis_shows_its_values():
+    """A constant LR of 2e-4 must not sit on the 0 line of a -1..1 axis (it read as 'LR = 0'); every flat curve
+    (train metrics, held-out losses, the Detour tab's run figures) gets an axis around its value."""
+    from backend.explain.figures import timeline_figure
+
+    lo, hi = plots.train_metric_figure({"r": _train_rows("lr", [2e-4] * 5)}, "lr").layout.yaxis.range
+    assert 0 < lo < 2e-4 < hi < 1e-3
+    lo, hi = plots.train_metric_figure({"r": _train_rows("loss", [3.5] * 3)}, "loss").layout.yaxis.range
+    assert 0 < lo < 3.5 < hi < 10
+    ev = [{"type": "eval", "step": i, "tokens_seen": 100 * i, "eval_mlm_loss": 7.25} for i in range(3)]
+    lo, hi = plots.eval_loss_figure({"r": ev}).layout.yaxis.range
+    assert lo < 7.25 < hi and hi - lo < 10
+    ev = [{"type": "eval", "step": i, "tokens_seen": 100 * i, "eval_clm_loss": 9.0} for i in range(3)]
+    points = [{"tokens_seen": 0, "label": "start"}, {"tokens_seen": 200, "label": "step 2"}]
+    lo, hi = timeline_figure(points, ev).layout.yaxis.range
+    assert 0 < lo < 9.0 < hi < 20
+
+
+def test_a_varying_curve_keeps_autorange():
+    fig = plots.train_metric_figure({"r": _train_rows("lr", [0.0, 1e-4, 2e-4, 1e-4])}, "lr")
+    assert fig.layout.yaxis.range is None

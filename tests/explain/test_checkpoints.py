@@ -32,6 +32,7 @@ def test_few_points_say_how_to_get_more(detour_run_dir, tmp_path):
     res = run_checkpoints(run)
     assert [p["step"] for p in res["points"]] == [0, 8]
     assert "kept 1 saved model" in res["advice"] and "--set logging.checkpoint_every=1" in res["advice"]
+    assert "Keep checkpoints = 20 (the Launch form's Advanced fields)" in res["advice"]
     shutil.rmtree(run / "checkpoints")
     res = run_checkpoints(run)
     assert res["points"][-1]["label"] == "final · decay: MLM" and res["points"][-1]["step"] == 8

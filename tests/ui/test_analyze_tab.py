@@ -103,3 +103,51 @@ def test_a_well_checkpointed_trajectory_gets_no_hint(tiny_modernbert_dir, isolat
     run_with_checkpoints(isolated_runs_dir, tiny_modernbert_dir, [(5, other), (10, other), (20, other)], 20)
     _, _, msg = analyze_tab.compute_trajectory("traj", "", "demo", n_texts=6, max_len=32)
     assert msg.startswith("✓ 3 checkpoints") and "checkpoint_every" not in msg
+
+
+def test_one_newest_pair_rule_across_tabs(isolated_runs_dir, tiny_modernbert_dir):
+    """Issue 24 #5: Analyze paired a lone clm_detour run with another pair's MLM run while Detour and Fill-mask
+    showed a real pair. Every tab takes the newest real pair; a lone run's partner is the base it started from."""
+    from app import default_picks, model_choices
+
+    lone = saved_run(isolated_runs_dir, "solo", "clm_detour", created=1)
+    cfg = rundir.read_config(lone)
+    cfg["model"]["name"] = str(tiny_modernbert_dir)  # a lone run started from a folder
+    atomic.write_yaml(lone / "config.yaml", cfg)
+    assert analyze_tab.default_models() == ("solo", str(tiny_modernbert_dir), "")
+    assert default_picks(model_choices(), 4) == [str(tiny_modernbert_dir), "solo", None, None]
+
+    saved_run(isolated_runs_dir, "p-detour", "clm_detour", pair="p", created=2)
+    saved_run(isolated_runs_dir, "p-mlm", "mlm", pair="p", created=3)
+    saved_run(isolated_runs_dir, "late", "clm_detour", created=4)  # a lone detour run, newer than the pair
+    assert analyze_tab.default_models() == ("p-detour", "p-mlm", "")
+    assert default_picks(model_choices(), 4) == ["detour-tiny-en", "p-detour", "p-mlm", None]
+
+
+def test_a_run_still_training_is_labelled_with_its_step(isolated_runs_dir, tiny_modernbert_dir):
+    """Issue 24 #9: Detour and Analyze used a training run's newest checkpoint silently."""
+    import os
+
+    from app import detour_tab, labelled, labelled_choices
+
+    d = saved_run(isolated_runs_dir, "busy", "clm_detour")
+    shutil.rmtree(d / "final")
+    ck = d / "checkpoints" / "step-000040"
+    shutil.copytree(tiny_modernbert_dir, ck / "model")
+    (ck / "COMPLETE").write_text("")
+    rundir.write_status(d, state="running", pid=os.getpid(), created_at=time.time())
+    assert labelled("busy") == "busy (training, step 40)"
+    assert ("busy (training, step 40)", "busy") in labelled_choices(["detour-tiny-en", "busy"])
+    assert labelled("detour-tiny-en") == "detour-tiny-en"
+    _, msg = detour_tab.show_surprise("The cell divides.", ["busy"])
+    assert "busy (training, step 40)" in msg
+    *_, msg = analyze_tab.compute_cka("busy", "detour-tiny-en", None, None, "demo", n_texts=2, max_len=16)
+    assert "A = busy (training, step 40)" in msg, msg
+    rundir.write_status(d, state="done")  # finished: no label
+    assert labelled("busy") == "busy"
+
+
+def test_trajectory_with_no_run_yet_says_how_to_make_one(isolated_runs_dir):
+    """Found in the fresh-install browser walk: the Trajectory button said "run: choose a model"."""
+    fig, wfig, msg = analyze_tab.compute_trajectory("", "", "demo")
+    assert fig is None and wfig is None and msg == analyze_tab.NO_RUNS and "Launch" in msg

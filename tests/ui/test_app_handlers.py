@@ -99,7 +99,7 @@ def test_save_load_and_upload(tiny_modernbert_dir, tmp_path):
     assert loaded is not None, msg
     assert loaded[launch_tab.KEYS.index("train.lr")] == "0.0001"
     assert loaded[launch_tab.KEYS.index("name")] == "saved-exp"
-    assert str(path) in launch_tab.saved_configs()
+    assert ("saved-exp", str(path)) in launch_tab.saved_configs()
     _, msg, _ = launch_tab.load_config_file("/etc/hostname")
     assert "outside" in msg
 
@@ -126,20 +126,20 @@ def test_a_loaded_config_launches_with_the_settings_the_form_does_not_show(
     cfg.update(name="from-file", recipe="mlm")
     cfg["model"]["name"] = str(tiny_modernbert_dir)
     cfg["train"]["betas"] = [0.9, 0.95]
-    cfg["logging"].update(keep_checkpoints=7, eval_batches=3)
+    cfg["logging"].update(eval_batches=3)
     path = tmp_path / "uploads" / "configs" / "from-file.yaml"  # where the app keeps configs (readable)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(cfg))
     values, msg, base = launch_tab.load_config_file(str(path))
-    for key in ("logging.keep_checkpoints=7", "logging.eval_batches=3", "train.betas=[0.9, 0.95]"):
+    for key in ("logging.eval_batches=3", "train.betas=[0.9, 0.95]"):
         assert key in msg, msg
     values[launch_tab.KEYS.index("train.lr")] = "1e-4"  # a change made in the form wins over the file
     res = launch_tab.validate_form(values, base=base)
-    assert res["ok"] and "logging.keep_checkpoints=7" in res["message"] and "keep_checkpoints: 7" in res["yaml"]
+    assert res["ok"] and "logging.eval_batches=3" in res["message"] and "eval_batches: 3" in res["yaml"]
     out = launch_tab.launch(values, base=base)
     assert out["ok"], out["message"]
     saved = yaml.safe_load((out["runs"][0] / "config.yaml").read_text())
-    assert saved["logging"]["keep_checkpoints"] == 7 and saved["logging"]["eval_batches"] == 3
+    assert saved["logging"]["eval_batches"] == 3
     assert saved["train"]["betas"] == [0.9, 0.95] and saved["train"]["lr"] == 1e-4
     # a form built from scratch (no file loaded) says nothing about kept settings
     assert "setting(s)" not in launch_tab.validate_form(form(tiny_modernbert_dir, name="plain"))["message"]

@@ -49,21 +49,21 @@ def test_surprise_view_side_by_side(tiny_modernbert_dir, tiny_bert_dir):
 def test_scrub_through_a_run():
     assert "scrub" in detour_tab.run_choices()
     slider, msg = detour_tab.load_run("scrub")
-    assert slider == {"maximum": 4, "value": 0}
-    assert "5 saved models" in msg and "Phase switch between slider positions 2 and 3" in msg
+    assert slider == {"minimum": 0, "maximum": 2048, "value": 0, "step": 512}  # tokens seen, not positions 0-4
+    assert "5 saved models" in msg and "Phase switch between 1,024 and 1,536 tokens" in msg and "(512 tokens)" in msg
     seen = []
     for i in range(5):
-        timeline, fill, html, msg = detour_tab.scrub("scrub", i, detour_tab.EXAMPLE_MASKED, "The cell divides.")
+        timeline, fill, html, msg = detour_tab.scrub("scrub", 512 * i, detour_tab.EXAMPLE_MASKED, "The cell divides.")
         assert msg.startswith("**"), msg
         assert len(fill.data[0].x) == 5 and "next token, causal mask" in html
         selected = [s for s in timeline.layout.shapes if s.line.width == 3]
         assert [s.x0 for s in selected] == [512 * i]
         assert any(s.x0 == 1024 for s in timeline.layout.shapes if s.line.dash == "dash")  # the CLM -> MLM switch
         seen.append(html)
-    assert "phase **main** (CLM)" in detour_tab.scrub("scrub", 2, "The [MASK].", "x")[3]
-    assert "phase **decay** (MLM)" in detour_tab.scrub("scrub", 3, "The [MASK].", "x")[3]
+    assert "phase **main** (CLM)" in detour_tab.scrub("scrub", 1024, "The [MASK].", "x")[3]
+    assert "phase **decay** (MLM)" in detour_tab.scrub("scrub", 1400, "The [MASK].", "x")[3]  # the nearest: 1536
     assert len(set(seen)) == 5  # every saved model judges the text differently
-    timeline, fill, html, msg = detour_tab.scrub("scrub", 1, "no mask here", "x")
+    timeline, fill, html, msg = detour_tab.scrub("scrub", 512, "no mask here", "x")
     assert fill is None and "no mask token" in msg and timeline is not None and "step 2" in html  # the rest shows
     _, _, _, msg = detour_tab.scrub("nope", 0, "The [MASK].", "x")
     assert "not a" in msg
@@ -78,3 +78,21 @@ def test_trace_a_text_through_the_run(detour_run_dir):
     assert any(s.x0 == 1024 for s in fig.layout.shapes)  # the phase switch
     fig, msg = detour_tab.trace("scrub", "")
     assert fig is None and "empty" in msg
+
+
+def test_no_runs_yet_says_how_to_make_one(tmp_path, monkeypatch):
+    """A fresh install: 'Load its saved models' with no run gave a slider with min == max (a raw Gradio error)."""
+    import gradio as gr
+
+    monkeypatch.setenv("DETOUR_RUNS_DIR", str(tmp_path / "no-runs"))
+    assert detour_tab.run_choices() == []
+    slider, msg = detour_tab.load_run(None)
+    gr.Slider(**slider)  # Gradio accepts it (it raised "Slider minimum must be less than maximum")
+    assert "No runs yet" in msg and "Launch" in msg and "⚠" not in msg
+    assert detour_tab.scrub(None, 0, detour_tab.EXAMPLE_MASKED, "x") == (None, None, "", "")  # said once, not twice
+    assert detour_tab.trace(None, "x")[1] == detour_tab.NO_RUNS
+
+
+def test_surprise_view_explains_the_grey_first_token(tiny_modernbert_dir):
+    html, _ = detour_tab.show_surprise("The cell divides.", [str(tiny_modernbert_dir)])
+    assert "Grey" in html and "first token of the next-token line opens the text" in html

@@ -100,3 +100,88 @@ def test_sequence_length_beyond_the_positions_is_refused_or_warned_in_the_form(
     res = launch_tab.validate_form(form(tiny_modernbert_dir, train__seq_len=2 * limit))
     assert res["ok"] and "warning" in res["message"] and str(limit) in res["message"]
     assert "warning" not in launch_tab.validate_form(form(tiny_modernbert_dir))["message"]
+
+
+def test_launch_with_an_invalid_field_keeps_the_last_valid_preview(tiny_modernbert_dir, isolated_runs_dir):
+    """Issue 24 #3: Launch with an invalid field emptied the CLI, accelerate and YAML boxes."""
+    good = launch_tab.validate_form(form(tiny_modernbert_dir))
+    last = {k: good[k] for k in launch_tab.PREVIEW}
+    out = launch_tab.launch(form(tiny_modernbert_dir, train__lr="fast"), last=last)
+    assert not out["ok"] and out["runs"] == [] and list(out["errors"]) == ["train.lr"]
+    for k in launch_tab.PREVIEW:
+        assert out[k] == launch_tab.STALE + good[k]
+    assert not isolated_runs_dir.exists() or not any(isolated_runs_dir.iterdir())  # nothing queued
+
+
+def test_the_form_has_the_checkpoint_fields_the_scrub_advises(tiny_modernbert_dir):
+    """Issue 24 #10: the Detour scrub's advice (checkpoint_every, keep_checkpoints) can be followed from the form."""
+    for key in ("logging.checkpoint_every", "logging.keep_checkpoints"):
+        assert key in launch_tab.KEYS
+    res = launch_tab.validate_form(form(tiny_modernbert_dir, logging__checkpoint_every=2, logging__keep_checkpoints=20))
+    assert (
+        res["ok"] and res["cfg"]["logging"]["keep_checkpoints"] == 20 and res["cfg"]["logging"]["checkpoint_every"] == 2
+    )
+    assert "logging.keep_checkpoints=20" in res["python"]
+    assert launch_tab.FIELD_BY_KEY["logging.keep_checkpoints"].label == "Keep checkpoints"
+
+
+def test_saved_configs_are_listed_by_name_fresh_and_never_silently_overwritten(tiny_modernbert_dir, tmp_path):
+    """Issue 24 #6: the list was built at app start, showed absolute paths, and a save replaced a same-named config."""
+    from app import main
+
+    demo = main.build_app(main.AppContext())
+    saved = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "saved-configs")
+    refresh = [f for f in demo.fns.values() if saved in f.outputs and {ev for _, ev in f.targets} >= {"load"}]
+    assert len(refresh) == 1  # read again on page load (a reload), not only at build
+
+    path, msg = launch_tab.save_config(form(tiny_modernbert_dir, name="cfg-a", train__lr="1e-4"))
+    assert path is not None, msg
+    assert refresh[0].fn()["choices"] == [("cfg-a", str(path))]  # the name shown, the path loaded
+    assert launch_tab.saved_configs() == [("cfg-a", str(path))]
+
+    again, msg = launch_tab.save_config(form(tiny_modernbert_dir, name="cfg-a", train__lr="3e-4"))
+    assert again is None and "already exists" in msg and "cfg-a-2" in msg
+    assert "lr: 0.0001" in path.read_text()  # untouched
+    again, msg = launch_tab.save_config(form(tiny_modernbert_dir, name="cfg-a", train__lr="3e-4"), overwrite=True)
+    assert again == path and "replaced" in msg and "lr: 0.0003" in path.read_text()
+
+
+@pytest.mark.parametrize("problem", ["two lines", "binary", "empty folder"])
+def test_a_corpus_problem_shows_under_the_corpus_field_when_chosen(problem, tiny_modernbert_dir, tmp_path):
+    """Issue 24 #2: a 2-line .txt, a binary file or an empty folder showed "config valid" and failed only after
+    Launch. Chosen, the corpus is read in the background ("checking corpus…"), then its problem is shown under
+    the Corpus field; Launch reads it at once."""
+    corpora = tmp_path / "uploads" / "corpora"  # inside an allowed root
+    corpora.mkdir(parents=True)
+    path = {"two lines": corpora / "two.txt", "binary": corpora / "blob.txt", "empty folder": corpora / "empty"}[
+        problem
+    ]
+    if problem == "two lines":
+        path.write_text("One line.\nTwo lines.\n")
+    elif problem == "binary":
+        path.write_bytes(bytes(range(256)) * 20)
+    else:
+        path.mkdir()
+    values = form(tiny_modernbert_dir, data__corpus=str(path))
+    first = launch_tab.validate_form(values)
+    assert first["ok"] and first["corpus_pending"] and launch_tab.CHECKING_CORPUS in first["message"]
+    assert launch_tab.check_corpus(first["cfg"])  # the background read finds the problem
+    res = launch_tab.validate_form(values)
+    assert not res["ok"] and list(res["errors"]) == ["data.corpus"] and "config valid" not in res["message"]
+    assert {"two lines": "fewer than one batch", "binary": "binary", "empty folder": "has no"}[problem] in (
+        res["errors"]["data.corpus"]
+    )
+    out = launch_tab.launch(values)
+    assert not out["ok"] and list(out["errors"]) == ["data.corpus"] and out["runs"] == []
+
+
+def test_a_good_corpus_is_checked_once_and_demo_is_not_pending(tiny_modernbert_dir, tmp_path):
+    corpus = tmp_path / "uploads" / "good.txt"
+    corpus.parent.mkdir(parents=True)
+    corpus.write_text(("A sentence about cells and proteins that goes on for a while. " * 20 + "\n\n") * 40)
+    values = form(tiny_modernbert_dir, data__corpus=str(corpus))
+    assert launch_tab.validate_form(values)["corpus_pending"]
+    assert launch_tab.check_corpus(launch_tab.validate_form(values)["cfg"]) is None
+    res = launch_tab.validate_form(values)
+    assert res["ok"] and not res["corpus_pending"] and launch_tab.CHECKING_CORPUS not in res["message"]
+    assert not launch_tab.validate_form(form(tiny_modernbert_dir))["corpus_pending"]  # demo: bundled, fine

@@ -93,3 +93,48 @@ def test_entities_are_whole_words_with_their_type(tmp_path):
         ("ovarian carcinoma", "Disease"),
         (".", None),
     ]
+
+
+def fake_finetuned(root: Path, model: str, finished_at: str) -> Path:
+    """A folder ``list_finetuned`` lists as a fine-tuned NER model (no weights: only the listing is tested)."""
+    d = root / "ev1" / "models" / model / "seed-0"
+    d.mkdir(parents=True)
+    (d / "config.json").write_text("{}")
+    (d / "label_map.json").write_text(json.dumps({"task": "ner", "entity_types": ["Disease"]}))
+    metrics = {"status": "ok", "model": model, "seed": 0, "test": {"f1": 0.5}, "finished_at": finished_at}
+    (d / "metrics.json").write_text(json.dumps(metrics))
+    return d
+
+
+def test_empty_slots_take_the_fine_tuned_models_that_exist():
+    """Issue 24 #8: a page built before any evaluation kept its slots empty although fine-tuned models existed."""
+    from app import main
+
+    demo = main.build_app(main.AppContext())
+    slot = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "ner-model-0")
+    assert slot.value is None  # built with no evaluation
+    fn = next(f for f in demo.fns.values() if slot in f.outputs and {ev for _, ev in f.targets} >= {"load", "click"})
+    a = fake_finetuned(Path(ner_tab.evals_dir()), "model-a", "2026-01-01T00:00:00")
+    b = fake_finetuned(Path(ner_tab.evals_dir()), "model-b", "2026-01-02T00:00:00")
+    values = [u["value"] for u in fn.fn(None, None, None, None)[: ner_tab.SLOTS]]
+    assert values == [str(b), str(a), None, None]  # the newest two
+    kept = [u["value"] for u in fn.fn(None, str(a), None, None)[: ner_tab.SLOTS]]
+    assert kept == [None, str(a), None, None]  # a choice made is kept
+    assert ner_tab.default_slots([None] * 4) == [str(b), str(a), None, None]
+
+
+def test_punctuation_inside_a_word_stays_in_it(monkeypatch):
+    """Issue 24 #8: "Alzheimer's" was split into "Alzheimer", "'", "s" and its "'" and "s" tagged as entities."""
+    from backend.evaluation import predict
+
+    assert [w for w, _, _ in predict.split_words("Alzheimer's disease (IL-2), 3.5 mg.")] == [
+        "Alzheimer's", "disease", "(", "IL-2", ")", ",", "3.5", "mg", ".",
+    ]  # fmt: skip
+    monkeypatch.setattr(
+        predict, "tag_words", lambda d, words: ["B-Disease" if "Alzheimer" in w else "O" for w in words]
+    )
+    assert predict.predict_entities("m", "Early Alzheimer's onset.") == [
+        ("Early ", None),
+        ("Alzheimer's", "Disease"),
+        (" onset.", None),
+    ]

@@ -62,3 +62,26 @@ def test_the_button_says_what_the_last_quick_run_took(reports_root):
     _, parts = build()
     assert parts["launch"].value == "Run the quick preset (~6 min)"
     assert "took 6 min 09 s" in reports_tab.time_note()
+
+
+def test_the_button_shows_a_run_that_finished_after_build_with_its_machine_load(reports_root):
+    """Issue 24 #7: the button said "~9 min" after a 22.7-minute run (its time was read once, when the page was
+    built); its time is the last measured one, with the machine load it was measured under."""
+    _, parts = build()
+    estimated = parts["launch"].value
+    d = finished_quick(reports_root, "quick", [1000.0, 362.0])  # 22 min 42 s
+    for i, load in enumerate((3.0, 5.0)):
+        marker = json.loads((d / "steps" / f"step{i}.json").read_text())
+        marker["machine"] = {"load_1m": load, "load_15m": load, "cpus": 2}
+        (d / "steps" / f"step{i}.json").write_text(json.dumps(marker))
+    label, note, empty = parts["times"]()
+    assert label["value"] == "Run the quick preset (~23 min)" != estimated
+    assert "took 22 min 42 s under a machine load of 3.5 on 2 CPUs" in note  # (1000 * 3 + 362 * 5) / 1362
+    assert label["value"] in empty["value"]
+
+
+def test_a_step_marker_records_the_machine_load():
+    from backend.replication.replicate import machine_load
+
+    m = machine_load()
+    assert m["cpus"] and m["cpus"] >= 1 and m["load_1m"] is not None and m["load_1m"] >= 0

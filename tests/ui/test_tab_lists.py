@@ -74,7 +74,7 @@ def test_analyze_and_fill_mask_lists_refresh_and_fill_defaults(isolated_runs_dir
     saved_run(isolated_runs_dir, "x-mlm", tiny_bert_dir, "mlm", pair="x")
     ids = [o.elem_id for o in fn.outputs]
     values = dict(zip(ids, fn.fn("detour-tiny-en", None, None), strict=True))  # the page as built: A = base
-    assert {"x-detour", "x-mlm"} <= set(values["an-a"]["choices"])
+    assert {"x-detour", "x-mlm"} <= {v for _, v in values["an-a"]["choices"]}
     assert values["an-a"]["value"] == "x-detour" and values["an-b"]["value"] == "x-mlm"  # the pair, as on a new page
     assert values["an-run"]["value"] == "x-detour" and values["an-note"] == ""
     chosen = dict(zip(ids, fn.fn("x-mlm", None, "x-mlm"), strict=True))
@@ -103,7 +103,7 @@ def test_detour_tab_lists_fill_in_the_newest_pair_made_after_build(isolated_runs
     ids = [o.elem_id for o in fn.outputs]
     values = dict(zip(ids, fn.fn("detour-tiny-en", "detour-tiny-en", None, None, None, None), strict=True))
     assert [values[f"dt-model-{i}"]["value"] for i in range(3)] == ["detour-tiny-en", "y-detour", "y-mlm"]
-    assert values["dt-run"]["value"] == "y-detour" and "y-mlm" in values["dt-run"]["choices"]
+    assert values["dt-run"]["value"] == "y-detour" and ("y-mlm", "y-mlm") in values["dt-run"]["choices"]
 
     picked = dict(zip(ids, fn.fn("detour-tiny-en", "y-mlm", "detour-tiny-en", None, None, "y-mlm"), strict=True))
     assert [picked[f"dt-model-{i}"]["value"] for i in range(2)] == ["y-mlm", "detour-tiny-en"]  # kept as chosen
