@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from backend.core import faults
 from backend.core.errors import DetourError
 from backend.core.paths import runs_dir
 from backend.core.process import Busy, FileLock, holder_pid, pid_alive, spawn_detached
@@ -228,6 +229,8 @@ def command_preview(cfg: dict, config_path: str | None = None, num_processes: in
     """The exact CLI command for ``cfg``: plain python and its ``accelerate launch`` form."""
     argv = command_argv(cfg, config_path)
     acc = ["accelerate", "launch", "--num_processes", str(num_processes)]
+    if num_processes > 1:  # without it accelerate starts one process (backend.runs.launch)
+        acc.insert(2, "--multi_gpu")
     precision = (cfg.get("train") or {}).get("precision", "auto")
     if precision != "auto":  # auto is resolved by the trainer on the machine that trains (no launcher flag)
         acc += ["--mixed_precision", {"fp32": "no"}.get(precision, precision)]
@@ -264,18 +267,31 @@ def _log(msg: str) -> None:
 
 
 def _finish_child(run_dir: Path, proc: subprocess.Popen) -> None:
-    """After a trainer exits: a run still marked queued/running ended without saying so -> failed."""
+    """After a trainer exits: a run still marked queued/running ended without saying so -> failed. A status that
+    cannot be written (a full disk, a read-only folder) is one line in the worker's log, and the worker serves on:
+    readers already see a dead pid's ``running`` as failed."""
     st = rundir.read_status(run_dir)
-    if st.get("state") in ("queued", "running"):
-        rundir.write_status(
+    if st.get("state") in ("queued", "running") or (st.get("state") == "failed" and not st.get("finished_at")):
+        _write_status(
             run_dir,
             state="failed",
             finished_at=rundir.now(),
-            error=f"the training process exited with code {proc.returncode} without finishing; see train.log",
+            error=st.get("error")
+            or f"the training process exited with code {proc.returncode} without finishing; see train.log",
         )
         _log(f"{run_dir.name}: exited with code {proc.returncode} (marked failed)")
     else:
         _log(f"{run_dir.name}: {st.get('state')} (exit code {proc.returncode})")
+
+
+def _write_status(run_dir: Path, **fields) -> None:
+    """``rundir.write_status`` for the worker: a fault of the machine is one logged line, never the worker's end."""
+    try:
+        rundir.write_status(run_dir, **fields)
+    except OSError as exc:
+        _log(
+            f"{run_dir.name}: could not record {fields.get('state') or 'its status'}: {faults.user_message(exc) or exc}"
+        )
 
 
 def run_worker(
@@ -327,9 +343,11 @@ def _serve(root: Path, n: int, poll_s: float, launch: Callable[[Path, bool], lis
                 # stdout already is train.log: the trainer must not tee into it as well
                 proc = spawn_detached(argv, info.path / "train.log", {"DETOUR_STDOUT_IS_LOG": "1"})
             except OSError as exc:
-                rundir.write_status(info.path, state="failed", error=f"could not start training: {exc}")
+                _write_status(
+                    info.path, state="failed", error=f"could not start training: {faults.user_message(exc) or exc}"
+                )
                 continue
-            rundir.write_status(info.path, launched_pid=proc.pid, launched_at=rundir.now())
+            _write_status(info.path, launched_pid=proc.pid, launched_at=rundir.now())
             mine[info.path] = proc
             busy += 1
             _log(f"{info.name}: started pid {proc.pid}: {shlex.join(argv)}")
