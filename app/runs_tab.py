@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from app import warn
+from app import run_folder, warn
 from backend.analysis import plots
 from backend.core.errors import DetourError
 from backend.core.paths import runs_dir
@@ -94,8 +94,8 @@ def default_selection(limit: int = 2) -> list[str]:
 def run_path(name: str) -> Path:
     """A run name from the UI -> its folder (names only: no paths reach the file system from here)."""
     check_run_name(name)
-    p = runs_dir() / name
-    if not (p / "config.yaml").exists():
+    p = run_folder(name)  # resolved, and refused when it is a link out of the runs folder
+    if p is None:
         raise DetourError(f"run '{name}': not found in {runs_dir()}")
     return p
 
