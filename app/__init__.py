@@ -46,8 +46,13 @@ def check_path(value: str | Path, what: str = "path", must_exist: bool = True) -
     raw = str(value).strip()
     if not raw:
         raise PathNotAllowed(what, raw, f"{what}: empty path")
-    p = Path(raw).expanduser()
-    p = (p if p.is_absolute() else Path.cwd() / p).resolve()
+    try:
+        p = Path(raw).expanduser()
+        p = (p if p.is_absolute() else Path.cwd() / p).resolve()
+    except (RuntimeError, OSError) as exc:  # a symbolic link loop (RuntimeError on Python 3.11), a bad '~user'
+        raise PathNotAllowed(
+            what, raw, f"{what}: '{raw}' cannot be resolved ({exc}); fix the link or the path"
+        ) from None
     roots = allowed_roots()
     if not any(_inside(p, r) for r in roots):
         listed = ", ".join(str(r) for r in roots)

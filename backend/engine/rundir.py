@@ -99,7 +99,7 @@ class RunInfo:
 
 def list_runs(root: str | Path | None = None) -> list[RunInfo]:
     root = Path(root) if root else runs_dir()
-    if not root.exists():
+    if not root.is_dir():  # missing, or a file where the runs folder should be: no runs (a writer says why)
         return []
     out = []
     for d in sorted(root.iterdir()):

@@ -227,3 +227,50 @@ def test_a_bug_prints_its_traceback_and_says_so(capsys):
     assert faults.report(OSError(28, "No space left on device", "/x/status.json")) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "/x/status.json" in err and "free space" in err
+
+
+# --- adversarial cases of this kind -------------------------------------------------------------------------------
+
+
+def test_a_train_log_that_is_a_folder_is_one_line(tmp_path, tiny_modernbert_dir):
+    """The log cannot be opened: the path and what to do, not an IsADirectoryError traceback."""
+    run = _tiny_run(tmp_path, tiny_modernbert_dir, "logdir")
+    (run / "train.log").mkdir()
+    line = one_line(cli("train", "--run-dir", str(run)))
+    assert str(run / "train.log") in line and "folder" in line, line
+
+
+def test_the_queue_worker_survives_a_status_it_cannot_write(small_fs, capsys):
+    """A trainer died on a folder that then went read-only: the worker logs one line and serves on."""
+    from backend.runs import jobs
+
+    root = small_fs("ro-worker", "1m")
+    run = root / "r"
+    run.mkdir()
+    write_status(run, state="running", pid=DEAD_PID)
+    _remount_ro(root)
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    proc.wait()
+    jobs._finish_child(run, proc)  # raised OSError before, which ended the worker
+    out = capsys.readouterr().out
+    assert "could not record failed" in out and "read-only file system" in out, out
+
+
+def test_a_runs_folder_that_is_a_file_lists_no_runs(tmp_path):
+    """Readers (the app's lists, the queue) see no runs; the writer says why (test above)."""
+    root = tmp_path / "file"
+    root.write_text("x")
+    assert list_runs(root) == []
+
+
+@pytest.mark.slow
+def test_disk_full_during_evaluate_is_one_line_exit_2(small_fs, tiny_modernbert_dir):
+    """Every seed fails on the full disk: the seed table says it, and the rule's line says what to do (exit 2)."""
+    out = small_fs("ev", "600k")
+    proc = cli(
+        "evaluate", "--models", str(tiny_modernbert_dir), "--seeds", "1", "--epochs", "1", "--out", str(out / "e")
+    )
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(line) == 1 and "no space left on device" in line[0] and "free space" in line[0], proc.stderr

@@ -83,3 +83,23 @@ def test_a_report_status_that_is_garbage_reads_unknown(tmp_path):
 
     (tmp_path / "status.json").write_text("[1, 2]")
     assert read_state(tmp_path)["state"] == "unknown"
+
+
+def test_a_symlink_loop_is_a_message_not_a_runtime_error(isolated_runs_dir):
+    isolated_runs_dir.mkdir(parents=True, exist_ok=True)
+    (isolated_runs_dir / "loop").symlink_to("loop")
+    with pytest.raises(PathNotAllowed, match="cannot be resolved"):
+        check_model_spec(str(isolated_runs_dir / "loop"))
+
+
+def test_a_runs_folder_that_is_a_file_leaves_the_lists_working(isolated_runs_dir):
+    isolated_runs_dir.parent.mkdir(parents=True, exist_ok=True)
+    isolated_runs_dir.write_text("not a folder")
+    assert "detour-tiny-en" in model_choices()
+
+
+def test_a_config_in_etc_is_refused_naming_the_roots():
+    from app import launch_tab
+
+    values, msg, cfg = launch_tab.load_config_file("/etc/passwd")
+    assert values is None and cfg is None and "outside the folders this app may read" in msg
