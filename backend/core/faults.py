@@ -45,6 +45,8 @@ HINTS: dict[int, str] = {
     errno.EMFILE: "too many open files: raise the limit (ulimit -n) and run it again",
 }
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# what a library may wrap (a save in a thread): only the machine's own faults; a wrapped missing file may be a bug
+MACHINE = (*NO_SPACE, errno.EROFS, errno.EIO)
 
 
 def _os_line(exc: OSError) -> str:
@@ -62,7 +64,7 @@ def user_message(exc: BaseException) -> str | None:
     if isinstance(exc, OSError) and exc.errno in HINTS:
         return _os_line(exc)
     cause = exc.__cause__ or exc.__context__  # a library that wraps the OSError (a save in a thread, a loader)
-    if isinstance(cause, OSError) and cause.errno in HINTS:
+    if isinstance(cause, OSError) and cause.errno in MACHINE:
         return _os_line(cause)
     return None
 
@@ -81,7 +83,7 @@ def machine_fault(exc: BaseException) -> int | None:
     e: BaseException | None = exc
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in HINTS:
+        if isinstance(e, OSError) and e.errno in MACHINE:
             return e.errno
         text = str(e).lower()
         for words, number in _TEXTS.items():
