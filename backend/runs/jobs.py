@@ -163,8 +163,8 @@ def cancel(run_dir: str | Path) -> str:
     if state == "queued":
         rundir.write_status(run_dir, state="cancelled", finished_at=rundir.now(), error=None)
         return f"{run_dir.name}: removed from the queue (cancelled)"
-    if state == "running":  # process gone without saying so
-        rundir.write_status(run_dir, state="failed", error="the training process is gone (killed?)")
+    if state == "failed" and not st.get("finished_at"):  # a dead pid's 'running', as read_status reports it
+        rundir.write_status(run_dir, state="failed", finished_at=rundir.now(), error=st.get("error"))
         return f"{run_dir.name}: its process is gone; marked failed"
     raise JobError(f"{run_dir.name}: is {state}; only queued or running runs can be cancelled")
 

@@ -7,6 +7,7 @@ process mount (not root), those tests skip with the reason.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -274,3 +275,13 @@ def test_disk_full_during_evaluate_is_one_line_exit_2(small_fs, tiny_modernbert_
     assert "Traceback" not in proc.stdout + proc.stderr
     line = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert len(line) == 1 and "no space left on device" in line[0] and "free space" in line[0], proc.stderr
+
+
+def test_cancel_of_a_run_whose_process_is_gone_marks_it_failed(tmp_path):
+    """Cancel still answers a dead pid's 'running' (read as failed): the file then says failed too, with why."""
+    from backend.runs import jobs
+
+    write_status(tmp_path, state="running", pid=DEAD_PID, finished_at=None)
+    assert "its process is gone; marked failed" in jobs.cancel(tmp_path)
+    on_disk = json.loads((tmp_path / "status.json").read_text())
+    assert on_disk["state"] == "failed" and "is gone" in on_disk["error"] and on_disk["finished_at"]
