@@ -14,10 +14,13 @@ import re
 from pathlib import Path
 
 from backend.core.errors import DetourError
-from backend.core.paths import ASSETS_DIR, evals_dir, runs_dir, uploads_dir
+from backend.core.paths import ASSETS_DIR, evals_dir, is_plain_name, runs_dir, uploads_dir
 
 ALLOWED_ROOTS_ENV = "DETOUR_ALLOWED_ROOTS"
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+# every run name a list has offered in this app: picked after its folder was deleted, it is a missing run, never a
+# hub id (the hub's "Offline?" was the answer to a run deleted while the app listed it)
+_LISTED_RUNS: set[str] = set()
 
 
 class PathNotAllowed(DetourError):
@@ -43,8 +46,13 @@ def check_path(value: str | Path, what: str = "path", must_exist: bool = True) -
     raw = str(value).strip()
     if not raw:
         raise PathNotAllowed(what, raw, f"{what}: empty path")
-    p = Path(raw).expanduser()
-    p = (p if p.is_absolute() else Path.cwd() / p).resolve()
+    try:
+        p = Path(raw).expanduser()
+        p = (p if p.is_absolute() else Path.cwd() / p).resolve()
+    except (RuntimeError, OSError) as exc:  # a symbolic link loop (RuntimeError on Python 3.11), a bad '~user'
+        raise PathNotAllowed(
+            what, raw, f"{what}: '{raw}' cannot be resolved ({exc}); fix the link or the path"
+        ) from None
     roots = allowed_roots()
     if not any(_inside(p, r) for r in roots):
         listed = ", ".join(str(r) for r in roots)
@@ -59,6 +67,23 @@ def check_path(value: str | Path, what: str = "path", must_exist: bool = True) -
     return p
 
 
+def run_folder(name: str, what: str = "run") -> Path | None:
+    """The folder of run ``name`` (a plain name, its config.yaml present) resolved inside the runs folder, or None
+    when there is no such run. A run folder that is a link out of the runs folder is refused, not followed."""
+    if not is_plain_name(name):
+        return None
+    root = runs_dir()
+    run = root / name
+    if not (run / "config.yaml").exists():
+        return None
+    real = run.resolve()
+    if not _inside(real, root):
+        raise PathNotAllowed(
+            what, name, f"{what}: run '{name}' is a link to {real}, outside the runs folder {root}; it is not read"
+        )
+    return real
+
+
 def looks_like_path(value: str) -> bool:
     v = value.strip()
     return v.startswith(("/", ".", "~")) or Path(v).expanduser().exists() or v.count("/") > 1 or "\\" in v
@@ -67,19 +92,28 @@ def looks_like_path(value: str) -> bool:
 def check_model_spec(spec: str, what: str = "model") -> str:
     """A model as typed in the UI -> the spec the backend gets: a bundled name, a run name (-> its folder), an
     allowed path, or a hub id (loaded only when an action asks for it)."""
+    from backend.engine.hub_cache import is_cached, not_available, offline, strip_label
     from backend.engine.models import bundled_models
 
-    spec = (spec or "").strip()
+    spec = strip_label((spec or "").strip())  # a cached model's label, 'org/name (cached, 150M)', is its hub id
     if not spec:
         raise PathNotAllowed(what, spec, f"{what}: choose a model")
     if spec in bundled_models():
         return spec
-    run = runs_dir() / spec
-    if "/" not in spec and (run / "config.yaml").exists():
+    if (run := run_folder(spec, what)) is not None:
         return str(run)
+    if spec in _LISTED_RUNS:
+        raise PathNotAllowed(
+            what,
+            spec,
+            f"{what}: run '{spec}' is no longer in {runs_dir()} (deleted or moved since the list was read); "
+            "pick another model",
+        )
     if looks_like_path(spec):
         return str(check_path(spec, what))
     if HUB_ID.match(spec):
+        if offline() and not is_cached(spec):  # known now, not after a load that cannot succeed
+            raise PathNotAllowed(what, spec, f"{what}: {not_available(spec)}")
         return spec
     raise PathNotAllowed(what, spec, f"{what}: '{spec}' is not a bundled model, a run, an allowed folder or a hub id")
 
@@ -100,16 +134,21 @@ def trained_runs() -> list:
     yet would only fail to load."""
     from backend.engine.rundir import list_runs
 
-    runs = [r for r in list_runs(runs_dir()) if (r.path / "final").exists() or (r.path / "checkpoints").exists()]
+    root = runs_dir()
+    runs = [r for r in list_runs(root) if (r.path / "final").exists() or (r.path / "checkpoints").exists()]
+    runs = [r for r in runs if _inside(r.path.resolve(), root)]  # a link out of the runs folder is not offered
+    _LISTED_RUNS.update(r.name for r in runs)
     return sorted(runs, key=lambda r: r.status.get("created_at") or 0, reverse=True)
 
 
 def model_choices() -> list[str]:
     """The models every tab's dropdown offers: the bundled ones, then each run that has saved a model, newest
-    first. Read again on every call: the tabs refresh their lists with it (``app.refresh.keep_fresh``)."""
+    first, then the masked-LM encoders of the user's Hugging Face cache labelled ``org/name (cached, size)``. Read
+    again on every call: the tabs refresh their lists with it (``app.refresh.keep_fresh``)."""
+    from backend.engine.hub_cache import cached_encoders
     from backend.engine.models import bundled_models
 
-    return bundled_models() + [r.name for r in trained_runs()]
+    return bundled_models() + [r.name for r in trained_runs()] + [m.label for m in cached_encoders()]
 
 
 def _pair_of(name: str, cfg: dict) -> tuple[str | None, str | None]:
@@ -219,5 +258,9 @@ def md_escape(text: object) -> str:
 
 
 def warn(exc: object) -> str:
-    """An error as one Markdown line."""
-    return f"⚠ {md_escape(exc)}"
+    """An error as one Markdown line; a fault of the machine (a full disk, a read-only folder) by the CLI's rule:
+    what happened, the path and what to do (``backend.core.faults``)."""
+    from backend.core.faults import user_message
+
+    line = user_message(exc) if isinstance(exc, BaseException) else None
+    return f"⚠ {md_escape(line or exc)}"

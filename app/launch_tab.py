@@ -313,7 +313,7 @@ def launch(values: list, max_concurrent: int | None = None, base: dict | None = 
         return {**keep_last_preview(res, last), "runs": []}
     try:
         dirs = jobs.submit(res["cfg"], root=runs_dir(), seeds=res["seeds"] or None, max_concurrent=max_concurrent)
-    except DetourError as exc:
+    except (DetourError, OSError) as exc:  # a read-only or full runs folder too: one line (warn), not a raw error
         key = error_key(exc)
         return {**res, "ok": False, "runs": [], "errors": {key: str(exc)} if key else {}, "message": warn(exc)}
     names = ", ".join(d.name for d in dirs)

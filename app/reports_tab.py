@@ -52,6 +52,8 @@ def report_dir(name: str | None) -> Path:
     d = reports_dir() / name
     if not d.is_dir():
         raise DetourError(f"report '{name}': no such folder under {reports_dir()}")
+    if not d.resolve().is_relative_to(reports_dir()):  # a link out of the reports folder is not read
+        raise DetourError(f"report '{name}': links to {d.resolve()}, outside {reports_dir()}; it is not read")
     return d
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from app import timeline_editor, warn
+from app import run_folder, timeline_editor, warn
 from backend.analysis import plots
 from backend.core.errors import DetourError
 from backend.core.paths import runs_dir
@@ -94,8 +94,8 @@ def default_selection(limit: int = 2) -> list[str]:
 def run_path(name: str) -> Path:
     """A run name from the UI -> its folder (names only: no paths reach the file system from here)."""
     check_run_name(name)
-    p = runs_dir() / name
-    if not (p / "config.yaml").exists():
+    p = run_folder(name)  # resolved, and refused when it is a link out of the runs folder
+    if p is None:
         raise DetourError(f"run '{name}': not found in {runs_dir()}")
     return p
 
@@ -128,11 +128,14 @@ def log_tail(name: str | None, lines: int = 40) -> str:
     p = d / "train.log"
     if not p.exists():
         return head + "(no train.log yet: the run is waiting in the queue)"
-    with open(p, "rb") as f:
-        f.seek(0, 2)
-        size = f.tell()
-        f.seek(max(0, size - 64_000))
-        text = f.read().decode("utf-8", errors="replace")
+    try:
+        with open(p, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - 64_000))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError as exc:  # a folder, a permission: the rule's one line, never a raw error every poll
+        return head + warn(exc)
     return head + "\n".join(text.splitlines()[-lines:])
 
 
@@ -141,7 +144,7 @@ def cancel_run(name: str | None) -> str:
         return "choose a run first"
     try:
         return "" + jobs.cancel(run_path(name))
-    except DetourError as exc:
+    except (DetourError, OSError) as exc:
         return warn(exc)
 
 
@@ -150,7 +153,7 @@ def resume_run(name: str | None, max_concurrent: int | None = None) -> str:
         return "choose a run first"
     try:
         return "" + jobs.resume(run_path(name), root=runs_dir(), max_concurrent=max_concurrent)
-    except DetourError as exc:
+    except (DetourError, OSError) as exc:
         return warn(exc)
 
 

@@ -7,7 +7,7 @@ import argparse
 import importlib
 import sys
 
-from backend.core.errors import DetourError
+from backend.core import faults
 
 COMMANDS = {
     "train": "Run one experiment (or a pair) from a YAML config.",
@@ -41,9 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args._run(args) or 0)
-    except DetourError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except Exception as exc:  # the one rule: a line the user can act on (exit 2), or a bug's traceback (exit 1)
+        return faults.report(exc)
 
 
 if __name__ == "__main__":

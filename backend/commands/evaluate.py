@@ -4,8 +4,11 @@ seed, score on test, and compare the models pairwise (mean paired difference, 95
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 
+from backend.core import faults
 from backend.core.errors import ConfigError
 from backend.engine.schema import PRECISIONS
 
@@ -121,5 +124,12 @@ def run(args) -> int:
     print(f"results: {results['out_dir']}/results.json")
     if results["failures"]:
         print(f"{len(results['failures'])} run(s) failed; see the table above", flush=True)
+        # every seed failed on a fault of the machine (a full disk): the rule's one line and exit 2, what to do
+        found = {faults.machine_fault(Exception(str(f.get("error", "")))) for f in results["failures"]}
+        if len(found) == 1 and (number := found.pop()):
+            print(
+                f"error: {os.strerror(number).lower()} in {results['out_dir']}; {faults.hint(number)}", file=sys.stderr
+            )
+            return 2
         return 1
     return 0

@@ -28,8 +28,7 @@ def run(args) -> int:
             raise ConfigError("--run-dir", args.run_dir, "give either a CONFIG file or --run-dir, not both")
         if not (Path(args.run_dir) / "config.yaml").exists():
             raise ConfigError("--run-dir", args.run_dir, "not a prepared run directory (no config.yaml)")
-        st = train_run(args.run_dir, resume=args.resume)
-        return 0 if st["state"] in ("done", "cancelled") else 1
+        return _exit_code(Path(args.run_dir), train_run(args.run_dir, resume=args.resume))
     if args.resume:
         raise ConfigError("--resume", True, "use it with --run-dir runs/NAME")
     overrides = list(args.overrides) + ([f"name={args.name}"] if args.name else [])
@@ -44,8 +43,20 @@ def run(args) -> int:
         print(f"== {d}", flush=True)
         st = train_run(d)
         if st["state"] != "done":
-            worst = 1
+            worst = max(worst, _exit_code(d, st), 1)
             if st["state"] == "cancelled":
                 print(f"{d.name}: cancelled; resume with: python -m backend train --run-dir {d} --resume")
                 break
     return worst
+
+
+def _exit_code(run_dir: Path, st: dict) -> int:
+    """The top-level rule for a run that ended: a refusal or a fault of the machine is one line and exit 2, a bug
+    exit 1 (the traceback is in train.log either way)."""
+    if st["state"] != "failed":
+        return 0
+    print(f"error: run {run_dir.name} failed: {st.get('error')}", file=sys.stderr, flush=True)
+    if st.get("bug"):
+        print(f"internal error (a bug in Detour Lab, please report it): see {run_dir / 'train.log'}", file=sys.stderr)
+        return 1
+    return 2

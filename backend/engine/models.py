@@ -92,6 +92,11 @@ def resolve_model(spec: str | None) -> ModelSource:
 
 
 def _hub_guard(source: ModelSource, exc: Exception) -> ModelSpecError:
+    from backend.engine.hub_cache import is_cached, not_available
+
+    if not is_cached(source.spec):  # said plainly: neither cached nor reachable
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return ModelSpecError(f"{not_available(source.spec)} ({type(exc).__name__}: {first})")
     return ModelSpecError(
         f"model '{source.spec}': could not load from the Hugging Face hub ({type(exc).__name__}: "
         f"{str(exc).splitlines()[0] if str(exc) else ''}). Offline? Use a bundled model "

@@ -29,11 +29,22 @@ def now() -> float:
 
 
 def read_status(run_dir: str | Path) -> dict:
+    """status.json; ``running`` only while its pid lives (a trainer killed, or one whose disk filled up before it
+    could record its end, reads ``failed`` with why), ``unknown`` when the file is missing, torn or not a mapping."""
     p = Path(run_dir) / "status.json"
     try:
-        return json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError):
+        st = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        st = None
+    if not isinstance(st, dict):
         return {"state": "unknown", "error": f"no readable status.json in {run_dir}"}
+    if st.get("state") == "running" and not pid_alive(st.get("pid")):
+        st["state"] = "failed"
+        st["error"] = st.get("error") or (
+            f"the training process (pid {st.get('pid')}) is gone without recording its end (killed, or the disk "
+            f"was full?); see train.log, then resume: python -m backend train --run-dir {run_dir} --resume"
+        )
+    return st
 
 
 def write_status(run_dir: str | Path, **fields) -> dict:
@@ -88,7 +99,7 @@ class RunInfo:
 
 def list_runs(root: str | Path | None = None) -> list[RunInfo]:
     root = Path(root) if root else runs_dir()
-    if not root.exists():
+    if not root.is_dir():  # missing, or a file where the runs folder should be: no runs (a writer says why)
         return []
     out = []
     for d in sorted(root.iterdir()):

@@ -89,6 +89,8 @@ def read_state(out: str | Path) -> dict:
     st = atomic.read_json(Path(out) / "status.json")
     if st is None:
         return {"state": "none"}
+    if not isinstance(st, dict):  # a torn or foreign file: said, never an AttributeError in the Reports tab
+        return {"state": "unknown", "error": f"{Path(out) / 'status.json'} is not a replication's status"}
     if st.get("state") == "running" and not pid_alive(st.get("pid")):
         st["state"] = "failed"
         st["error"] = st.get("error") or "the replication process died without saying why (see replicate.log)"

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from backend.core import faults
 from backend.core.errors import DetourError
 from backend.core.paths import runs_dir
 from backend.core.process import Busy, FileLock, holder_pid, pid_alive, spawn_detached
@@ -168,8 +169,8 @@ def cancel(run_dir: str | Path) -> str:
     if state == "queued":
         rundir.write_status(run_dir, state="cancelled", finished_at=rundir.now(), error=None)
         return f"{run_dir.name}: removed from the queue (cancelled)"
-    if state == "running":  # process gone without saying so
-        rundir.write_status(run_dir, state="failed", error="the training process is gone (killed?)")
+    if state == "failed" and not st.get("finished_at"):  # a dead pid's 'running', as read_status reports it
+        rundir.write_status(run_dir, state="failed", finished_at=rundir.now(), error=st.get("error"))
         return f"{run_dir.name}: its process is gone; marked failed"
     raise JobError(f"{run_dir.name}: is {state}; only queued or running runs can be cancelled")
 
@@ -234,6 +235,8 @@ def command_preview(cfg: dict, config_path: str | None = None, num_processes: in
     """The exact CLI command for ``cfg``: plain python and its ``accelerate launch`` form."""
     argv = command_argv(cfg, config_path)
     acc = ["accelerate", "launch", "--num_processes", str(num_processes)]
+    if num_processes > 1:  # without it accelerate starts one process (backend.runs.launch)
+        acc.insert(2, "--multi_gpu")
     precision = (cfg.get("train") or {}).get("precision", "auto")
     if precision != "auto":  # auto is resolved by the trainer on the machine that trains (no launcher flag)
         acc += ["--mixed_precision", {"fp32": "no"}.get(precision, precision)]
@@ -270,18 +273,31 @@ def _log(msg: str) -> None:
 
 
 def _finish_child(run_dir: Path, proc: subprocess.Popen) -> None:
-    """After a trainer exits: a run still marked queued/running ended without saying so -> failed."""
+    """After a trainer exits: a run still marked queued/running ended without saying so -> failed. A status that
+    cannot be written (a full disk, a read-only folder) is one line in the worker's log, and the worker serves on:
+    readers already see a dead pid's ``running`` as failed."""
     st = rundir.read_status(run_dir)
-    if st.get("state") in ("queued", "running"):
-        rundir.write_status(
+    if st.get("state") in ("queued", "running") or (st.get("state") == "failed" and not st.get("finished_at")):
+        _write_status(
             run_dir,
             state="failed",
             finished_at=rundir.now(),
-            error=f"the training process exited with code {proc.returncode} without finishing; see train.log",
+            error=st.get("error")
+            or f"the training process exited with code {proc.returncode} without finishing; see train.log",
         )
         _log(f"{run_dir.name}: exited with code {proc.returncode} (marked failed)")
     else:
         _log(f"{run_dir.name}: {st.get('state')} (exit code {proc.returncode})")
+
+
+def _write_status(run_dir: Path, **fields) -> None:
+    """``rundir.write_status`` for the worker: a fault of the machine is one logged line, never the worker's end."""
+    try:
+        rundir.write_status(run_dir, **fields)
+    except OSError as exc:
+        _log(
+            f"{run_dir.name}: could not record {fields.get('state') or 'its status'}: {faults.user_message(exc) or exc}"
+        )
 
 
 def run_worker(
@@ -344,9 +360,11 @@ def _serve(
             try:
                 proc = spawn_detached(argv, info.path / "train.log", env)
             except OSError as exc:
-                rundir.write_status(info.path, state="failed", error=f"could not start training: {exc}")
+                _write_status(
+                    info.path, state="failed", error=f"could not start training: {faults.user_message(exc) or exc}"
+                )
                 continue
-            rundir.write_status(info.path, launched_pid=proc.pid, launched_at=rundir.now(), gpu=gpu)
+            _write_status(info.path, launched_pid=proc.pid, launched_at=rundir.now(), gpu=gpu)
             held.append(gpu)
             mine[info.path] = proc
             busy += 1

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from backend import __version__
-from backend.core import atomic
+from backend.core import atomic, faults
 from backend.core.errors import ConfigError, DetourError, RunStartedError
 from backend.core.paths import runs_dir
 from backend.core.process import FileLock
@@ -183,9 +183,11 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
     from backend.engine.compiling import resolve_compile
     from backend.engine.models import model_config_of, quiet_transformers, resolve_attn_implementation
     from backend.engine.precision import bf16_warning, resolve_precision
+    from backend.runs import launch
     from backend.runs.preflight import check_positions
 
     run_dir = Path(run_dir)
+    world = launch.cpu_processes()  # before any Accelerator: N CPU processes are one DDP group, or refused
     rank0 = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
     lock = (
         FileLock(run_dir / ".train.lock", f"run {run_dir.name}", "{what}: already being trained by pid {pid}")
@@ -207,11 +209,18 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
     tee = rank0 and os.environ.get("DETOUR_STDOUT_IS_LOG") != "1"
     log_f = open(run_dir / "train.log", "a", buffering=1) if tee else None
 
-    def log(msg: str) -> None:
+    def log(msg: str, terminal: bool = True) -> None:
+        """To train.log and (``terminal``) stdout; a full disk loses the line, never the run's end."""
         line = f"[{time.strftime('%H:%M:%S')}] {msg}"
-        print(line, flush=True)
-        if log_f:
-            log_f.write(line + "\n")
+        try:
+            if terminal or not log_f:
+                print(line, flush=True)
+            if log_f:
+                log_f.write(line + "\n")
+        except OSError:
+            pass
+
+    reserve = faults.SpaceReserve(run_dir / ".failure-reserve")
 
     if rank0:
         write_status(
@@ -223,7 +232,9 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
             finished_at=None,
             resumed=resume,
         )
+        reserve.hold()  # the blocks recording a failure needs, should the disk fill up while it trains
         log(f"run {run_dir.name}: {shlex.join(map(str, meta.get('command', [])))}")
+    bug = False
     try:
         cfg = validate_config(cfg)
         asked = copy.deepcopy(cfg)
@@ -239,6 +250,7 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
         asked_compile = cfg["train"]["compile"]
         cfg["train"]["compile"], why_compile = resolve_compile(asked_compile, fsdp=cfg["train"]["fsdp"])
         log(f"compile: {'on' if cfg['train']['compile'] else 'off'} ({why_compile})")
+        log(launch.describe(cfg, world))
         if rank0:  # config.yaml keeps what was asked (a queued run may train elsewhere) and what this machine chose
             meta["precision"] = {"requested": requested, "resolved": cfg["train"]["precision"], "why": why}
             meta["attn_implementation"] = {"requested": attn, "resolved": resolved_attn, "why": attn_why}
@@ -252,17 +264,30 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
         error = None if state == "done" else f"stopped by {stop.signal}; resume to continue"
     except (Exception, KeyboardInterrupt) as exc:
         state = "failed" if not isinstance(exc, KeyboardInterrupt) else "cancelled"
-        error = f"{type(exc).__name__}: {exc}"
-        log(traceback.format_exc())
-        if not isinstance(exc, DetourError | KeyboardInterrupt | MemoryError):
-            error += " (see train.log for the traceback)"
+        bug = not isinstance(exc, KeyboardInterrupt | MemoryError) and faults.is_bug(exc)
+        fault = None if isinstance(exc, DetourError) else faults.user_message(exc)  # a full disk: path and what to do
+        error = fault or f"{type(exc).__name__}: {exc}"
+        if not fault and (number := faults.machine_fault(exc)):  # wrapped by a library: still say what to do
+            error += f" (on the disk holding {run_dir}: {faults.hint(number)})"
+        log(traceback.format_exc(), terminal=False)  # the traceback goes to train.log; the terminal gets one line
+        if bug:
+            error += " (a bug: see train.log for the traceback)"
+    end = dict(state=state, error=error, finished_at=time.time(), resumable=state != "done")
     if rank0:
-        st = write_status(run_dir, state=state, error=error, finished_at=time.time(), resumable=state != "done")
+        try:  # on a full disk, with the reserved blocks released
+            st = reserve.write(lambda: write_status(run_dir, **end))
+        except OSError as exc:
+            st = {**end, "error": f"{error}; and status.json could not record it: {faults.user_message(exc) or exc}"}
         log(f"run {run_dir.name}: {state}" + (f" ({error})" if error else ""))
     else:
-        st = {"state": state, "error": error}
+        st = end
+    reserve.release()
+    st = {**st, "bug": bug}
     if log_f:
-        log_f.close()
+        try:
+            log_f.close()
+        except OSError:
+            pass
     if lock is not None:
         lock.release()
     return st

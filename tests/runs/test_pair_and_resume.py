@@ -84,7 +84,8 @@ def test_kill_9_then_resume_matches_uninterrupted(tiny_modernbert_dir, isolated_
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert read_status(run)["state"] == "running"  # it had no chance to say anything
+    assert json.loads((run / "status.json").read_text())["state"] == "running"  # it had no chance to say anything
+    assert read_status(run)["state"] == "failed"  # and no reader believes a dead pid's 'running' (issue 25, #3)
     res = _spawn(run, "--resume")
     assert res.wait(timeout=300) == 0
     assert read_status(run)["state"] == "done"
