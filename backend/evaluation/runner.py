@@ -22,6 +22,7 @@ from backend.engine.schema import PRECISIONS
 from backend.evaluation import TASKS
 from backend.evaluation.datafiles import subsample
 from backend.evaluation.finetune import effective_max_len, finetune, resolve_hparams
+from backend.evaluation.merge import merge_previous
 from backend.evaluation.report import refresh, write_results
 
 if TYPE_CHECKING:
@@ -163,6 +164,7 @@ def evaluate_models(
     jobs = _plan_jobs(results, sources)
     for job in jobs:  # settings clash with finished runs: fail now, before any training
         _read_finished(job.seed_dir, hp, results["data_fingerprint"], task)
+    merge_previous(results, out_dir)  # models evaluated here before stay listed (or other settings: refused)
     write_results(refresh(results), out_dir)
 
     meter = _Progress(len(jobs), hp["epochs"], out_dir, progress)
