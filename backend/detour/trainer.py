@@ -31,7 +31,7 @@ from backend.detour.recipe import (
     set_lr,
     tokens_per_step,
 )
-from backend.engine import checkpoint, compiling, finite, trackers
+from backend.engine import checkpoint, compiling, finite, resume_guard, trackers
 from backend.engine.data import batch_indices
 from backend.engine.models import transformer_blocks
 from backend.engine.precision import full_state_dict, make_accelerator
@@ -43,7 +43,7 @@ EVAL_MASK_SEED = 4321  # the held-out MLM curve uses the same masks in every run
 
 def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, should_stop, log=print) -> str:
     """Train ``hf_model`` through the recipe's phases. Returns 'done' or 'cancelled'."""
-    s = _setup(cfg, Path(run_dir), hf_model, tokenizer, log)
+    s = _setup(cfg, Path(run_dir), hf_model, tokenizer, log, resume)
     with s.checkpoints:  # the run reports its state only once its last checkpoint write has ended (or failed)
         return _train(s, resume, should_stop)
 
@@ -157,7 +157,7 @@ class _State:
             trackers.log_row(self.accelerator, row)  # the same row to TensorBoard, trackio, ... (report_to)
 
 
-def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log) -> _State:
+def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log, resume: bool = False) -> _State:
     t = cfg["train"]
     accelerator = make_accelerator(
         t["precision"], fsdp=t["fsdp"], **trackers.accelerator_args(cfg["logging"]["report_to"], run_dir)
@@ -185,6 +185,7 @@ def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log) -> _State:
     s = _State(cfg, run_dir, accelerator, lm, accelerator.unwrap_model(lm).hf_model, optimizer, tokenizer, train,
                held, phases, tok, log, writer, compiling.CompileClock(compiled, log))  # fmt: skip
     if s.main:
+        info = resume_guard.data_info(run_dir, info, resume)  # a resume keeps what trained (or refuses)
         atomic.write_json(run_dir / "data_info.json", info)
         log(f"data: {info}")
         log("phases: " + ", ".join(f"{p.name}={p.objective}x{p.steps} steps" for p in phases)

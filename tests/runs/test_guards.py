@@ -1,0 +1,104 @@
+"""Issue 25, mechanisms 1 and 2 for training: nothing asked is silently ignored, a resume continues what trained,
+and values that parse but mean nonsense are refused up front."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from backend.core.errors import ConfigError
+from backend.core.paths import REPO_ROOT
+from backend.engine.rundir import read_status
+from backend.runs.train import prepare_runs, train_run
+from conftest import tiny_train_cfg
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "backend", *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cut_run(tmp_path_factory, tiny_modernbert_dir) -> Path:
+    """A tiny MLM run on a corpus file, cut after its step-8 checkpoint (as a kill would leave it)."""
+    root = tmp_path_factory.mktemp("cut")
+    corpus = root / "corpus.txt"
+    shutil.copy(REPO_ROOT / "assets" / "demo" / "bio_corpus.txt", corpus)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DETOUR_CACHE_DIR", str(root / "cache"))
+        cfg = tiny_train_cfg(tiny_modernbert_dir, "cut", recipe="mlm", data__corpus=str(corpus))
+        (run,) = prepare_runs(cfg, root=root / "runs")
+        assert train_run(run)["state"] == "done"
+    shutil.rmtree(run / "final")
+    shutil.rmtree(run / "checkpoints" / "step-00000012")
+    return run
+
+
+def _copy(run: Path, root: Path) -> Path:
+    dst = root / run.name
+    shutil.copytree(run, dst)
+    return dst
+
+
+def _edit(run: Path, **sets) -> None:
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    for key, v in sets.items():
+        section, leaf = key.split("__")
+        cfg[section][leaf] = v
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+
+def test_resume_with_set_or_name_is_refused_not_ignored(cut_run, isolated_runs_dir):
+    run = _copy(cut_run, isolated_runs_dir)
+    r = _cli("train", "--run-dir", str(run), "--resume", "--set", "train.lr=1e-3")
+    assert r.returncode == 2, r.stderr
+    last = r.stderr.strip().splitlines()
+    assert len(last) == 1 and "--set" in last[0] and "train.lr=1e-3" in last[0] and "new run" in last[0], r.stderr
+    assert read_status(run)["state"] == "done"  # untouched (the cut run's last status)
+
+
+def test_resume_refuses_an_edited_config_naming_the_keys_and_keeps_data_info(cut_run, isolated_runs_dir):
+    run = _copy(cut_run, isolated_runs_dir)
+    info = (run / "data_info.json").read_text()
+    _edit(run, train__seq_len=32, train__batch_size=2)
+    with pytest.raises(ConfigError) as e:
+        train_run(run, resume=True)
+    msg = str(e.value)
+    assert "train.batch_size 4 -> 2" in msg and "train.seq_len 64 -> 32" in msg and str(run / "config.yaml") in msg
+    assert (run / "data_info.json").read_text() == info
+    assert not (run / "final").exists()
+
+    _edit(run, train__seq_len=64, train__batch_size=4, logging__log_every=2)  # what a resume may change
+    assert train_run(run, resume=True)["state"] == "done"
+    assert json.loads((run / "data_info.json").read_text())["fingerprint"] == json.loads(info)["fingerprint"]
+
+
+def test_resume_refuses_a_corpus_that_changed_since_the_run_trained(cut_run, isolated_runs_dir):
+    run = _copy(cut_run, isolated_runs_dir)
+    info = (run / "data_info.json").read_text()
+    corpus = Path(yaml.safe_load((run / "config.yaml").read_text())["data"]["corpus"])
+    moved = isolated_runs_dir.parent / "corpus.txt"
+    moved.write_text(corpus.read_text() + "\n\nA new paragraph appended after the run had trained.\n")
+    _edit(run, data__corpus=str(moved))  # the config names a file that now reads differently
+    with pytest.raises(ConfigError, match="data.corpus"):  # the path itself changed: the config check names it
+        train_run(run, resume=True)
+    _edit(run, data__corpus=str(corpus))
+    shutil.copy(moved, corpus)
+    try:
+        st = train_run(run, resume=True)
+    finally:
+        shutil.copy(REPO_ROOT / "assets" / "demo" / "bio_corpus.txt", corpus)
+    assert st["state"] == "failed" and "DataError" in st["error"] and "corpus changed" in st["error"], st
+    assert (run / "data_info.json").read_text() == info
+    assert not (run / "final").exists()
