@@ -31,7 +31,7 @@ from backend.detour.recipe import (
     set_lr,
     tokens_per_step,
 )
-from backend.engine import checkpoint, compiling, finite, resume_guard, trackers
+from backend.engine import checkpoint, compiling, divergence, finite, resume_guard, trackers
 from backend.engine.data import batch_indices
 from backend.engine.models import transformer_blocks
 from backend.engine.precision import full_state_dict, make_accelerator
@@ -50,9 +50,11 @@ def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, sh
 
 def _train(s: _State, resume: bool, should_stop) -> str:
     step0 = _start_step(s, resume)
+    watch = divergence.Watch(s.hf.config.vocab_size, read_metrics(s.run_dir) if step0 else [], step0)
     trackers.start_run(s.accelerator, s.cfg, s.run_dir, resume=step0 > 0, log=s.log)  # logging.report_to, if any
     if step0 == 0:  # where every recipe starts from: the same number for both runs of a pair
         ev = finite.check(s.run_dir, 0, "held-out evaluation", **evaluate(s))
+        watch.see(0, ev)
         s.emit({"type": "eval", "step": 0, "phase": s.phases[0].name, "tokens_seen": 0, **ev})
     s.lm.train()
     current, frozen = -1, []
@@ -73,6 +75,7 @@ def _train(s: _State, resume: bool, should_stop) -> str:
         phase_end = ps + 1 == phase.steps
         if done % s.log_cfg["eval_every"] == 0 or phase_end:
             ev = finite.check(s.run_dir, done, "held-out evaluation", **evaluate(s))
+            watch.see(done, ev)
             s.emit({"type": "eval", "step": done, "phase": phase.name, "tokens_seen": done * s.tps, **ev})
         stop = _agree(s, should_stop())
         if phase_end:  # a phase ends with its checkpoint on disk
@@ -84,6 +87,8 @@ def _train(s: _State, resume: bool, should_stop) -> str:
             s.log(f"stopping at step {done}: checkpoint saved, resume with --resume")
             trackers.finish(s.accelerator)
             return "cancelled"
+    s.checkpoints.wait()
+    watch.check(s.run_dir)  # a diverged run fails here: no final/, never done without a word
     _save_final(s)
     return "done"
 

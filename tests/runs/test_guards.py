@@ -102,3 +102,32 @@ def test_resume_refuses_a_corpus_that_changed_since_the_run_trained(cut_run, iso
     assert st["state"] == "failed" and "DataError" in st["error"] and "corpus changed" in st["error"], st
     assert (run / "data_info.json").read_text() == info
     assert not (run / "final").exists()
+
+
+# --- divergence: a run that ends above a blind guess is failed, naming the step -----------------------------------
+
+
+def test_a_diverged_run_is_failed_naming_the_step_not_done(tiny_modernbert_dir, isolated_runs_dir):
+    cfg = tiny_train_cfg(tiny_modernbert_dir, "lr1", recipe="mlm", train__lr=1.0, train__warmup_tokens=0)
+    (run,) = prepare_runs(cfg)
+    st = train_run(run)
+    assert st["state"] == "failed", st
+    assert "DivergedError" in st["error"] and "ln(vocabulary) = " in st["error"], st["error"]
+    assert "passed that line at step 4" in st["error"], st["error"]
+    assert not (run / "final").exists()
+
+
+def test_divergence_rule_ignores_a_recovered_spike_and_a_scratch_start():
+    from backend.engine.divergence import DivergedError, Watch
+
+    w = Watch(16384)  # ln V = 9.70
+    for step, loss in ((0, 6.0), (4, 50.0), (8, 5.0)):  # a spike that recovered
+        w.see(step, {"eval_mlm_loss": loss})
+    w.check(Path("r"))
+    w = Watch(16384)
+    for step, loss in ((0, 10.4), (4, 10.1)):  # from scratch: starts above ln V, a little better than its start
+        w.see(step, {"eval_mlm_loss": loss})
+    w.check(Path("r"))
+    w.see(8, {"eval_mlm_loss": 223.0})
+    with pytest.raises(DivergedError, match="loss 223.00 at step 8 .* passed that line at step 8"):
+        w.check(Path("r"))
