@@ -66,7 +66,13 @@ def _train(s: _State, resume: bool, should_stop) -> str:
         lr = s.peak_lr * phase.lr_factor(ps)  # the schedule restarts with each phase; the optimizer state does not
         set_lr(s.optimizer, lr)
         with s.clock.time(f"{phase.objective} training step", step + 1):  # what compiling cost, when compiled
-            loss = _train_step(s, phase, step, frozen)
+            loss = _train_step(s, phase, step, frozen, should_stop)
+        if loss is None:  # stopped between micro-batches: this step is dropped, the last whole one is kept
+            if step > step0 and ps != 0 and step % s.log_cfg["checkpoint_every"] != 0:  # not saved yet
+                _save(s, step)
+            s.log(f"stopping during step {step + 1}: resume with --resume (from step {step})")
+            trackers.finish(s.accelerator)
+            return "cancelled"
         done = step + 1
         finite.check(s.run_dir, done, "training values", loss=loss, grad_norm=s.grad_norm)
         s.log_acc = {"loss": s.log_acc["loss"] + loss, "n": s.log_acc["n"] + 1}
@@ -93,10 +99,14 @@ def _train(s: _State, resume: bool, should_stop) -> str:
     return "done"
 
 
-def _train_step(s: _State, phase: Phase, step: int, frozen: list[torch.nn.Parameter]) -> float:
-    """One optimizer step over ``grad_accum`` micro-batches; frozen parameters get no update at all."""
+def _train_step(s: _State, phase: Phase, step: int, frozen: list[torch.nn.Parameter], should_stop=None) -> float | None:
+    """One optimizer step over ``grad_accum`` micro-batches; frozen parameters get no update at all. None when a
+    stop was asked between micro-batches (the gradients so far are dropped): a cancel takes seconds, not a step."""
     loss_sum = 0.0
     for micro in range(s.accum):
+        if micro and should_stop is not None and _agree(s, should_stop()):
+            s.optimizer.zero_grad(set_to_none=True)
+            return None
         micro_index = step * s.accum + micro
         idx = batch_indices(len(s.train), s.data_seed, micro_index, s.bs * s.world)[s.rank * s.bs : (s.rank + 1) * s.bs]
         ids, starts = s.train.rows(idx)  # the batch is a pure function of (data seed, step)

@@ -9,6 +9,7 @@ import torch
 
 from backend.core.errors import ConfigError, DataError
 from backend.detour.attention import check_causal_supported
+from backend.detour.budget import check_step_fits
 from backend.detour.recipe import build_phases, split_pair
 from backend.engine import model_files
 from backend.engine.compiling import cpp_compiler, resolve_compile
@@ -70,6 +71,7 @@ def check(cfg: dict, check_data: bool = True) -> dict:
         raise ConfigError("train.fsdp", True, msg)
     for _, run_cfg in split_pair(cfg):  # the phases each run will train, freeze ranges checked against the model
         build_phases(run_cfg, num_layers=n_layers)
+        check_step_fits(run_cfg)  # a step larger than a phase's budget is nonsense (and could not be cancelled)
     tok = tokenizer_for(cfg)
     if tok.mask_token_id is None:
         raise ConfigError("model.tokenizer", m["tokenizer"] or m["name"], "the tokenizer has no mask token")

@@ -131,3 +131,52 @@ def test_divergence_rule_ignores_a_recovered_spike_and_a_scratch_start():
     w.see(8, {"eval_mlm_loss": 223.0})
     with pytest.raises(DivergedError, match="loss 223.00 at step 8 .* passed that line at step 8"):
         w.check(Path("r"))
+
+
+# --- a step larger than a phase's budget; a cancel mid-step ---------------------------------------------------------
+
+
+def test_a_step_larger_than_a_phase_budget_is_refused_at_validate_and_launch(tiny_modernbert_dir, isolated_runs_dir):
+    from backend.runs.preflight import check
+
+    cfg = tiny_train_cfg(
+        tiny_modernbert_dir, "huge", recipe="mlm", train__grad_accum=100000, phases__main__steps="null",
+        phases__main__tokens=4096,
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match=r"train.grad_accum.*25,600,000 tokens.*phase 'main' \(4,096 tokens\)"):
+        check(cfg, check_data=False)
+    with pytest.raises(ConfigError, match="train.grad_accum"):
+        prepare_runs(cfg)
+    assert not (isolated_runs_dir / "huge").exists()
+    r = _cli("validate", "--set", f"model.name={tiny_modernbert_dir}", "--set", "train.grad_accum=100000",
+             "--set", "phases.main.tokens=4096", "--set", "recipe=mlm")  # fmt: skip
+    assert r.returncode == 2 and "error: config key 'train.grad_accum'" in r.stderr, r.stderr
+    check(tiny_train_cfg(tiny_modernbert_dir, "ok", recipe="mlm", train__grad_accum=4), check_data=False)
+
+
+def test_sigterm_stops_a_run_within_seconds_even_mid_step(tiny_modernbert_dir, isolated_runs_dir):
+    """One step of 3,000 micro-batches takes far longer than the 5 s allowed: the stop is read between them."""
+    import signal
+    import threading
+    import time
+
+    cfg = tiny_train_cfg(tiny_modernbert_dir, "slow", recipe="mlm", train__batch_size=1, train__grad_accum=3000,
+                         phases__main__steps=2, phases__decay__steps=0)  # fmt: skip
+    (run,) = prepare_runs(cfg)
+    sent: list[float] = []
+
+    def cancel_once_training() -> None:
+        metrics = run / "metrics.jsonl"
+        while not (metrics.exists() and '"phase"' in metrics.read_text()):
+            time.sleep(0.05)
+        time.sleep(0.5)  # inside the first step's micro-batches
+        sent.append(time.time())
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=cancel_once_training, daemon=True).start()
+    st = train_run(run)
+    took = time.time() - sent[0]
+    assert st["state"] == "cancelled", st
+    assert took < 5, f"the cancel took {took:.1f} s"
+    assert not [r for r in (json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines())
+                if r["type"] == "train"]  # fmt: skip
