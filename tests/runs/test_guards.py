@@ -180,3 +180,36 @@ def test_sigterm_stops_a_run_within_seconds_even_mid_step(tiny_modernbert_dir, i
     assert took < 5, f"the cancel took {took:.1f} s"
     assert not [r for r in (json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines())
                 if r["type"] == "train"]  # fmt: skip
+
+
+# --- malformed manifests: the checkpoint is damaged, never a traceback or a pass -----------------------------------
+
+
+@pytest.mark.parametrize("manifest", ["[]", "{}", '{"model/model.safetensors": {}}', '{"x": {"size": 1}}', "null"])
+def test_a_malformed_manifest_makes_the_checkpoint_damaged_and_resume_falls_back(cut_run, isolated_runs_dir, manifest):
+    from backend.core.errors import CheckpointError
+    from backend.engine import checkpoint
+
+    run = _copy(cut_run, isolated_runs_dir)
+    newest = run / "checkpoints" / "step-00000008"
+    (newest / "manifest.json").write_text(manifest)
+    with pytest.raises(CheckpointError, match="not what the seal writes"):
+        checkpoint.verify(newest)
+    logged: list[str] = []
+    ck, state = checkpoint.latest_good(run, log=logged.append)
+    assert ck.name == "step-00000004" and state["step"] == 4
+    assert "step-00000008" in logged[0] and "falling back" in logged[0]
+
+
+def test_an_empty_manifest_in_final_does_not_let_altered_weights_load(cut_run, isolated_runs_dir, tiny_modernbert_dir):
+    from backend.core.errors import ModelSpecError
+    from backend.engine import checkpoint, model_files
+
+    run = _copy(cut_run, isolated_runs_dir)
+    final = run / "final"
+    shutil.copytree(run / "checkpoints" / "step-00000008" / "model", final)
+    checkpoint.seal(final, "sealed\n")
+    model_files.check(final, "runs/cut")  # sealed and whole: loads
+    (final / "manifest.json").write_text("{}")
+    with pytest.raises(ModelSpecError, match="lists no file"):
+        model_files.check(final, "runs/cut")
