@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from backend.core import strict_yaml
 from backend.core.errors import ConfigError
 from backend.core.paths import MAX_NAME_LEN, is_plain_name
 from backend.engine import schema
@@ -71,7 +72,7 @@ def parse_override(item: str) -> tuple[str, Any]:
     key, raw = item.split("=", 1)
     key = key.strip()
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = strict_yaml.load(raw) if raw.strip() else None
     except yaml.YAMLError:
         value = raw
     # YAML 1.1 reads "1e-4" as a string: accept it as a float.
@@ -106,7 +107,7 @@ def load_config(path: str | Path | dict | None = None, overrides: list[str] | tu
         if not p.is_file():
             raise ConfigError("config", str(path), "is a folder; give a YAML file" if p.is_dir() else "no such file")
         try:
-            raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+            raw = strict_yaml.load(p.read_text(encoding="utf-8"))  # a key written twice is refused, naming lines
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError("config", str(path), f"unreadable ({type(exc).__name__}: {exc})") from exc
         except yaml.YAMLError as exc:
