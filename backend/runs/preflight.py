@@ -14,6 +14,7 @@ from backend.detour.recipe import build_phases, split_pair
 from backend.engine import model_files
 from backend.engine.compiling import cpp_compiler, resolve_compile
 from backend.engine.data import iter_documents, pack, split_documents, tokenize_documents
+from backend.engine.heldout_guard import check_disjoint
 from backend.engine.models import (
     load_config,
     load_tokenizer,
@@ -80,6 +81,7 @@ def check(cfg: dict, check_data: bool = True) -> dict:
     facts = {"num_layers": n_layers, "warnings": [warning] if warning else []}
     if check_data:
         facts.update(_check_batch_fills(cfg, tok))
+        check_disjoint(cfg["data"])  # a held-out file that is training text measures memorisation
     return facts
 
 

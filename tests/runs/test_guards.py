@@ -213,3 +213,25 @@ def test_an_empty_manifest_in_final_does_not_let_altered_weights_load(cut_run, i
     (final / "manifest.json").write_text("{}")
     with pytest.raises(ModelSpecError, match="lists no file"):
         model_files.check(final, "runs/cut")
+
+
+# --- a held-out file that is training text ----------------------------------------------------------------------
+
+
+def test_a_heldout_file_inside_the_training_corpus_is_refused_with_the_overlap(tiny_modernbert_dir, tmp_path):
+    from backend.core.errors import DataError
+    from backend.runs.preflight import check
+
+    demo = REPO_ROOT / "assets" / "demo" / "bio_corpus.txt"
+    link = tmp_path / "held.txt"
+    link.symlink_to(demo)  # the same file under another name
+    cfg = tiny_train_cfg(tiny_modernbert_dir, "h", recipe="mlm", data__heldout_file=str(link))
+    with pytest.raises(DataError, match="is a file of the training corpus"):
+        check(cfg)
+    paragraphs = [p for p in demo.read_text().split("\n\n") if p.strip()]
+    (tmp_path / "some.txt").write_text("\n\n".join(paragraphs[:3] + ["A sentence written only for the held-out set."]))
+    cfg = tiny_train_cfg(tiny_modernbert_dir, "h", recipe="mlm", data__heldout_file=str(tmp_path / "some.txt"))
+    with pytest.raises(DataError, match="3 of its 4 distinct documents are also in the training corpus"):
+        check(cfg)
+    (tmp_path / "own.txt").write_text("Text that is nowhere in the corpus, long enough to fill a held-out row. " * 20)
+    check(tiny_train_cfg(tiny_modernbert_dir, "h", recipe="mlm", data__heldout_file=str(tmp_path / "own.txt")))
