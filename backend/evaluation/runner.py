@@ -237,14 +237,13 @@ def _check_inputs(task: str, models, labels, data, seeds, hparams: dict) -> tupl
     if len(set(dirs)) != len(dirs):
         raise ConfigError("labels", labels, f"labels map to the same folder names ({dirs}); pass distinct --labels")
     seeds = normalize_seeds(seeds)
-    sources = [resolve_model(m) for m in models]
-    lr_why = "given" if hparams.get("lr") is not None else None
-    if lr_why is None:  # the paper's 5e-5 leaves a small model predicting nothing: by size, and said why
-        hparams["lr"], lr_why = sanity.default_lr([model_config_of_source(s) for s in sources])
     hp = resolve_hparams(task, **hparams)
-    hp["lr_why"] = lr_why
     if task == "classification" and not data:
         raise ConfigError("data", data, "classification needs --data: a folder with train/dev/test CSV/JSONL/parquet")
+    sources = [resolve_model(m) for m in models]
+    hp["lr_why"] = "given"
+    if hparams.get("lr") is None:  # the paper's 5e-5 leaves a small model predicting nothing: by size, and why
+        hp["lr"], hp["lr_why"] = sanity.default_lr([model_config_of_source(s) for s in sources])
     return labels, dirs, seeds, hp, sources
 
 
