@@ -9,6 +9,7 @@ check follows the phases wherever the config keeps them.
 from __future__ import annotations
 
 import copy
+import math
 
 from backend.core.errors import ConfigError
 from backend.detour.recipe import Phase, build_phases, tokens_per_step
@@ -26,6 +27,14 @@ def check_step_fits(cfg: dict, world_size: int = 1) -> None:
     count whatever the step size: that tells the two apart)."""
     tps = tokens_per_step(cfg, world_size)
     phases = build_phases(cfg, world_size)
+    wt = cfg["train"]["warmup_tokens"]
+    if wt and phases and math.ceil(wt / tps) > phases[0].steps:  # build_phases cut it at the phase end: silently
+        raise ConfigError(
+            "train.warmup_tokens",
+            wt,
+            f"longer than the first phase '{phases[0].name}' ({phases[0].steps * tps:,} tokens): the LR would still "
+            "be rising when it ends and never reach its peak there; use at most that, or null (10% of main)",
+        )
     ones, twos = _with_step_of(cfg, 1), _with_step_of(cfg, 2)
     if not (len(ones) == len(twos) == len(phases)):
         return  # a budget that rounds to zero at one size: nothing to compare

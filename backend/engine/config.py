@@ -57,12 +57,32 @@ def _merge(base: dict, over: dict, prefix: str = "") -> dict:
             base[k] = v
             continue
         if k not in base:
-            raise ConfigError(key, v, f"unknown key; allowed here: {', '.join(sorted(base)) or '(none)'}")
+            raise ConfigError(
+                key, v, f"unknown key;{did_you_mean(k, base)} allowed here: {', '.join(sorted(base)) or '(none)'}"
+            )
         if isinstance(base[k], dict) and isinstance(v, dict) and k != "from_scratch":
             _merge(base[k], v, key + ".")
         else:
             base[k] = v
     return base
+
+
+def did_you_mean(name: str, known) -> str:
+    """' did you mean 'x'?' for a misspelt key (a close match among ``known``), else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.6)
+    return f" did you mean '{close[0]}'?" if close else ""
+
+
+def check_overrides_unique(overrides) -> None:
+    """The same key given twice (two ``--set``, or ``--set name=`` with ``--name``): the last one silently won."""
+    seen: dict[str, str] = {}
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if key in seen:
+            raise ConfigError(key, [seen[key], item], "given twice on the command line; keep one")
+        seen[key] = item
 
 
 def parse_override(item: str) -> tuple[str, Any]:
@@ -92,7 +112,10 @@ def apply_override(cfg: dict, key: str, value: Any, scope: str | None = None) ->
         node = node[p]
     if parts[-1] not in node:
         raise ConfigError(
-            key, value, f"unknown {scope + ' ' if scope else ''}key; allowed here: {', '.join(sorted(node))}"
+            key,
+            value,
+            f"unknown {scope + ' ' if scope else ''}key;{did_you_mean(parts[-1], node)} allowed here: "
+            f"{', '.join(sorted(node))}",
         )
     node[parts[-1]] = value
 
@@ -117,6 +140,7 @@ def load_config(path: str | Path | dict | None = None, overrides: list[str] | tu
         if not isinstance(raw, dict):
             raise ConfigError("config", str(path), "the top level must be a mapping")
         _merge(cfg, raw)
+    check_overrides_unique(overrides)
     for item in overrides:
         apply_override(cfg, *parse_override(item))
     return validate_config(cfg)

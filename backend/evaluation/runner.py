@@ -261,6 +261,8 @@ def _output_dir(out_dir: str | Path | None) -> Path:
     """``out_dir`` (resolved: the resume key), or a fresh ``evals/<timestamp>`` folder."""
     if out_dir:
         out = Path(out_dir).expanduser().resolve()
+        if out.exists() and not out.is_dir():  # mkdir raised FileExistsError with a traceback
+            raise ConfigError("out", str(out_dir), "is a file; give a folder (new, or one an evaluation wrote)")
     else:
         stamp = evals_dir() / time.strftime("%Y%m%d-%H%M%S")
         out, i = stamp, 2

@@ -37,3 +37,26 @@ def test_yaml_merge_keys_may_still_be_overridden():
     from backend.core.strict_yaml import load
 
     assert load("x: &x {a: 1}\ny:\n  <<: *x\n  a: 2\n") == {"x": {"a": 1}, "y": {"a": 2}}
+
+
+def test_a_misspelt_key_gets_a_did_you_mean(tmp_path):
+    with pytest.raises(ConfigError, match="unknown key; did you mean 'grad_accum'"):
+        load_config(None, ["train.grad_acum=2"])
+    f = tmp_path / "c.yaml"
+    f.write_text("trian:\n  lr: 1.0e-3\n")
+    with pytest.raises(ConfigError, match="did you mean 'train'"):
+        load_config(f)
+
+
+def test_a_key_set_twice_on_the_command_line_is_refused():
+    with pytest.raises(ConfigError, match="'train.seq_len'.*given twice on the command line"):
+        load_config(None, ["train.seq_len=64", "train.seq_len=128"])
+
+
+def test_an_lr_warmup_longer_than_the_first_phase_is_refused(tiny_modernbert_dir):
+    from backend.detour.budget import check_step_fits
+
+    cfg = load_config(None, ["recipe=mlm", "train.warmup_tokens=1000000000"])
+    with pytest.raises(ConfigError, match="train.warmup_tokens.*longer than the first phase 'main'"):
+        check_step_fits(cfg)
+    check_step_fits(load_config(None, ["recipe=mlm", "train.warmup_tokens=100000"]))

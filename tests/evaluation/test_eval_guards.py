@@ -76,3 +76,20 @@ def test_a_constant_answer_is_flagged_for_ner_and_classification():
     }  # fmt: skip
     md = results_markdown(refresh(results))
     assert "## Warnings" in md and "m seed 0: predicts O for every test token: a constant answer" in md
+
+
+@pytest.mark.parametrize("content", ["[]", "{not json", '{"models": 3}'])
+def test_an_out_folder_with_a_foreign_results_json_is_refused_not_overwritten(tmp_path, tiny_modernbert_dir, content):
+    out = tmp_path / "ev"
+    out.mkdir()
+    (out / "results.json").write_text(content)
+    with pytest.raises(ConfigError, match=f"{out}.*results.json is"):
+        evaluate_models([str(tiny_modernbert_dir)], "ner", None, seeds=[0], out_dir=out, labels=["A"], **QUICK)
+    assert (out / "results.json").read_text() == content
+
+
+def test_an_out_that_is_a_file_is_one_named_error(tmp_path, tiny_modernbert_dir):
+    f = tmp_path / "results"
+    f.write_text("x")
+    with pytest.raises(ConfigError, match="is a file; give a folder"):
+        evaluate_models([str(tiny_modernbert_dir)], "ner", None, seeds=[0], out_dir=f, labels=["A"], **QUICK)
