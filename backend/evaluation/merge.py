@@ -17,9 +17,10 @@ SAME = ("task", "data_fingerprint", "primary_metric")
 
 
 def merge_previous(results: dict, out_dir: Path) -> list[str]:
-    """Put the models of ``out_dir/results.json`` that this evaluation does not train again in front of
-    ``results["models"]`` (in place); returns their labels. Raises ConfigError naming the folder when the earlier
-    evaluation was made with other settings or its results.json is not one (nothing is written then)."""
+    """Add the models of ``out_dir/results.json`` that this evaluation does not train again to
+    ``results["models"]`` (in place, in the folder's order; new models last); returns their labels. Raises
+    ConfigError naming the folder when the earlier evaluation was made with other settings or its results.json is
+    not one (nothing is written then)."""
     path = out_dir / "results.json"
     if not path.exists():
         return []
@@ -44,6 +45,9 @@ def merge_previous(results: dict, out_dir: Path) -> list[str]:
             str(out_dir),
             f"it already holds an evaluation ({held}) made with different {', '.join(diffs)}; {fix}",
         )
-    results["models"][:0] = kept
+    fresh = {e["label"]: e for e in results["models"]}
+    olds = [e for e in old["models"] if isinstance(e, dict)]
+    in_place = [fresh.pop(e["label"]) if e.get("label") in fresh else e for e in olds]  # the folder's order kept
+    results["models"][:] = in_place + [e for e in results["models"] if e["label"] in fresh]
     results["started_at"] = old.get("started_at", results["started_at"])
     return [e["label"] for e in kept]
