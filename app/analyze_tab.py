@@ -8,6 +8,7 @@ from pathlib import Path
 
 from app import check_model_spec, check_path, labelled, labelled_choices, md_escape, model_choices, newest_pair, warn
 from backend.analysis import plots
+from backend.analysis.cka_guard import MIN_TEXTS
 from backend.core.errors import DetourError
 from backend.core.paths import DEFAULT_MODEL, DEMO_CORPUS
 
@@ -63,7 +64,7 @@ def compute_cka(
             ma,
             mb,
             _texts(texts),
-            n_texts=_n(n_texts, 2, MAX_TEXTS, "texts"),
+            n_texts=_n(n_texts, MIN_TEXTS, MAX_TEXTS, "texts"),
             max_len=_n(max_len, 8, 512, "max length"),
             control=control,
             progress=progress,
@@ -144,7 +145,11 @@ def compute_trajectory(
         cfg = read_config(run_spec)
         ref = (reference or "").strip() or cfg["model"]["name"]
         ref_spec = check_model_spec(ref, "reference")
-        texts_src, n, length = _texts(texts), _n(n_texts, 2, MAX_TEXTS, "texts"), _n(max_len, 8, 512, "max length")
+        texts_src, n, length = (
+            _texts(texts),
+            _n(n_texts, MIN_TEXTS, MAX_TEXTS, "texts"),
+            _n(max_len, 8, 512, "max length"),
+        )
         res = cka_trajectory(run_spec, ref_spec, texts_src, n_texts=n, max_len=length, progress=progress)
         start, note = start_point(cfg["model"]["name"], ref_spec, res, texts_src, n, length)
     except DetourError as exc:

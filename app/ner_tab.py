@@ -88,10 +88,17 @@ def f1_table() -> list[list]:
                     None if mean is None else round(100 * mean, 2),
                     None if std is None else round(100 * std, 2),
                     f"{e.get('n_ok', 0)}/{len(e.get('runs', []))}",
-                    res.get("status", ""),
+                    res.get("status", "") + flag_text(e.get("flags") or []),
                 ]
             )
     return rows
+
+
+def flag_text(flags: list[str]) -> str:
+    """What the status column adds for a model whose scores mean nothing (results.md has the full lines)."""
+    short = [w for w, key in (("F1 undefined (no entities)", "undefined"), ("constant answer", "constant answer"))
+             if any(key in f for f in flags)]  # fmt: skip
+    return "".join(f" ⚠ {w}" for w in short)
 
 
 F1_HEADERS = ["evaluation", "task", "model", "metric", "mean %", "std %", "seeds ok", "status"]

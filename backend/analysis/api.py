@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from backend.analysis.cka import StreamingCKA
+from backend.analysis.cka_guard import MIN_TEXTS, check_n_texts, few_texts_note
 from backend.analysis.hidden_states import (
     LAYER_CONVENTION,
     POOLINGS,
@@ -173,8 +174,7 @@ def _check_args(
         raise DataError(f"pooling: got {pooling!r}; use one of {', '.join(POOLINGS)}")
     if not isinstance(max_len, int) or max_len < 2:
         raise DataError(f"max_len: got {max_len!r}; use an integer >= 2")
-    if n_texts is not None and (not isinstance(n_texts, int) or n_texts < 2):
-        raise DataError(f"n_texts: got {n_texts!r}; use an integer >= 2 (the paper uses 500)")
+    check_n_texts(n_texts)  # below MIN_TEXTS linear CKA is ~1.0 for any two models
     if not isinstance(batch_size, int) or batch_size < 1:
         raise DataError(f"batch_size: got {batch_size!r}; use an integer >= 1")
     if dtype not in DTYPES:
@@ -188,8 +188,8 @@ def _check_args(
 def _n_used(pool: Sequence[str], n_texts: int | None, source_label: str) -> int:
     """How many texts each seed compares; CKA is undefined below 2."""
     n_used = len(sample_texts(pool, n_texts, 0))
-    if n_used < 2:
-        raise DataError(f"texts '{source_label}': {n_used} text; CKA needs at least 2")
+    if n_used < MIN_TEXTS:
+        raise DataError(f"texts '{source_label}': {n_used} text(s); CKA needs at least {MIN_TEXTS} (cka_guard.py)")
     return n_used
 
 
@@ -409,6 +409,7 @@ def cka_between(
         **_settings_info(pooling, max_len, eff_len, seed_list, batch_size, dtype),
         "layers": {"a": la, "b": lb},
     }
+    notes += few_texts_note(n_used, [ma.info(a)["hidden_size"], mb.info(b)["hidden_size"]])
     out["notes"] = notes
     out["elapsed_s"] = round(time.time() - t0, 3)
     return out
@@ -512,6 +513,7 @@ def cka_trajectory(
                 notes.append(f"{p['name']}: no weight change ({exc})")
         del ck
     notes += _capped_note(max_len, eff_len)
+    notes += few_texts_note(n_used, [ref.info()["hidden_size"]])
     n_blocks = len(ref.names) - 1
     return {
         "kind": "cka_trajectory",

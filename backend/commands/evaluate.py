@@ -42,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="output folder (default evals/<timestamp>); rerun with the same folder to resume")
     g = p.add_argument_group("fine-tuning (defaults: the paper's protocol)")
     g.add_argument("--epochs", type=int, help="default 20 for ner, 10 for classification")
-    g.add_argument("--lr", type=float, help="default 5e-5")
+    g.add_argument("--lr", type=float, help="default by size: 1e-3 under 50M parameters, else 5e-5 (the paper's)")
     g.add_argument("--weight-decay", type=float, help="default 0.01")
     g.add_argument("--batch-size", type=int, help="default 16")
     g.add_argument(

@@ -26,6 +26,15 @@ def run(args) -> int:
     if args.run_dir:
         if args.config:
             raise ConfigError("--run-dir", args.run_dir, "give either a CONFIG file or --run-dir, not both")
+        if args.overrides or args.name:  # were silently ignored: a prepared run trains its own config.yaml
+            given = list(args.overrides) + ([f"name={args.name}"] if args.name else [])
+            raise ConfigError(
+                "--set" if args.overrides else "--name",
+                " ".join(given),
+                "not applied to a prepared run (it trains, or resumes, the config it was made with); to train with "
+                f"other values make a new run: python -m backend train {Path(args.run_dir) / 'config.yaml'} "
+                "--set KEY=VALUE --name NEW",
+            )
         if not (Path(args.run_dir) / "config.yaml").exists():
             raise ConfigError("--run-dir", args.run_dir, "not a prepared run directory (no config.yaml)")
         return _exit_code(Path(args.run_dir), train_run(args.run_dir, resume=args.resume))

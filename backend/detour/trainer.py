@@ -31,7 +31,7 @@ from backend.detour.recipe import (
     set_lr,
     tokens_per_step,
 )
-from backend.engine import checkpoint, compiling, finite, trackers
+from backend.engine import checkpoint, compiling, divergence, finite, resume_guard, trackers
 from backend.engine.data import batch_indices
 from backend.engine.models import transformer_blocks
 from backend.engine.precision import full_state_dict, make_accelerator
@@ -43,16 +43,18 @@ EVAL_MASK_SEED = 4321  # the held-out MLM curve uses the same masks in every run
 
 def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, should_stop, log=print) -> str:
     """Train ``hf_model`` through the recipe's phases. Returns 'done' or 'cancelled'."""
-    s = _setup(cfg, Path(run_dir), hf_model, tokenizer, log)
+    s = _setup(cfg, Path(run_dir), hf_model, tokenizer, log, resume)
     with s.checkpoints:  # the run reports its state only once its last checkpoint write has ended (or failed)
         return _train(s, resume, should_stop)
 
 
 def _train(s: _State, resume: bool, should_stop) -> str:
     step0 = _start_step(s, resume)
+    watch = divergence.Watch(s.hf.config.vocab_size, read_metrics(s.run_dir) if step0 else [], step0)
     trackers.start_run(s.accelerator, s.cfg, s.run_dir, resume=step0 > 0, log=s.log)  # logging.report_to, if any
     if step0 == 0:  # where every recipe starts from: the same number for both runs of a pair
         ev = finite.check(s.run_dir, 0, "held-out evaluation", **evaluate(s))
+        watch.see(0, ev)
         s.emit({"type": "eval", "step": 0, "phase": s.phases[0].name, "tokens_seen": 0, **ev})
     s.lm.train()
     current, frozen = -1, []
@@ -64,7 +66,13 @@ def _train(s: _State, resume: bool, should_stop) -> str:
         lr = s.peak_lr * phase.lr_factor(ps)  # the schedule restarts with each phase; the optimizer state does not
         set_lr(s.optimizer, lr)
         with s.clock.time(f"{phase.objective} training step", step + 1):  # what compiling cost, when compiled
-            loss = _train_step(s, phase, step, frozen)
+            loss = _train_step(s, phase, step, frozen, should_stop)
+        if loss is None:  # stopped between micro-batches: this step is dropped, the last whole one is kept
+            if step > step0 and ps != 0 and step % s.log_cfg["checkpoint_every"] != 0:  # not saved yet
+                _save(s, step)
+            s.log(f"stopping during step {step + 1}: resume with --resume (from step {step})")
+            trackers.finish(s.accelerator)
+            return "cancelled"
         done = step + 1
         finite.check(s.run_dir, done, "training values", loss=loss, grad_norm=s.grad_norm)
         s.log_acc = {"loss": s.log_acc["loss"] + loss, "n": s.log_acc["n"] + 1}
@@ -73,6 +81,7 @@ def _train(s: _State, resume: bool, should_stop) -> str:
         phase_end = ps + 1 == phase.steps
         if done % s.log_cfg["eval_every"] == 0 or phase_end:
             ev = finite.check(s.run_dir, done, "held-out evaluation", **evaluate(s))
+            watch.see(done, ev)
             s.emit({"type": "eval", "step": done, "phase": phase.name, "tokens_seen": done * s.tps, **ev})
         stop = _agree(s, should_stop())
         if phase_end:  # a phase ends with its checkpoint on disk
@@ -84,14 +93,20 @@ def _train(s: _State, resume: bool, should_stop) -> str:
             s.log(f"stopping at step {done}: checkpoint saved, resume with --resume")
             trackers.finish(s.accelerator)
             return "cancelled"
+    s.checkpoints.wait()
+    watch.check(s.run_dir)  # a diverged run fails here: no final/, never done without a word
     _save_final(s)
     return "done"
 
 
-def _train_step(s: _State, phase: Phase, step: int, frozen: list[torch.nn.Parameter]) -> float:
-    """One optimizer step over ``grad_accum`` micro-batches; frozen parameters get no update at all."""
+def _train_step(s: _State, phase: Phase, step: int, frozen: list[torch.nn.Parameter], should_stop=None) -> float | None:
+    """One optimizer step over ``grad_accum`` micro-batches; frozen parameters get no update at all. None when a
+    stop was asked between micro-batches (the gradients so far are dropped): a cancel takes seconds, not a step."""
     loss_sum = 0.0
     for micro in range(s.accum):
+        if micro and should_stop is not None and _agree(s, should_stop()):
+            s.optimizer.zero_grad(set_to_none=True)
+            return None
         micro_index = step * s.accum + micro
         idx = batch_indices(len(s.train), s.data_seed, micro_index, s.bs * s.world)[s.rank * s.bs : (s.rank + 1) * s.bs]
         ids, starts = s.train.rows(idx)  # the batch is a pure function of (data seed, step)
@@ -157,7 +172,7 @@ class _State:
             trackers.log_row(self.accelerator, row)  # the same row to TensorBoard, trackio, ... (report_to)
 
 
-def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log) -> _State:
+def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log, resume: bool = False) -> _State:
     t = cfg["train"]
     accelerator = make_accelerator(
         t["precision"], fsdp=t["fsdp"], **trackers.accelerator_args(cfg["logging"]["report_to"], run_dir)
@@ -185,6 +200,7 @@ def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log) -> _State:
     s = _State(cfg, run_dir, accelerator, lm, accelerator.unwrap_model(lm).hf_model, optimizer, tokenizer, train,
                held, phases, tok, log, writer, compiling.CompileClock(compiled, log))  # fmt: skip
     if s.main:
+        info = resume_guard.data_info(run_dir, info, resume)  # a resume keeps what trained (or refuses)
         atomic.write_json(run_dir / "data_info.json", info)
         log(f"data: {info}")
         log("phases: " + ", ".join(f"{p.name}={p.objective}x{p.steps} steps" for p in phases)

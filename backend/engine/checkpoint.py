@@ -57,8 +57,10 @@ def verify(ckpt: Path, what: str | None = None) -> None:
         raise CheckpointError(f"{what}: incomplete (no COMPLETE marker)")
     try:
         manifest = json.loads(mpath.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{what}: unreadable {mpath.name} ({exc})") from exc
+    if problem := manifest_problem(manifest, ckpt):  # '{}' verified nothing and let altered weights load
+        raise CheckpointError(f"{what}: {mpath} is not what the seal writes ({problem}); treated as damaged")
     for rel, meta in manifest.items():
         f = ckpt / rel
         if not f.exists():
@@ -68,6 +70,29 @@ def verify(ckpt: Path, what: str | None = None) -> None:
             raise CheckpointError(f"{what}: file {f} is truncated or altered ({size} bytes, expected {meta['size']})")
         if _sha256(f) != meta["sha256"]:
             raise CheckpointError(f"{what}: file {f} is corrupt (sha256 mismatch)")
+
+
+WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".pkl")  # what a loader would read: never unverified
+
+
+def manifest_problem(manifest: object, folder: Path) -> str | None:
+    """What makes ``manifest`` other than what ``write_manifest`` writes, or None: a non-empty mapping of relative
+    paths inside ``folder`` to ``{"size": int, "sha256": 64 hex}`` that lists every weight file in the folder."""
+    if not isinstance(manifest, dict):
+        return f"a {type(manifest).__name__}, not a mapping of files"
+    if not manifest:
+        return "it lists no file"
+    for rel, meta in manifest.items():
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            return f"entry {rel!r} points outside the folder"
+        ok = isinstance(meta, dict) and type(meta.get("size")) is int and isinstance(meta.get("sha256"), str)
+        if not ok or len(meta["sha256"]) != 64:
+            return f"entry {rel!r} has no size and sha256"
+    unlisted = [
+        str(p.relative_to(folder)) for p in sorted(folder.rglob("*"))
+        if p.suffix in WEIGHTS and p.is_file() and str(p.relative_to(folder)) not in manifest
+    ]  # fmt: skip
+    return f"weights {unlisted[0]} are not listed" if unlisted else None
 
 
 def seal(folder: Path, note: str) -> None:
@@ -232,7 +257,7 @@ def latest_good(run_dir: Path, log=print) -> tuple[Path, dict] | None:
     for ck in candidates:
         try:
             verify(ck)
-            return ck, json.loads((ck / "trainer_state.json").read_text())
+            return ck, _trainer_state(ck)
         except CheckpointError as exc:
             log(f"warning: {exc}; falling back to the previous checkpoint")
     if candidates:
@@ -242,3 +267,14 @@ def latest_good(run_dir: Path, log=print) -> tuple[Path, dict] | None:
             "its checkpoints folder away and resume again"
         )
     return None
+
+
+def _trainer_state(ck: Path) -> dict:
+    """The checkpoint's trainer state, or CheckpointError when it is not the mapping ``_seal`` writes."""
+    try:
+        state = json.loads((ck / "trainer_state.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"checkpoint {ck}: unreadable trainer_state.json ({type(exc).__name__})") from exc
+    if not isinstance(state, dict) or type(state.get("step")) is not int:
+        raise CheckpointError(f"checkpoint {ck}: trainer_state.json is not what the seal writes (no step)")
+    return state

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from backend.core import strict_yaml
 from backend.core.errors import ConfigError
 from backend.core.paths import MAX_NAME_LEN, is_plain_name
 from backend.engine import schema
@@ -56,12 +57,32 @@ def _merge(base: dict, over: dict, prefix: str = "") -> dict:
             base[k] = v
             continue
         if k not in base:
-            raise ConfigError(key, v, f"unknown key; allowed here: {', '.join(sorted(base)) or '(none)'}")
+            raise ConfigError(
+                key, v, f"unknown key;{did_you_mean(k, base)} allowed here: {', '.join(sorted(base)) or '(none)'}"
+            )
         if isinstance(base[k], dict) and isinstance(v, dict) and k != "from_scratch":
             _merge(base[k], v, key + ".")
         else:
             base[k] = v
     return base
+
+
+def did_you_mean(name: str, known) -> str:
+    """' did you mean 'x'?' for a misspelt key (a close match among ``known``), else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.6)
+    return f" did you mean '{close[0]}'?" if close else ""
+
+
+def check_overrides_unique(overrides) -> None:
+    """The same key given twice (two ``--set``, or ``--set name=`` with ``--name``): the last one silently won."""
+    seen: dict[str, str] = {}
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if key in seen:
+            raise ConfigError(key, [seen[key], item], "given twice on the command line; keep one")
+        seen[key] = item
 
 
 def parse_override(item: str) -> tuple[str, Any]:
@@ -71,7 +92,7 @@ def parse_override(item: str) -> tuple[str, Any]:
     key, raw = item.split("=", 1)
     key = key.strip()
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = strict_yaml.load(raw) if raw.strip() else None
     except yaml.YAMLError:
         value = raw
     # YAML 1.1 reads "1e-4" as a string: accept it as a float.
@@ -99,7 +120,10 @@ def apply_override(cfg: dict, key: str, value: Any, scope: str | None = None) ->
         raise ConfigError(key, value, "a list: set one phase's key by its index, e.g. phases.0.tokens=1000")
     if parts[-1] not in node and not (in_phase and parts[-1] in PHASE_KEYS):
         raise ConfigError(
-            key, value, f"unknown {scope + ' ' if scope else ''}key; allowed here: {', '.join(sorted(node))}"
+            key,
+            value,
+            f"unknown {scope + ' ' if scope else ''}key;{did_you_mean(parts[-1], node)} allowed here: "
+            f"{', '.join(sorted(node))}",
         )
     node[parts[-1]] = value
 
@@ -114,7 +138,7 @@ def load_config(path: str | Path | dict | None = None, overrides: list[str] | tu
         if not p.is_file():
             raise ConfigError("config", str(path), "is a folder; give a YAML file" if p.is_dir() else "no such file")
         try:
-            raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+            raw = strict_yaml.load(p.read_text(encoding="utf-8"))  # a key written twice is refused, naming lines
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError("config", str(path), f"unreadable ({type(exc).__name__}: {exc})") from exc
         except yaml.YAMLError as exc:
@@ -127,6 +151,7 @@ def load_config(path: str | Path | dict | None = None, overrides: list[str] | tu
         _list_is_the_recipe(cfg, raw)
     if isinstance(path, dict):
         _list_is_the_recipe(cfg, path)
+    check_overrides_unique(overrides)
     for item in overrides:
         apply_override(cfg, *parse_override(item))
     return validate_config(cfg)

@@ -159,13 +159,28 @@ def _load(
     if attn_implementation == "auto":
         attn_implementation = resolve_attn_implementation("auto", load_config(source, trust_remote_code))[0]
     with _loading(source, f"could not load weights from {source.path}"):
-        return auto_cls.from_pretrained(
+        model = auto_cls.from_pretrained(
             source.path,
             dtype=dtype if dtype is not None else torch.float32,
             attn_implementation=attn_implementation,
             trust_remote_code=trust_remote_code,
             use_safetensors=True,
             **kwargs,
+        )
+    check_finite_weights(model, source.spec)
+    return model
+
+
+def check_finite_weights(model: torch.nn.Module, spec: str) -> None:
+    """Refuse a model with NaN or infinite weights, for every loader alike (CKA, weight statistics, explain,
+    evaluation, training): with them CKA printed '-' cells and exit 0, and fine-tuning trained on NaN."""
+    bad = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_floating_point()
+           and not bool(torch.isfinite(t).all())]  # fmt: skip
+    if bad:
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise ModelSpecError(
+            f"model '{spec}': its weights are not finite (NaN or infinity in {', '.join(bad[:3])}{more}); the model "
+            "diverged or its file is damaged: use an earlier checkpoint or another model"
         )
 
 

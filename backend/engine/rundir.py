@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend.core import atomic
+from backend.core import atomic, strict_yaml
 from backend.core.errors import ConfigError
 from backend.core.paths import runs_dir
 from backend.core.process import pid_alive
@@ -69,7 +69,7 @@ def read_config(run_dir: str | Path) -> dict:
 
     path = Path(run_dir) / "config.yaml"
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = strict_yaml.load(path.read_text(encoding="utf-8"))  # duplicate keys refused
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(
             "config", str(path), f"unreadable ({type(exc).__name__}: {' '.join(str(exc).split())})"

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from backend.core.errors import DataError
+from backend.evaluation import sanity
 from backend.evaluation.datafiles import carve_dev, find_split_files, split_key
 
 CLS_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".json", ".parquet")
@@ -372,6 +373,7 @@ class ClsTask:
             for labs in {"train": self.data.train, "dev": self.data.dev, "test": self.data.test}[split].labels
         ]
         scores = classification_scores(gold, preds, len(self.labels), self.multi_label)
+        scores["constant"] = sanity.constant_answer([[self.labels[k] for k in p] for p in preds])  # one answer for all
         scores["loss"] = total / len(feats) if feats else math.nan
         scores["n"] = len(feats)
         return scores

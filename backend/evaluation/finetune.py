@@ -125,7 +125,7 @@ def _param_groups(model, weight_decay: float):
 def _better(cur: dict, best: dict | None, metric: str) -> bool:
     if best is None:
         return True
-    a, b = cur[metric], best[metric]
+    a, b = (-math.inf if x is None else x for x in (cur[metric], best[metric]))  # None: undefined (no entities)
     if a != b:
         return a > b
     la, lb = cur.get("loss", math.inf), best.get("loss", math.inf)

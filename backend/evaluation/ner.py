@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from backend.core.errors import DataError, ModelSpecError
+from backend.evaluation import sanity
 from backend.evaluation.iob import NerData, NerSplit
 
 IGNORE = -100
@@ -168,14 +169,18 @@ def ner_scores(gold: list[list[str]], pred: list[list[str]]) -> dict:
         for k, v in report.items()
         if k not in ("micro avg", "macro avg", "weighted avg")
     }
-    return {
+    out = {
         "precision": float(precision_score(gold, pred, **kw)),
         "recall": float(recall_score(gold, pred, **kw)),
         "f1": float(f1_score(gold, pred, **kw)),
         "macro_f1": float(f1_score(gold, pred, average="macro", **kw)),
         "token_accuracy": _token_accuracy(gold, pred),
         "per_type": per_type,
+        "constant": sanity.constant_answer([t for s in pred for t in s]),  # e.g. 'O' everywhere
     }
+    if not any(t != "O" for s in gold for t in s):  # no entity: F1 is 0/0, not 0
+        out.update(precision=None, recall=None, f1=None, macro_f1=None, undefined=sanity.NO_ENTITIES)
+    return out
 
 
 def _token_accuracy(gold, pred) -> float:

@@ -7,6 +7,7 @@ from itertools import combinations
 from pathlib import Path
 
 from backend.core import atomic
+from backend.evaluation import sanity
 from backend.evaluation.stats import mean_std, paired_comparison
 
 SUMMARY_METRICS = {
@@ -30,18 +31,19 @@ def summarize_model(entry: dict, task: str, primary: str) -> None:
     summary = {}
     names = list(dict.fromkeys([primary, *SUMMARY_METRICS[task]]))
     for m in names:
-        pairs = [(r["seed"], r["test"][m]) for r in ok if m in r.get("test", {})]
+        pairs = [(r["seed"], r["test"][m]) for r in ok if (r.get("test") or {}).get(m) is not None]  # None: undefined
         s = mean_std([v for _, v in pairs])
         s["seeds"] = [k for k, _ in pairs]
         s["values"] = [v for _, v in pairs]
         summary[m] = s
-    dev = [(r["seed"], r["dev"][primary]) for r in ok if primary in (r.get("dev") or {})]
+    dev = [(r["seed"], r["dev"][primary]) for r in ok if (r.get("dev") or {}).get(primary) is not None]
     summary[f"dev_{primary}"] = {
         **mean_std([v for _, v in dev]),
         "seeds": [k for k, _ in dev],
         "values": [v for _, v in dev],
     }
     entry["summary"] = summary
+    entry["flags"] = [f for r in ok for f in sanity.run_flags(entry["label"], r)]  # undefined F1, constant answers
     entry["n_ok"] = len(ok)
     entry["n_failed"] = sum(r.get("status") == "failed" for r in entry["runs"])
 
@@ -51,8 +53,8 @@ def comparisons(results: dict) -> list[dict]:
     primary = results["primary_metric"]
     out = []
     for ea, eb in combinations(results["models"], 2):
-        va = {r["seed"]: r["test"][primary] for r in ea["runs"] if r.get("status") == "ok"}
-        vb = {r["seed"]: r["test"][primary] for r in eb["runs"] if r.get("status") == "ok"}
+        va, vb = ({r["seed"]: r["test"][primary] for r in e["runs"] if r.get("status") == "ok"
+                   and (r.get("test") or {}).get(primary) is not None} for e in (ea, eb))  # fmt: skip
         out.append({"a": ea["label"], "b": eb["label"], "metric": primary, **paired_comparison(va, vb)})
     return out
 
@@ -132,6 +134,9 @@ def results_markdown(results: dict) -> str:
             + [_ms(s.get(f"dev_{primary}", {})), per_seed or "–"]
         )
         lines.append("| " + " | ".join(row) + " |")
+    flags = [f for e in results["models"] for f in e.get("flags", [])]
+    if flags:
+        lines += ["", "## Warnings", "", *(f"- ⚠ {_cell(f)}" for f in flags)]
     comps = results.get("comparisons", [])
     if comps:
         lines += [

@@ -19,9 +19,10 @@ from backend.core.paths import DEMO_NER_DIR, evals_dir
 from backend.engine import trackers
 from backend.engine.precision import bf16_warning, from_mixed, make_accelerator, resolve_precision
 from backend.engine.schema import PRECISIONS
-from backend.evaluation import TASKS
+from backend.evaluation import TASKS, sanity
 from backend.evaluation.datafiles import subsample
 from backend.evaluation.finetune import effective_max_len, finetune, resolve_hparams
+from backend.evaluation.merge import merge_previous
 from backend.evaluation.report import refresh, write_results
 
 if TYPE_CHECKING:
@@ -145,6 +146,7 @@ def evaluate_models(
     ``eta_s`` and a one-line ``message``; without a callback the messages are printed.
     """
     labels, dirs, seeds, hp, sources = _check_inputs(task, models, labels, data, seeds, hparams)
+    lr_why = hp.pop("lr_why")
     prec = resolve_eval_precision(precision)
     report_to = trackers.checked_report_to(report_to, "report_to")
     data_obj = load_task_data(
@@ -160,9 +162,11 @@ def evaluate_models(
     out_dir = _output_dir(out_dir)
     results = _new_results(task, data_obj, seeds, hp, out_dir, labels, sources, dirs)
     results["precision"] = prec
+    results["lr_why"] = lr_why  # 'given', or why the default fits these models' size
     jobs = _plan_jobs(results, sources)
     for job in jobs:  # settings clash with finished runs: fail now, before any training
         _read_finished(job.seed_dir, hp, results["data_fingerprint"], task)
+    merge_previous(results, out_dir)  # models evaluated here before stay listed (or other settings: refused)
     write_results(refresh(results), out_dir)
 
     meter = _Progress(len(jobs), hp["epochs"], out_dir, progress)
@@ -236,13 +240,29 @@ def _check_inputs(task: str, models, labels, data, seeds, hparams: dict) -> tupl
     hp = resolve_hparams(task, **hparams)
     if task == "classification" and not data:
         raise ConfigError("data", data, "classification needs --data: a folder with train/dev/test CSV/JSONL/parquet")
-    return labels, dirs, seeds, hp, [resolve_model(m) for m in models]
+    sources = [resolve_model(m) for m in models]
+    hp["lr_why"] = "given"
+    if hparams.get("lr") is None:  # the paper's 5e-5 leaves a small model predicting nothing: by size, and why
+        hp["lr"], hp["lr_why"] = sanity.default_lr([model_config_of_source(s) for s in sources])
+    return labels, dirs, seeds, hp, sources
+
+
+def model_config_of_source(source):
+    """The model's config for its size (None when it cannot be read: the failure is reported per seed later)."""
+    from backend.engine.models import load_config
+
+    try:
+        return load_config(source)
+    except DetourError:
+        return None
 
 
 def _output_dir(out_dir: str | Path | None) -> Path:
     """``out_dir`` (resolved: the resume key), or a fresh ``evals/<timestamp>`` folder."""
     if out_dir:
         out = Path(out_dir).expanduser().resolve()
+        if out.exists() and not out.is_dir():  # mkdir raised FileExistsError with a traceback
+            raise ConfigError("out", str(out_dir), "is a file; give a folder (new, or one an evaluation wrote)")
     else:
         stamp = evals_dir() / time.strftime("%Y%m%d-%H%M%S")
         out, i = stamp, 2

@@ -9,10 +9,12 @@ import torch
 
 from backend.core.errors import ConfigError, DataError
 from backend.detour.attention import check_causal_supported
+from backend.detour.budget import check_step_fits
 from backend.detour.recipe import build_phases, first_causal_phase, split_pair
 from backend.engine import model_files
 from backend.engine.compiling import cpp_compiler, resolve_compile
 from backend.engine.data import iter_documents, pack, split_documents, tokenize_documents
+from backend.engine.heldout_guard import check_disjoint
 from backend.engine.models import (
     load_config,
     load_tokenizer,
@@ -70,6 +72,7 @@ def check(cfg: dict, check_data: bool = True) -> dict:
         raise ConfigError("train.fsdp", True, msg)
     for _, run_cfg in split_pair(cfg):  # the phases each run will train, freeze ranges checked against the model
         build_phases(run_cfg, num_layers=n_layers)
+        check_step_fits(run_cfg)  # a step larger than a phase's budget is nonsense (and could not be cancelled)
     tok = tokenizer_for(cfg)
     if tok.mask_token_id is None:
         raise ConfigError("model.tokenizer", m["tokenizer"] or m["name"], "the tokenizer has no mask token")
@@ -78,6 +81,7 @@ def check(cfg: dict, check_data: bool = True) -> dict:
     facts = {"num_layers": n_layers, "warnings": [warning] if warning else []}
     if check_data:
         facts.update(_check_batch_fills(cfg, tok))
+        check_disjoint(cfg["data"])  # a held-out file that is training text measures memorisation
     return facts
 
 

@@ -24,6 +24,7 @@ from backend.core.errors import ConfigError, DetourError, RunStartedError
 from backend.core.paths import runs_dir
 from backend.core.process import FileLock
 from backend.detour.recipe import split_pair
+from backend.engine import resume_guard
 from backend.engine.config import check_run_name, validate_config
 from backend.engine.rundir import read_config, suggest_name, trained_so_far, write_status
 
@@ -158,6 +159,7 @@ def _config_to_train(run_dir: Path, resume: bool, rank0: bool) -> dict:
 
     if resume:  # resuming a finished run would retrain its last steps and replace final/
         if not (run_dir / "final").exists():
+            resume_guard.check_config(run_dir, cfg)  # the config that trained, or refused naming the keys
             return cfg
         raise RunStartedError(
             f"run '{run_dir.name}' has finished (final/ is written): there is nothing to resume, and runs are "
@@ -255,6 +257,7 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
             meta["precision"] = {"requested": requested, "resolved": cfg["train"]["precision"], "why": why}
             meta["attn_implementation"] = {"requested": attn, "resolved": resolved_attn, "why": attn_why}
             meta["compile"] = {"requested": asked_compile, "resolved": cfg["train"]["compile"], "why": why_compile}
+            resume_guard.record(meta, asked, run_dir)  # what a resume must still match
             atomic.write_yaml(run_dir / "config.yaml", {**asked, "_meta": meta})
         with quiet_transformers():
             model, tok = _load_model(cfg)

@@ -1,0 +1,64 @@
+"""Issue 25 for the analyses: too few texts for CKA are refused, and no loader accepts non-finite weights."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from backend.analysis.api import cka_between
+from backend.core.errors import DataError, ModelSpecError
+from backend.core.paths import REPO_ROOT
+
+
+@pytest.fixture
+def texts_file(tmp_path):
+    words = "cell protein gene enzyme tissue membrane receptor signal pathway acid".split()
+    f = tmp_path / "texts.txt"
+    f.write_text("\n".join(" ".join(words[(i + j) % 10] for j in range(6 + i % 4)) for i in range(40)) + "\n")
+    return f
+
+
+@pytest.fixture
+def nan_model(tmp_path, tiny_modernbert_dir):
+    d = tmp_path / "nan_model"
+    shutil.copytree(tiny_modernbert_dir, d)
+    w = load_file(d / "model.safetensors")
+    name = next(k for k in w if k.endswith("layers.1.attn.Wqkv.weight"))
+    w[name][0, 0] = float("nan")
+    save_file(w, d / "model.safetensors", metadata={"format": "pt"})
+    return d
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_cka_refuses_too_few_texts(tiny_modernbert_dir, texts_file, n):
+    with pytest.raises(DataError, match=f"n_texts: got {n}; use an integer >= 4"):
+        cka_between(str(tiny_modernbert_dir), str(tiny_modernbert_dir), texts_file, n_texts=n, max_len=16)
+
+
+def test_cka_notes_few_texts_for_the_hidden_size(tiny_modernbert_dir, texts_file):
+    res = cka_between(str(tiny_modernbert_dir), str(tiny_modernbert_dir), texts_file, n_texts=6, max_len=16)
+    assert any("only 6 texts for hidden size 64" in n for n in res["notes"]), res["notes"]
+    res = cka_between(str(tiny_modernbert_dir), str(tiny_modernbert_dir), texts_file, n_texts=40, max_len=16)
+    assert not any("texts for hidden size" in n for n in res["notes"]), res["notes"]
+
+
+def test_every_loader_refuses_non_finite_weights(nan_model, tiny_modernbert_dir, texts_file):
+    """CKA, explain and training load through load_encoder / load_masked_lm, evaluation through their _load."""
+    from backend.engine.models import load_encoder, load_masked_lm
+
+    for load in (load_encoder, load_masked_lm):
+        with pytest.raises(ModelSpecError, match=r"weights are not finite \(NaN or infinity in .*Wqkv"):
+            load(str(nan_model))
+    r = subprocess.run(
+        [sys.executable, "-m", "backend", "cka", "--a", str(nan_model), "--b", str(tiny_modernbert_dir),
+         "--texts", str(texts_file), "--n-texts", "8", "--max-len", "16", "--out", str(texts_file.parent / "c.json")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 2 and "weights are not finite" in r.stderr, (r.returncode, r.stderr)
+    assert not (texts_file.parent / "c.json").exists()
+    assert torch.isfinite(load_encoder(str(tiny_modernbert_dir)).embeddings.tok_embeddings.weight).all()
