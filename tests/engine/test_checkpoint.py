@@ -140,12 +140,12 @@ real = accelerate.utils.save
 
 def stuck(obj, f, **k):  # writes its file, then stops as if the process were killed mid-checkpoint
     real(obj, f, **k)
-    sys.stdout.write("writing\n"); sys.stdout.flush()  # one write: print() writes the newline apart
+    sys.stdout.write("writing\\n"); sys.stdout.flush()  # one write: print() writes the newline apart
     threading.Event().wait()
 
 accelerate.utils.save = stuck
 ck.save(2, {{"step": 2}})
-sys.stdout.write("training goes on\n"); sys.stdout.flush()
+sys.stdout.write("training goes on\\n"); sys.stdout.flush()
 threading.Event().wait()
 """
 
