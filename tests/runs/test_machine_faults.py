@@ -196,7 +196,7 @@ def test_nan_base_weights_are_a_one_line_refusal_with_the_traceback_in_train_log
     save_file(weights, model_dir / "model.safetensors", metadata={"format": "pt"})
     run = _tiny_run(tmp_path, model_dir, "nanstart")
     line = one_line(cli("train", "--run-dir", str(run)))
-    assert "non-finite" in line and run.name in line, line
+    assert "weights are not finite" in line and run.name in line, line  # refused at load, before step 0
     assert "Traceback" in (run / "train.log").read_text()
     assert read_status(run)["state"] == "failed"
 
