@@ -152,7 +152,7 @@ def findings(cfg: dict, machine: dict, split: dict | None) -> list[tuple[str, st
     return [(f, fix) for _, f, fix in sorted(out, key=lambda t: -t[0])]
 
 
-def _hms(seconds: float | None) -> str:
+def hms(seconds: float | None) -> str:
     if seconds is None:
         return "unknown"
     s = int(round(seconds))
@@ -179,7 +179,7 @@ def report(d: dict) -> str:
         lines.append("time: " + ", ".join(f"{PART_LABELS[k]} {s[k]:.1f} s" for k in (*PARTS, "other")) +
                      f" of {s['wall']:.1f} s")  # fmt: skip
     if d["state"] not in ("done",):
-        lines.append(f"ETA: {_hms(d['eta_s'])} at the measured rate")
+        lines.append(f"ETA: {hms(d['eta_s'])} at the measured rate")
     lines.append("findings:" if d["findings"] else "findings: none (forward+backward holds the time)")
     lines += [f"  - {f}: {fix}" for f, fix in d["findings"]]
     return "\n".join(lines)
@@ -195,4 +195,34 @@ def launch_estimate(n_params: int, precision: str, device: str, objectives: dict
             return None
         seconds += tokens / r["tokens_per_s"]
         used.append(f"{r['tokens_per_s']:,.0f} tok/s {objective.upper()}, {r['measured_at'].replace('T', ' ')[:16]}")
-    return f"~{_hms(seconds)} at this machine's last measured rate ({'; '.join(used)})"
+    return f"~{hms(seconds)} at this machine's last measured rate ({'; '.join(used)})"
+
+
+def parameter_count(config) -> int:
+    """Parameters of the MLM model ``config`` describes (built on the meta device: no memory, no weights read);
+    tied weights count once, as the training loop counts them."""
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    with torch.device("meta"):
+        model = AutoModelForMaskedLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def estimate_for_config(cfg: dict) -> str | None:
+    """The Launch form's estimate for a validated config (a pair: both runs), or None when this machine has not
+    measured a model of that size at that precision yet."""
+    import torch
+
+    from backend.detour.recipe import build_phases, split_pair, tokens_per_step
+    from backend.engine.models import model_config_of
+    from backend.engine.precision import resolve_precision
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    precision = resolve_precision(cfg["train"]["precision"], device)[0]
+    config = model_config_of(cfg["model"])
+    tokens: dict[str, int] = {}
+    for _, run_cfg in split_pair(cfg):
+        for phase in build_phases(run_cfg):
+            tokens[phase.objective] = tokens.get(phase.objective, 0) + phase.steps * tokens_per_step(run_cfg)
+    return launch_estimate(parameter_count(config), precision, device, tokens)

@@ -1,0 +1,57 @@
+"""The Runs tab's throughput panel: the doctor's diagnosis (``backend/runs/doctor.py``) of the run picked for the log:
+tokens/s and MFU per phase, where the wall time goes, the ETA and the findings with the setting that fixes each."""
+
+from __future__ import annotations
+
+from backend.core.errors import DetourError
+from backend.core.paths import runs_dir
+from backend.engine.config import check_run_name
+from backend.engine.throughput import PART_LABELS, shares
+from backend.runs.doctor import diagnose, hms
+
+
+def panel_markdown(name: str | None) -> str:
+    """Markdown for one run; a plain sentence where there is nothing to diagnose yet."""
+    if not name:
+        return "Pick a run to see where its time goes."
+    try:
+        check_run_name(name)
+    except DetourError as exc:
+        return str(exc)
+    d = runs_dir() / name
+    if not (d / "metrics.jsonl").exists():
+        return f"{name}: no metrics yet (the run has not started training)."
+    doc = diagnose(d)
+    if not doc["phases"]:
+        return f"{name}: no training steps logged yet."
+    m = doc["machine"]
+    lines = [f"**{name}** ({doc['state']})" + (f" on {m.get('device')}, {m.get('precision')}, peak "
+             f"{m.get('peak_flops', 0) / 1e9:,.0f} GFLOP/s ({m.get('peak_source')})" if m else ""), "",
+             "| phase | objective | tok/s | MFU | " + " | ".join(PART_LABELS.values()) + " |",
+             "|---|---|---|---|" + "---|" * len(PART_LABELS)]  # fmt: skip
+    for p in doc["phases"]:
+        sh = shares(p["split"]) if p["split"] else {}
+        cells = [f"{100 * sh[k]:.0f}%" if k in sh else "-" for k in PART_LABELS]
+        mfu = f"{100 * p['mfu']:.1f}%" if p["mfu"] is not None else "-"
+        lines.append(
+            f"| {p['phase']} | {p['objective']} | {p['tokens_per_s']:,.0f} | {mfu} | " + " | ".join(cells) + " |"
+        )
+    if doc["state"] != "done":
+        lines += ["", f"ETA at the measured rate: **{hms(doc['eta_s'])}**"]
+    lines += ["", "**Findings**" if doc["findings"] else "No finding: forward+backward holds the time."]
+    lines += [f"- {f}: `{fix}`" if fix.startswith(("train.", "model.", "logging.")) else f"- {f}: {fix}"
+              for f, fix in doc["findings"]]  # fmt: skip
+    lines += ["", f"The same from a terminal: `python -m backend doctor {name}`"]
+    return "\n".join(lines)
+
+
+def build(run_dropdown) -> None:
+    """An accordion under the log: filled when a run is picked, and again on Diagnose."""
+    import gradio as gr
+
+    with gr.Accordion("Throughput: where the time goes (doctor)", open=False):
+        md = gr.Markdown("Pick a run to see where its time goes.", elem_id="runs-throughput")
+        btn = gr.Button("Diagnose", size="sm")
+    run_dropdown.change(panel_markdown, inputs=[run_dropdown], outputs=[md], show_progress="hidden",
+                        api_name="throughput")  # fmt: skip
+    btn.click(panel_markdown, inputs=[run_dropdown], outputs=[md], api_visibility="private")
