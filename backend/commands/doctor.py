@@ -1,5 +1,6 @@
 """``python -m backend doctor RUN`` — where a run's time goes: tokens/s and MFU per phase, the split of wall time,
-the ETA, and findings with the setting that fixes each (``backend/runs/doctor.py``)."""
+the ETA, and findings with the setting that fixes each (``backend/runs/doctor.py``); pointed at an evaluation's
+folder (its results.json), the fine-tuning rate and seconds per seed."""
 
 from __future__ import annotations
 
@@ -9,16 +10,20 @@ from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", help="a run directory, or a run's name under the runs dir")
+    p.add_argument("run", help="a run directory, a run's name under the runs dir, or an evaluation's folder")
     p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
 
 
 def run(args) -> int:
     from backend.core.errors import DetourError
     from backend.core.paths import runs_dir
-    from backend.runs.doctor import diagnose, report
+    from backend.runs.doctor import diagnose, evaluation_report, evaluation_throughput, report
 
     d = Path(args.run)
+    if (d / "results.json").exists():  # an evaluation's folder: fine-tuning rate and seconds per seed
+        results = json.loads((d / "results.json").read_text())
+        print(json.dumps(evaluation_throughput(results), indent=2) if args.json else evaluation_report(results))
+        return 0
     if not (d / "metrics.jsonl").exists() and (runs_dir() / args.run / "metrics.jsonl").exists():
         d = runs_dir() / args.run
     if not (d / "metrics.jsonl").exists():

@@ -226,3 +226,39 @@ def estimate_for_config(cfg: dict) -> str | None:
         for phase in build_phases(run_cfg):
             tokens[phase.objective] = tokens.get(phase.objective, 0) + phase.steps * tokens_per_step(run_cfg)
     return launch_estimate(parameter_count(config), precision, device, tokens)
+
+
+def evaluation_throughput(results: dict) -> list[dict]:
+    """Per model of an evaluation's ``results.json``: finished seeds, seconds per seed (fine-tuning only) and the
+    fine-tuning rate in examples/s and tokens/s. The runs record no token count, so tokens/s is the padded bound
+    (examples x ``max_len``): what the GPU or CPU processed, an upper bound on the real tokens."""
+    max_len = (results.get("hparams") or {}).get("max_len")
+    out = []
+    for m in results.get("models", []):
+        done = [r for r in m.get("runs", []) if r.get("train_time_s")]
+        seconds = sum(r["train_time_s"] for r in done)
+        examples = sum((r.get("n_train") or 0) * (r.get("epochs_run") or 0) for r in done)
+        rate = examples / seconds if seconds else None
+        out.append({
+            "label": m.get("label"),
+            "seeds_done": len(done),
+            "seeds": len(m.get("runs", [])),
+            "seconds_per_seed": seconds / len(done) if done else None,
+            "examples_per_s": rate,
+            "padded_tokens_per_s": rate * max_len if rate and max_len else None,
+            "device": next((r.get("device") for r in done if r.get("device")), None),
+        })  # fmt: skip
+    return out
+
+
+def evaluation_report(results: dict) -> str:
+    """``evaluation_throughput`` as plain text (the doctor pointed at an evaluation folder)."""
+    lines = [f"evaluation {results.get('task')} ({results.get('status')}), max_len {results['hparams'].get('max_len')}"]
+    for e in evaluation_throughput(results):
+        if not e["seeds_done"]:
+            lines.append(f"{e['label']}: no seed finished yet")
+            continue
+        lines.append(f"{e['label']}: {e['seeds_done']}/{e['seeds']} seeds, {e['seconds_per_seed']:.0f} s per seed, "
+                     f"{e['examples_per_s']:.1f} examples/s, <= {e['padded_tokens_per_s'] or 0:,.0f} tokens/s "
+                     f"(padded to max_len) on {e['device']}")  # fmt: skip
+    return "\n".join(lines)

@@ -144,3 +144,16 @@ def test_flops_per_token_counts_the_vocabulary_only_where_labelled():
     matmuls = 6 * config.num_hidden_layers * (3 * h * h + h * h + 2 * h * i + i * h)
     attention = sum(12 * h * (256 if k == "full_attention" else config.local_attention + 1) for k in config.layer_types)
     assert clm == pytest.approx(matmuls + head + attention + vocab)
+
+
+def test_evaluation_folders_get_seconds_per_seed_and_the_fine_tuning_rate(tmp_path, capsys):
+    runs = [{"seed": 0, "status": "done", "train_time_s": 30.0, "n_train": 100, "epochs_run": 3, "device": "cpu"},
+            {"seed": 1, "status": "done", "train_time_s": 50.0, "n_train": 100, "epochs_run": 3, "device": "cpu"},
+            {"seed": 2, "status": "pending"}]  # fmt: skip
+    results = {"task": "ner", "status": "running", "hparams": {"max_len": 128},
+               "models": [{"label": "base", "runs": runs}, {"label": "late", "runs": [{"seed": 0}]}]}  # fmt: skip
+    atomic.write_json(tmp_path / "results.json", results)
+    assert main(["doctor", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "base: 2/3 seeds, 40 s per seed, 7.5 examples/s, <= 960 tokens/s" in out  # 600 examples in 80 s
+    assert "late: no seed finished yet" in out

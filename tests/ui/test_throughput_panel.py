@@ -3,6 +3,8 @@ form's message carries the estimate from this machine's last measured rate for a
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from app import launch_tab, throughput_panel
@@ -45,3 +47,13 @@ def test_launch_message_estimates_from_the_last_measured_rate(tiny_modernbert_di
     throughput.record_rate(n, "fp32", "cpu", "mlm", 200.0)
     res = launch_tab.validate_form(form(tiny_modernbert_dir, train__precision="fp32"))
     assert "last measured rate (100 tok/s CLM" in res["message"] and "200 tok/s MLM" in res["message"]
+
+
+def test_evaluation_panel_lists_seconds_per_seed(tmp_path, monkeypatch):
+    monkeypatch.setenv("DETOUR_EVALS_DIR", str(tmp_path / "evals"))
+    assert throughput_panel.evaluations_markdown().startswith("No finished fine-tuning seed yet")
+    runs = [{"seed": 0, "train_time_s": 20.0, "n_train": 50, "epochs_run": 2, "device": "cpu"}, {"seed": 1}]
+    results = {"task": "ner", "hparams": {"max_len": 64}, "models": [{"label": "base", "runs": runs}]}
+    (tmp_path / "evals" / "20261125-0600").mkdir(parents=True)
+    (tmp_path / "evals" / "20261125-0600" / "results.json").write_text(json.dumps(results))
+    assert "| 20261125-0600 | ner | base | 1/2 | 20 | 5.0 | 320 | cpu |" in throughput_panel.evaluations_markdown()
