@@ -42,8 +42,7 @@ def panel_markdown(name: str | None) -> str:
     if doc["state"] != "done":
         lines += ["", f"ETA at the measured rate: **{hms(doc['eta_s'])}**"]
     lines += ["", "**Findings**" if doc["findings"] else "No finding: forward+backward holds the time."]
-    lines += [f"- {f}: `{fix}`" if fix.startswith(("train.", "model.", "logging.")) else f"- {f}: {fix}"
-              for f, fix in doc["findings"]]  # fmt: skip
+    lines += [f"- {f}: {fix}" for f, fix in doc["findings"]]
     lines += ["", f"The same from a terminal: `python -m backend doctor {name}`"]
     return "\n".join(lines)
 
