@@ -93,6 +93,9 @@ def test_cpu_optimizer_takes_the_foreach_path_with_the_loop_path_weights(tiny_mo
             opt.step()
             opt.zero_grad(set_to_none=True)
         results.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+    if not torch.cuda.is_available():  # bf16 runs on a CPU take the fused kernel (not bit-identical: not for fp32)
+        bf16 = build_optimizer(model, train_cfg | {"precision": "bf16"})
+        assert bf16.defaults["fused"] is True and not bf16.defaults["foreach"]
     assert results[0].keys() == results[1].keys()
     for k, v in results[0].items():
         assert torch.equal(v, results[1][k]), k
