@@ -288,9 +288,21 @@ def validate_form(values: list, deep: bool = True, base: dict | None = None, cor
         message="✓ config valid"
         + (f" · {CHECKING_CORPUS}" if out["corpus_pending"] else "")
         + _kept_note(cfg)
+        + _estimate_note(cfg)
         + "".join(f"\n\n⚠ warning: {md_escape(w)}" for w in warnings),
     )
     return out
+
+
+def _estimate_note(cfg: dict) -> str:
+    """' · ~12m00s at this machine's last measured rate (...)' (the doctor's ETA before launch), or nothing."""
+    from backend.runs.doctor import estimate_for_config
+
+    try:
+        est = estimate_for_config(cfg)
+    except Exception:  # an estimate never stands in the way of a valid config
+        return ""
+    return f" · {est}" if est else ""
 
 
 STALE = "# ⚠ stale until the ⚠ field is fixed\n"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from app import run_folder, timeline_editor, warn
+from app import run_folder, throughput_panel, timeline_editor, warn
 from backend.analysis import plots
 from backend.core.errors import DetourError
 from backend.core.paths import runs_dir
@@ -261,6 +261,7 @@ def build(ctx) -> dict:
             cancel_btn = gr.Button("Cancel", variant="stop")
             resume_btn = gr.Button("Resume")
             action_msg = gr.Markdown("")
+    throughput_panel.build(log_run)  # the doctor's diagnosis of the run picked here
     known = gr.State({})  # empty: the first tick of every page sends the run names and curves as they are now
     timer = gr.Timer(POLL_S, active=True)
 

@@ -1,6 +1,7 @@
 """Training throughput: this engine vs transformers' Trainer, and achieved FLOP/s vs matmul peaks.
 
     python bench/bench_train.py [--model assets/models/detour-tiny-en] [--steps 30] [--precision auto] [--compile]
+                                [--rounds 3]
 
 Same model, same packed data (the bundled demo corpus), same batch (16 x 256) for both. MLM: ours
 projects only masked positions to the vocabulary; the Trainer uses DataCollatorForLanguageModeling
@@ -12,12 +13,17 @@ every token under bidirectional attention: the same arithmetic, not the same obj
 --precision auto (the default) measures what training would use on this machine (``train.precision: auto``):
 fp32 on a CPU without native bf16. Achieved FLOP/s are compared with the matmul peak *of that precision*,
 measured in the same run (a bf16 peak is never used as the yardstick of an fp32 run, or the reverse).
+--rounds N alternates the two sides N times per objective (Trainer then ours, ours then Trainer, ...) and reports
+the median of the per-round ratios: on a shared machine the load moves within minutes, and a ratio of two
+measurements taken a minute apart is the load's as much as the code's. The load average is recorded.
 Results: bench/results/train.json + .md
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import sys
 import tempfile
 import time
@@ -34,22 +40,9 @@ from backend.engine.config import load_config  # noqa: E402
 from backend.engine.models import load_masked_lm, load_tokenizer  # noqa: E402
 from backend.engine.precision import cpu_bf16_probe, resolve_precision  # noqa: E402
 from backend.engine.rundir import read_metrics  # noqa: E402
+from backend.engine.throughput import flops_per_token  # noqa: E402
 from backend.engine.tokenstore import open_corpus  # noqa: E402
 from backend.runs.train import prepare_runs, train_run  # noqa: E402
-
-
-def train_flops_per_token(config, seq_len: int, labelled_fraction: float) -> float:
-    """6 x (matmul params) per token, plus attention scores/values (windowed on local layers), plus the
-    vocabulary projection only on labelled positions (forward + backward = 3 x forward)."""
-    h, inter, n_layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    per_layer = h * 3 * h + h * h + h * 2 * inter + inter * h  # Wqkv, Wo, Wi (GLU), Wo
-    head = h * h  # prediction head dense
-    flops = 6 * (n_layers * per_layer + head * labelled_fraction)
-    for kind in config.layer_types:
-        ctx = seq_len if kind == "full_attention" else min(seq_len, config.local_attention + 1)
-        flops += 3 * 2 * 2 * h * ctx  # QK^T and AV, fwd+bwd
-    flops += 6 * h * config.vocab_size * labelled_fraction
-    return flops
 
 
 def ours(model: str, objective: str, steps: int, precision: str, root: Path, compile_: bool = False) -> float:
@@ -121,7 +114,9 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     p.add_argument("--compile", action="store_true", help="also measure both sides with torch.compile")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved Trainer/ours measurements per objective")
     a = p.parse_args()
+    load_start = os.getloadavg()
     if a.steps < 15:
         p.error("--steps must be at least 15: tokens/s is averaged over logged steps 10, 15, ... (step 5 compiles)")
     config = load_masked_lm(a.model).config
@@ -145,11 +140,30 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for objective in ("mlm", "clm"):
             frac = 0.30 if objective == "mlm" else 1.0
-            flops = train_flops_per_token(config, 256, frac)
-            t_hf = hf_trainer(a.model, objective, a.steps, precision, Path(tmp) / f"hf-{objective}")
+            flops = flops_per_token(config, 256, frac)
+            rounds = []
+            for r in range(a.rounds):  # alternate who goes first: both sides meet the same load
+                pair = {}
+                for side in ("hf", "ours") if r % 2 == 0 else ("ours", "hf"):
+                    if side == "hf":
+                        pair[side] = hf_trainer(
+                            a.model, objective, a.steps, precision, Path(tmp) / f"hf-{objective}-{r}"
+                        )
+                    else:
+                        pair[side] = ours(a.model, objective, a.steps, precision, Path(tmp) / f"runs{r}", False)
+                pair["ratio"] = pair["ours"] / pair["hf"]
+                pair["loadavg"] = os.getloadavg()[0]
+                rounds.append(pair)
+                print(f"{objective} round {r}: {pair}", flush=True)
+            t_hf = statistics.median(p["hf"] for p in rounds)
             for comp in modes:
                 key = objective + ("-compiled" if comp else "")
-                t_ours = ours(a.model, objective, a.steps, precision, Path(tmp) / "runs", comp)
+                t_ours = (
+                    ours(a.model, objective, a.steps, precision, Path(tmp) / "runs-c", comp)
+                    if comp
+                    else statistics.median(p["ours"] for p in rounds)
+                )
+                ratio = statistics.median(p["ratio"] for p in rounds) if not comp else t_ours / t_hf
                 t_hf_same = (
                     hf_trainer(a.model, objective, a.steps, precision, Path(tmp) / f"hf-{key}", True) if comp else t_hf
                 )
@@ -157,7 +171,8 @@ def main() -> None:
                 payload["results"][key] = {
                     "ours_tokens_per_s": t_ours,
                     "trainer_tokens_per_s": t_hf,
-                    "speedup": t_ours / t_hf,
+                    "speedup": ratio,
+                    "rounds": rounds if not comp else None,
                     "trainer_compiled_tokens_per_s": t_hf_same if comp else None,
                     "speedup_vs_compiled_trainer": t_ours / t_hf_same if comp else None,
                     "ours_gflops": gflops,
@@ -166,13 +181,16 @@ def main() -> None:
                 }
                 vs_comp = f"{t_hf_same:,.0f} ({t_ours / t_hf_same:.2f}x)" if comp else "-"
                 rows.append(
-                    f"| {key} | {t_ours:,.0f} | {t_hf:,.0f} | {t_ours / t_hf:.2f}x | {vs_comp} | {gflops:.1f} | "
+                    f"| {key} | {t_ours:,.0f} | {t_hf:,.0f} | {ratio:.2f}x | {vs_comp} | {gflops:.1f} | "
                     f"{100 * gflops / peak:.0f}% |"
                 )
+    payload["loadavg"] = {"start": load_start, "end": os.getloadavg()}
     table = "\n".join(
         [
             f"Training throughput, {a.model}, batch 16 x 256, {precision} ({why}), {torch.get_num_threads()} "
-            f"threads on {probe['cpu']}; {precision} matmul peak {peak:.0f} GFLOP/s",
+            f"threads on {probe['cpu']}; {precision} matmul peak {peak:.0f} GFLOP/s; {a.rounds} interleaved rounds, "
+            f"speedup = median of the rounds' ratios; 1-min load average {load_start[0]:.1f} at the start, "
+            f"{os.getloadavg()[0]:.1f} at the end",
             "",
             "| objective | ours tok/s | Trainer tok/s | speedup | compiled Trainer tok/s (ours/it) | ours GFLOP/s "
             f"| % {precision} peak |",

@@ -8,7 +8,8 @@ avoids: a single 4D mask is applied to every layer (the window is lost), and ``i
 alone is ignored when a mask is present under sdpa/eager. Per attention implementation:
 
 * sdpa / eager: dense masks. Under sdpa with no padding, global layers take ``is_causal`` instead of a mask (sdpa's
-  causal kernel); local layers keep their banded mask, which still costs T x T.
+  causal kernel); local layers keep their banded mask, which still costs T x T (built by one broadcast comparison
+  and kept per shape: the library's builder took a fifth of a small CLM step).
 * flex_attention: BlockMasks (``masking_utils`` builds them for a flex config), so the blocks outside a window or
   above the diagonal are skipped: local layers cost O(T * w). All four masks (global/local x causal/bidirectional)
   come from one rule whose numbers are tensors: flex compiles one kernel per rule and torch gives up compiling after
@@ -23,6 +24,7 @@ BERT / RoBERTa / CamemBERT: a 4D additive causal mask (padding folded in); not w
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 
@@ -46,6 +48,17 @@ def _modernbert_masks(model, input_ids: torch.Tensor, pad_mask: torch.Tensor | N
         "full_attention": create_bidirectional_mask(**kw),
         "sliding_attention": create_bidirectional_sliding_window_mask(**kw),
     }
+
+
+@functools.lru_cache(maxsize=8)
+def _sdpa_sliding_causal(b: int, t: int, reach: int, device: torch.device) -> torch.Tensor:
+    """The local layers' causal banded mask without padding, as ``masking_utils`` builds it (key ``k`` visible from
+    query ``q`` when ``q - reach <= k <= q``; equal element for element, tested): one broadcast comparison instead
+    of the library's per-element mask functions (~0.3 s per CLM step at 16 x 256 on a 2-core CPU, a fifth of the
+    step), and built once per shape. The tensor is shared between steps: read-only, like every mask sdpa takes."""
+    q = torch.arange(t, device=device)[:, None]
+    k = torch.arange(t, device=device)[None, :]
+    return ((k <= q) & (q - k <= reach)).expand(b, 1, t, t)
 
 
 def _flex_rule(causal: torch.Tensor, reach: torch.Tensor):
@@ -116,11 +129,12 @@ def causal_plan(model, input_ids: torch.Tensor, pad_mask: torch.Tensor | None, c
     if family == "modernbert":
         if impl == "flash_attention_2":
             return pad_mask, _modernbert_attention_modules(model)  # flash reads causality from the module
-        masks = _modernbert_masks(model, input_ids, pad_mask, dtype)
         if impl == "sdpa" and pad_mask is None:
-            masks["full_attention"] = None
+            b, t = input_ids.shape
+            local = _sdpa_sliding_causal(b, t, model.config.local_attention // 2, input_ids.device)
+            masks = {"full_attention": None, "sliding_attention": local}
             return masks, _modernbert_attention_modules(model, "full_attention")
-        return masks, []
+        return _modernbert_masks(model, input_ids, pad_mask, dtype), []
     if family == "bert":
         if impl == "flash_attention_2":
             raise ConfigError(

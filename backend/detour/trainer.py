@@ -31,10 +31,10 @@ from backend.detour.recipe import (
     set_lr,
     tokens_per_step,
 )
-from backend.engine import checkpoint, compiling, divergence, finite, resume_guard, trackers
+from backend.engine import checkpoint, compiling, divergence, finite, resume_guard, throughput, trackers
 from backend.engine.data import batch_indices
 from backend.engine.models import transformer_blocks
-from backend.engine.precision import full_state_dict, make_accelerator
+from backend.engine.precision import from_mixed, full_state_dict, make_accelerator
 from backend.engine.rundir import read_metrics, write_status
 from backend.engine.tokenstore import open_corpus
 
@@ -56,7 +56,9 @@ def _train(s: _State, resume: bool, should_stop) -> str:
         ev = finite.check(s.run_dir, 0, "held-out evaluation", **evaluate(s))
         watch.see(0, ev)
         s.emit({"type": "eval", "step": 0, "phase": s.phases[0].name, "tokens_seen": 0, **ev})
+    _emit_machine(s)
     s.lm.train()
+    s.split.take()  # the split's intervals start with the first step
     current, frozen = -1, []
     for step in range(step0, s.total_steps):
         pi, ps = locate(s.phases, step)
@@ -80,15 +82,19 @@ def _train(s: _State, resume: bool, should_stop) -> str:
             _log_train(s, phase, done, lr)
         phase_end = ps + 1 == phase.steps
         if done % s.log_cfg["eval_every"] == 0 or phase_end:
-            ev = finite.check(s.run_dir, done, "held-out evaluation", **evaluate(s))
+            with s.split.part("eval"):
+                ev = finite.check(s.run_dir, done, "held-out evaluation", **evaluate(s))
             watch.see(done, ev)
             s.emit({"type": "eval", "step": done, "phase": phase.name, "tokens_seen": done * s.tps, **ev})
         stop = _agree(s, should_stop())
         if phase_end:  # a phase ends with its checkpoint on disk
-            _save(s, done, tag=f"end-{phase.name}")
-            s.checkpoints.wait()
+            with s.split.part("checkpoint"):
+                _save(s, done, tag=f"end-{phase.name}")
+                s.checkpoints.wait()
+            _record_rate(s, phase)
         elif done % s.log_cfg["checkpoint_every"] == 0 or stop:
-            _save(s, done)  # copied to memory now, written while training goes on
+            with s.split.part("checkpoint"):
+                _save(s, done)  # copied to memory now, written while training goes on
         if stop and done < s.total_steps:
             s.log(f"stopping at step {done}: checkpoint saved, resume with --resume")
             trackers.finish(s.accelerator)
@@ -108,24 +114,26 @@ def _train_step(s: _State, phase: Phase, step: int, frozen: list[torch.nn.Parame
             s.optimizer.zero_grad(set_to_none=True)
             return None
         micro_index = step * s.accum + micro
-        idx = batch_indices(len(s.train), s.data_seed, micro_index, s.bs * s.world)[s.rank * s.bs : (s.rank + 1) * s.bs]
-        ids, starts = s.train.rows(idx)  # the batch is a pure function of (data seed, step)
-        s.data_hash.update(ids.numpy().tobytes())  # raw tokens, before any masking: a pair must match
-        if phase.objective == "clm":
-            inputs, labels = ids, clm_labels(ids, starts)
-        else:
-            gen = torch.Generator().manual_seed((s.seed * 1_000_003 + micro_index) * 1009 + s.rank)
-            inputs, labels = mlm_mask(ids, phase.mlm_probability, *s.tok, gen)
+        with s.split.part("data"):  # reading the batch, labels and masks: what a loader worker would do
+            idx = batch_indices(len(s.train), s.data_seed, micro_index, s.bs * s.world)
+            ids, starts = s.train.rows(idx[s.rank * s.bs : (s.rank + 1) * s.bs])  # a pure function of (seed, step)
+            s.data_hash.update(ids.numpy().tobytes())  # raw tokens, before any masking: a pair must match
+            if phase.objective == "clm":
+                inputs, labels = ids, clm_labels(ids, starts)
+            else:
+                gen = torch.Generator().manual_seed((s.seed * 1_000_003 + micro_index) * 1009 + s.rank)
+                inputs, labels = mlm_mask(ids, phase.mlm_probability, *s.tok, gen)
         sync = s.accelerator.no_sync(s.lm) if micro < s.accum - 1 else contextlib.nullcontext()
-        with sync, s.accelerator.autocast():
+        with s.split.part("forward_backward"), sync, s.accelerator.autocast():
             loss, _, _ = s.lm(inputs.to(s.device), labels.to(s.device), causal=phase.causal)
             s.accelerator.backward(loss / s.accum)
         loss_sum += loss.detach().float() / s.accum
-    drop_frozen_grads(frozen)
-    trainable = [p for p in s.lm.parameters() if p.grad is not None]
-    s.grad_norm = s.accelerator.clip_grad_norm_(trainable, s.train_cfg["max_grad_norm"] or math.inf)
-    s.optimizer.step()
-    s.optimizer.zero_grad(set_to_none=True)
+    with s.split.part("optimizer"):
+        drop_frozen_grads(frozen)
+        trainable = [p for p in s.lm.parameters() if p.grad is not None]
+        s.grad_norm = s.accelerator.clip_grad_norm_(trainable, s.train_cfg["max_grad_norm"] or math.inf)
+        s.optimizer.step()
+        s.optimizer.zero_grad(set_to_none=True)
     loss, s.grad_norm = finite.as_floats(s.accelerator.reduce(loss_sum, reduction="mean"), s.grad_norm)  # one sync
     return loss
 
@@ -154,6 +162,7 @@ class _State:
     grad_norm: object = 0.0
     t_last: float = 0.0
     tokens_last: int = 0
+    rates: dict = field(default_factory=dict)  # objective -> this phase's logged tokens/s (the recorded rate)
 
     def __post_init__(self):
         t = self.cfg["train"]
@@ -165,6 +174,14 @@ class _State:
         self.data_seed = self.seed if t["data_seed"] is None else t["data_seed"]
         self.tps = tokens_per_step(self.cfg, self.world)
         self.total_steps = sum(p.steps for p in self.phases)
+        self.split = throughput.StepSplit(self.device)
+        self.precision = from_mixed(self.accelerator.mixed_precision)
+        self.peak = throughput.peak_flops(self.precision, self.device)  # (FLOP/s of one process, where from)
+        config, seq = self.hf.config, t["seq_len"]
+        self.flops = {
+            p.name: throughput.flops_per_token(config, seq, p.mlm_probability if p.objective == "mlm" else 1.0)
+            for p in self.phases
+        }  # per phase: mask rates differ
 
     def emit(self, row: dict) -> None:
         if self.main:
@@ -243,14 +260,39 @@ def _log_train(s: _State, phase: Phase, done: int, lr: float) -> None:
     now = time.time()
     rate = (done * s.tps - s.tokens_last) / max(now - s.t_last, 1e-9)
     s.t_last, s.tokens_last = now, done * s.tps
+    split = s.split.take()
+    mfu = rate * s.flops[phase.name] / (s.peak[0] * s.world)
     s.emit({"type": "train", "step": done, "phase": phase.name, "objective": phase.objective,
             "loss": acc["loss"] / acc["n"], "lr": lr, "tokens_seen": done * s.tps, "tokens_per_s": rate,
-            "grad_norm": float(s.grad_norm), "data_hash": s.data_hash.hexdigest()[:16]})  # fmt: skip
+            "grad_norm": float(s.grad_norm), "data_hash": s.data_hash.hexdigest()[:16], "mfu": mfu,
+            "time_split": split})  # fmt: skip
+    s.log(f"step {done}/{s.total_steps} {phase.name} ({phase.objective}): loss {acc['loss'] / acc['n']:.4f}, "
+          f"{rate:,.0f} tok/s, MFU {100 * mfu:.1f}%; {throughput.format_split(split)}")  # fmt: skip
+    s.rates.setdefault(phase.objective, []).append(rate)
     s.log_acc, s.data_hash = {"loss": 0.0, "n": 0}, hashlib.sha1()
     if s.main:
         write_status(s.run_dir, step=done, total_steps=s.total_steps, tokens_seen=done * s.tps,
                      total_tokens=s.total_steps * s.tps, phase=phase.name,
                      eta_s=(s.total_steps - done) * s.tps / max(rate, 1e-9))  # fmt: skip
+
+
+def _emit_machine(s: _State) -> None:
+    """What the doctor needs to judge the rates: device, precision, the peak and FLOPs per token per objective."""
+    s.emit({"type": "machine", "step": s.tokens_last // s.tps, "device": str(s.device), "world": s.world,
+            "precision": s.precision, "peak_flops": s.peak[0], "peak_source": s.peak[1], "flops_per_token": s.flops,
+            "parameters": sum(p.numel() for p in s.hf.parameters()), "threads": torch.get_num_threads(),
+            "bf16_supported": s.device.type == "cuda" and torch.cuda.is_bf16_supported()})  # fmt: skip
+
+
+def _record_rate(s: _State, phase: Phase) -> None:
+    """This machine's rate for a model of this size (the Launch form's estimate): the phase's median logged rate,
+    the first logged interval (warm-up, compiling) left out where there are others."""
+    logged = s.rates.pop(phase.objective, [])
+    rates = logged[1:] or logged
+    if s.main and rates:
+        n = sum(p.numel() for p in s.hf.parameters())
+        throughput.record_rate(n, s.precision, s.device.type, phase.objective, sorted(rates)[len(rates) // 2],
+                               seq_len=s.train_cfg["seq_len"], world=s.world)  # fmt: skip
 
 
 def _agree(s: _State, stop: bool) -> bool:

@@ -103,3 +103,21 @@ def test_unsupported_architecture_is_refused():
 
     with pytest.raises(ConfigError, match="causal"):
         check_causal_supported(GPT2Config())
+
+
+@pytest.mark.parametrize("window", [16, 64, 128])
+@pytest.mark.parametrize(("b", "t"), [(2, 64), (3, 257), (1, 16)])
+def test_sdpa_local_causal_mask_is_the_library_mask_element_for_element(tmp_path_factory, window, b, t):
+    """The CLM step's banded causal mask comes from one broadcast comparison, kept per shape (the library's builder
+    took a fifth of a small step); it must be the mask ``masking_utils`` builds, not merely a similar one."""
+    from backend.detour.attention import _modernbert_masks, causal_plan
+
+    arch = {**TINY_MODERNBERT, "local_attention": window}
+    m = load_masked_lm(str(save_tiny_model(tmp_path_factory.mktemp(f"w{window}"), arch)), attn_implementation="sdpa")
+    ids = torch.randint(5, 8000, (b, t))
+    fast, modules = causal_plan(m, ids, None, True)
+    library = _modernbert_masks(m, ids, None, torch.float32)
+    assert fast["full_attention"] is None and len(modules) > 0  # global layers: sdpa's is_causal kernel
+    assert fast["sliding_attention"].shape == library["sliding_attention"].shape
+    assert torch.equal(fast["sliding_attention"], library["sliding_attention"])
+    assert causal_plan(m, ids, None, True)[0]["sliding_attention"] is fast["sliding_attention"]  # built once per shape

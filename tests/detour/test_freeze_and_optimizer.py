@@ -65,3 +65,37 @@ def test_optimizer_state_is_carried_and_schedule_resets(tiny_modernbert_dir, iso
     assert abs(lr[12] - peak * (0.1 + 0.9 * (1 - (3 / 4) ** 0.5))) < 1e-12
     phases = [r for r in read_metrics(run) if r["type"] == "phase"]
     assert [(p["phase"], p["objective"], p["step"]) for p in phases] == [("main", "clm", 0), ("decay", "mlm", 8)]
+
+
+def test_cpu_optimizer_takes_the_foreach_path_with_the_loop_path_weights(tiny_modernbert_dir):
+    """On CPU torch's default AdamW loops over tensors in Python; build_optimizer asks for foreach (fewer, larger
+    operations): the weights after some steps, frozen tensors skipped, must be those of the loop, bit for bit."""
+    from backend.detour.recipe import build_optimizer
+    from backend.engine.config import load_config
+    from backend.engine.models import load_masked_lm
+
+    train_cfg = load_config(None)["train"] | {"lr": 1e-3, "weight_decay": 0.1}
+    results = []
+    for foreach in (True, False):
+        torch.manual_seed(0)
+        model = load_masked_lm(str(tiny_modernbert_dir))
+        opt = build_optimizer(model, train_cfg)
+        assert opt.defaults["foreach"] is (True if not torch.cuda.is_available() else None)
+        if not foreach:
+            for g in opt.param_groups:
+                g["foreach"] = False
+        ids = torch.randint(5, 200, (2, 32), generator=torch.Generator().manual_seed(1))
+        for step in range(4):
+            model(input_ids=ids, labels=ids).loss.backward()
+            model.model.embeddings.tok_embeddings.weight.grad = None  # a frozen tensor: no update at all
+            for g in opt.param_groups:
+                g["lr"] = 1e-3 * (1 - step / 8)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        results.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+    if not torch.cuda.is_available():  # bf16 runs on a CPU take the fused kernel (not bit-identical: not for fp32)
+        bf16 = build_optimizer(model, train_cfg | {"precision": "bf16"})
+        assert bf16.defaults["fused"] is True and not bf16.defaults["foreach"]
+    assert results[0].keys() == results[1].keys()
+    for k, v in results[0].items():
+        assert torch.equal(v, results[1][k]), k

@@ -70,11 +70,12 @@ def test_chunked_loss_equals_the_whole_loss_and_its_gradients(tiny_modernbert_di
         lm = objectives.EncoderLM(model)
         loss, correct, n = lm(ids, labels, causal=True)
         loss.backward()
-        return loss.detach(), int(correct), n, {k: p.grad.clone() for k, p in model.named_parameters()}
+        return loss.detach(), correct, n, {k: p.grad.clone() for k, p in model.named_parameters()}
 
     whole = run(1 << 40)
     chunked = run(17 * model_vocab(tiny_modernbert_dir))  # chunks of 17 positions: 7 chunks, the last one short
-    assert whole[2] == chunked[2] == 3 * 39 and whole[1] == chunked[1]
+    assert whole[2] == chunked[2] == 3 * 39
+    assert whole[1] is None and chunked[1] is None  # training counts nothing: the loop reads only the loss
     torch.testing.assert_close(chunked[0], whole[0], rtol=1e-6, atol=1e-6)
     for k, g in whole[3].items():
         torch.testing.assert_close(chunked[3][k], g, rtol=1e-4, atol=1e-7, msg=k)

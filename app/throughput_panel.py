@@ -1,0 +1,85 @@
+"""The Runs tab's throughput panel: the doctor's diagnosis (``backend/runs/doctor.py``) of the run picked for the log:
+tokens/s and MFU per phase, where the wall time goes, the ETA and the findings with the setting that fixes each;
+below it, the newest evaluations' fine-tuning rate and seconds per seed."""
+
+from __future__ import annotations
+
+import json
+
+from backend.core.errors import DetourError
+from backend.core.paths import evals_dir, runs_dir
+from backend.engine.config import check_run_name
+from backend.engine.throughput import PART_LABELS, shares
+from backend.runs.doctor import diagnose, evaluation_throughput, hms
+
+
+def panel_markdown(name: str | None) -> str:
+    """Markdown for one run; a plain sentence where there is nothing to diagnose yet."""
+    if not name:
+        return "Pick a run to see where its time goes."
+    try:
+        check_run_name(name)
+    except DetourError as exc:
+        return str(exc)
+    d = runs_dir() / name
+    if not (d / "metrics.jsonl").exists():
+        return f"{name}: no metrics yet (the run has not started training)."
+    doc = diagnose(d)
+    if not doc["phases"]:
+        return f"{name}: no training steps logged yet."
+    m = doc["machine"]
+    lines = [f"**{name}** ({doc['state']})" + (f" on {m.get('device')}, {m.get('precision')}, peak "
+             f"{m.get('peak_flops', 0) / 1e9:,.0f} GFLOP/s ({m.get('peak_source')})" if m else ""), "",
+             "| phase | objective | tok/s | MFU | " + " | ".join(PART_LABELS.values()) + " |",
+             "|---|---|---|---|" + "---|" * len(PART_LABELS)]  # fmt: skip
+    for p in doc["phases"]:
+        sh = shares(p["split"]) if p["split"] else {}
+        cells = [f"{100 * sh[k]:.0f}%" if k in sh else "-" for k in PART_LABELS]
+        mfu = f"{100 * p['mfu']:.1f}%" if p["mfu"] is not None else "-"
+        lines.append(
+            f"| {p['phase']} | {p['objective']} | {p['tokens_per_s']:,.0f} | {mfu} | " + " | ".join(cells) + " |"
+        )
+    if doc["state"] != "done":
+        lines += ["", f"ETA at the measured rate: **{hms(doc['eta_s'])}**"]
+    lines += ["", "**Findings**" if doc["findings"] else "No finding: forward+backward holds the time."]
+    lines += [f"- {f}: {fix}" for f, fix in doc["findings"]]
+    lines += ["", f"The same from a terminal: `python -m backend doctor {name}`"]
+    return "\n".join(lines)
+
+
+def evaluations_markdown(limit: int = 5) -> str:
+    """The newest evaluations' fine-tuning throughput (``python -m backend evaluate``): seconds per seed and rate."""
+    root = evals_dir()
+    found = sorted(root.glob("*/results.json"), reverse=True)[:limit] if root.exists() else []
+    lines = []
+    for path in found:
+        try:
+            results = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        for e in evaluation_throughput(results):
+            if e["seeds_done"]:
+                tok = f"{e['padded_tokens_per_s']:,.0f}" if e["padded_tokens_per_s"] else "-"
+                lines.append(f"| {path.parent.name} | {results.get('task')} | {e['label']} | "
+                             f"{e['seeds_done']}/{e['seeds']} | {e['seconds_per_seed']:.0f} | "
+                             f"{e['examples_per_s']:.1f} | {tok} | {e['device']} |")  # fmt: skip
+    if not lines:
+        return "No finished fine-tuning seed yet (NER tab, or `python -m backend evaluate`)."
+    head = ["**Evaluation runs** (tokens/s: padded to max_len, an upper bound)", "",
+            "| evaluation | task | model | seeds | s per seed | examples/s | tokens/s | device |",
+            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    return "\n".join(head + lines)
+
+
+def build(run_dropdown) -> None:
+    """An accordion under the log: filled when a run is picked, and again on Diagnose."""
+    import gradio as gr
+
+    with gr.Accordion("Throughput: where the time goes (doctor)", open=False):
+        md = gr.Markdown("Pick a run to see where its time goes.", elem_id="runs-throughput")
+        btn = gr.Button("Diagnose", size="sm")
+        evals = gr.Markdown(evaluations_markdown, elem_id="runs-eval-throughput")  # computed when a page loads
+    run_dropdown.change(panel_markdown, inputs=[run_dropdown], outputs=[md], show_progress="hidden",
+                        api_name="throughput")  # fmt: skip
+    btn.click(lambda name: (panel_markdown(name), evaluations_markdown()), inputs=[run_dropdown], outputs=[md, evals],
+              api_visibility="private")  # fmt: skip

@@ -1,0 +1,33 @@
+"""``python -m backend doctor RUN`` — where a run's time goes: tokens/s and MFU per phase, the split of wall time,
+the ETA, and findings with the setting that fixes each (``backend/runs/doctor.py``); pointed at an evaluation's
+folder (its results.json), the fine-tuning rate and seconds per seed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="a run directory, a run's name under the runs dir, or an evaluation's folder")
+    p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+
+
+def run(args) -> int:
+    from backend.core.errors import DetourError
+    from backend.core.paths import runs_dir
+    from backend.runs.doctor import diagnose, evaluation_report, evaluation_throughput, report
+
+    d = Path(args.run)
+    if (d / "results.json").exists():  # an evaluation's folder: fine-tuning rate and seconds per seed
+        results = json.loads((d / "results.json").read_text())
+        print(json.dumps(evaluation_throughput(results), indent=2) if args.json else evaluation_report(results))
+        return 0
+    if not (d / "metrics.jsonl").exists() and (runs_dir() / args.run / "metrics.jsonl").exists():
+        d = runs_dir() / args.run
+    if not (d / "metrics.jsonl").exists():
+        raise DetourError(f"{args.run}: no run directory with a metrics.jsonl there or under {runs_dir()}")
+    diagnosis = diagnose(d)
+    print(json.dumps(diagnosis, indent=2, default=str) if args.json else report(diagnosis))
+    return 0

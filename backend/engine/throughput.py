@@ -1,0 +1,197 @@
+"""Where a training step's time goes, what it is worth in FLOPs, and the rates this machine last measured.
+
+``StepSplit`` is the loop's stopwatch: ``time.perf_counter`` around data, forward+backward, optimizer, evaluation
+and checkpoint (on CUDA a ``synchronize`` closes each part, since kernels run ahead of the Python that launched
+them: one sync per part and step, no profiler). ``flops_per_token`` is the model FLOPs count behind model FLOPs
+utilisation (MFU); ``peak_flops`` the yardstick for the precision in use: on CPU the matmul rates the precision
+probe measured here, on CUDA the device's published dense peak (or a measured matmul where the name is unknown).
+``record_rate`` / ``last_rate`` keep the last measured tokens/s per model size in the cache dir, so a run can be
+estimated before it is launched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import time
+from collections.abc import Iterator
+
+import torch
+
+from backend.core import atomic
+from backend.core.paths import cache_dir
+
+PARTS = ("data", "forward_backward", "optimizer", "eval", "checkpoint")
+PART_LABELS = {"data": "data", "forward_backward": "fwd+bwd", "optimizer": "optimizer", "eval": "eval",
+               "checkpoint": "checkpoint", "other": "other"}  # fmt: skip
+
+
+class StepSplit:
+    """Seconds per part since the last ``take``; what is not in a part (logging, checks) is ``other``."""
+
+    def __init__(self, device: torch.device | str = "cpu"):
+        self.cuda = torch.device(device).type == "cuda"
+        self.acc = dict.fromkeys(PARTS, 0.0)
+        self.counts = dict.fromkeys(PARTS, 0)
+        self.start = time.perf_counter()
+
+    @contextlib.contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.cuda:
+                torch.cuda.synchronize()  # the part's kernels have ended, not only been queued
+            self.acc[name] += time.perf_counter() - t0
+            self.counts[name] += 1
+
+    def take(self) -> dict:
+        """{part: seconds, ..., 'other': rest, 'wall': seconds since the last take, 'n_eval', 'n_checkpoint': how
+        many evaluations and checkpoint saves the interval held}; starts a new interval."""
+        now = time.perf_counter()
+        wall = now - self.start
+        out = {k: round(v, 4) for k, v in self.acc.items()}
+        out["other"] = round(max(wall - sum(self.acc.values()), 0.0), 4)
+        out["wall"] = round(wall, 4)
+        out |= {"n_eval": self.counts["eval"], "n_checkpoint": self.counts["checkpoint"]}
+        self.acc, self.counts, self.start = dict.fromkeys(PARTS, 0.0), dict.fromkeys(PARTS, 0), now
+        return out
+
+
+def shares(split: dict) -> dict:
+    """Fractions of wall time per part (``wall`` and the counts left out)."""
+    parts = {k: v for k, v in split.items() if k in PART_LABELS}
+    wall = split.get("wall") or sum(parts.values()) or 1e-9
+    return {k: v / wall for k, v in parts.items()}
+
+
+def format_split(split: dict) -> str:
+    """'data 3% · fwd+bwd 81% · optimizer 9% · other 7%' (parts under 0.5% are left out)."""
+    parts = [f"{PART_LABELS.get(k, k)} {100 * v:.0f}%" for k, v in shares(split).items() if v >= 0.005]
+    return " · ".join(parts)
+
+
+def flops_per_token(config, seq_len: int, labelled_fraction: float) -> float:
+    """Training FLOPs per token: forward + backward = 3 x forward, a matmul of m x k by k x n = 2mkn.
+
+    6 x (matmul parameters of the encoder layers), the prediction head's dense layer and the vocabulary projection
+    only at labelled positions (``labelled_fraction``: the MLM rate, or 1 for CLM, which labels every token), plus
+    attention scores and values: 2 matmuls x 2 x hidden x context, times 3, per layer, where the context is the
+    sequence on global layers and the window on ModernBERT's local ones (the causal triangle is not halved: the
+    count is the model's, as in the usual MFU, not what a kernel skips). Embeddings and norms are not counted.
+    """
+    h = config.hidden_size
+    inter = config.intermediate_size
+    layers = config.num_hidden_layers
+    glu = 2 if getattr(config, "model_type", "") == "modernbert" else 1  # ModernBERT's Wi projects to 2 x inter
+    per_layer = h * 3 * h + h * h + h * glu * inter + inter * h  # QKV, attention out, MLP in, MLP out
+    flops = 6 * (layers * per_layer + h * h * labelled_fraction)
+    kinds = getattr(config, "layer_types", None) or ["full_attention"] * layers
+    window = getattr(config, "local_attention", None)
+    for kind in kinds:
+        ctx = seq_len if kind == "full_attention" or not window else min(seq_len, window + 1)
+        flops += 3 * 2 * 2 * h * ctx
+    flops += 6 * h * config.vocab_size * labelled_fraction
+    return float(flops)
+
+
+# Published dense peaks (TFLOP/s, no sparsity) of common training GPUs, by a substring of torch's device name.
+# fp32 is the plain (non-TF32) rate: torch does not use TF32 for matmuls unless told to.
+CUDA_PEAK_TFLOPS = {
+    "H200": {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0},
+    "H100 PCIe": {"bf16": 756.0, "fp16": 756.0, "fp32": 51.0},
+    "H100": {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0},
+    "A100": {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5},
+    "L40S": {"bf16": 362.0, "fp16": 362.0, "fp32": 91.6},
+    "L4": {"bf16": 121.0, "fp16": 121.0, "fp32": 30.3},
+    "A10": {"bf16": 125.0, "fp16": 125.0, "fp32": 31.2},
+    "T4": {"fp16": 65.0, "fp32": 8.1},
+}
+
+
+def _measured_matmul(dtype: torch.dtype, device: str, n: int = 4096, reps: int = 10) -> float:
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    a @ b
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    torch.cuda.synchronize()
+    return 2 * n**3 * reps / (time.perf_counter() - t0)
+
+
+def peak_flops(precision: str, device: torch.device | str = "cpu") -> tuple[float, str]:
+    """(FLOP/s, where the number comes from) for one process of ``precision`` on ``device``."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        name = torch.cuda.get_device_name(dev)
+        for key, table in CUDA_PEAK_TFLOPS.items():
+            if key in name and precision in table:
+                return table[precision] * 1e12, f"published dense {precision} peak of {name}"
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+        return _measured_matmul(dtype, str(dev)), f"measured {precision} 4096^2 matmul on {name}"
+    return _cpu_peak(precision, torch.get_num_threads())
+
+
+@functools.cache
+def _cpu_peak(precision: str, threads: int) -> tuple[float, str]:
+    """bf16: the precision probe's rate (cached per machine; auto has measured it already). fp32: one best-of-5
+    512^2 matmul (a millisecond), so an fp32 run never pays for the bf16 probe (seconds on a CPU without bf16)."""
+    from backend.core.machine import cpu_name
+    from backend.engine.precision import PROBE_N, _time_matmul, cpu_bf16_probe
+
+    if precision == "bf16":
+        probe = cpu_bf16_probe()
+        where = f"measured bf16 {probe['matmul']} matmul on {probe['cpu']} ({threads} threads)"
+        return probe["bf16_gflops"] * 1e9, where
+    rate = 2 * PROBE_N**3 / _time_matmul(torch.float32, reps=5)
+    return rate, f"measured fp32 {PROBE_N}x{PROBE_N} matmul on {cpu_name()} ({threads} threads)"
+
+
+# --- the last measured rate per model size (the Launch form's estimate before a run) ----------------------------
+
+
+def _rates_path():
+    return cache_dir() / "measured-rates.json"
+
+
+def size_key(n_params: int, precision: str, device: str) -> str:
+    """Model size rounded to 2 significant digits (a rate carries over between runs of one base model)."""
+    digits = max(len(str(int(n_params))) - 2, 0)
+    rounded = round(int(n_params), -digits)
+    return f"{device}|{precision}|{rounded}"
+
+
+def _read_rates() -> dict:
+    try:
+        return json.loads(_rates_path().read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def record_rate(n_params: int, precision: str, device: str, objective: str, tokens_per_s: float, **extra) -> None:
+    """Keep this machine's newest tokens/s for a model of this size, precision, device and objective."""
+    rates = _read_rates()
+    rates.setdefault(size_key(n_params, precision, device), {})[objective] = {
+        "tokens_per_s": round(float(tokens_per_s), 1),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        **extra,
+    }
+    try:
+        _rates_path().parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_json(_rates_path(), rates)
+    except OSError:
+        pass  # a read-only cache: the estimate stays unknown, training goes on
+
+
+def last_rate(n_params: int, precision: str, device: str, objective: str | None = None) -> dict | None:
+    """{'tokens_per_s', 'measured_at', ...} last recorded for this size (any objective if None), or None."""
+    entry = _read_rates().get(size_key(n_params, precision, device), {})
+    if objective in entry:
+        return entry[objective]
+    if objective is None or not entry:
+        return min(entry.values(), key=lambda r: r["tokens_per_s"]) if entry else None
+    return None

@@ -1,0 +1,264 @@
+"""The doctor: where a run's time goes, read from its run directory, with plain findings and the setting that fixes
+each. ``python -m backend doctor RUN`` prints ``report(diagnose(run))``; the Runs tab's throughput panel shows the
+same dict. Everything comes from files the loop writes (metrics.jsonl's ``train`` rows carry ``time_split`` and
+``mfu``, its ``machine`` row the peak and FLOPs per token; config.yaml's ``_meta`` what this machine resolved), so
+the doctor runs anywhere the run directory is, also while the run trains.
+
+``launch_estimate`` is the same ETA before a run exists: its tokens over the rate this machine last measured for a
+model of that size (``engine/throughput.record_rate``, written at each phase end).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from backend.engine.rundir import read_config, read_metrics, read_status
+from backend.engine.throughput import PART_LABELS, PARTS, format_split, last_rate, shares
+
+# Thresholds of the findings: a share of the wall time above these is worth a setting.
+DATA_SHARE = 0.15
+EVAL_SHARE = 0.10
+OTHER_SHARE = 0.20
+CHECKPOINT_STALL_S = 1.0
+# bench/results/attention_cpu.md: flex_attention vs sdpa, CLM forward, detour-tiny-en, seq 2048 (window 64): 1.47x;
+# at 512 tokens no gain (0.97x). The GPU kernels differ, the saving (blocks outside the window skipped) is the same.
+FLEX_SPEEDUP = {2048: 1.47, 512: 0.97}
+# bench/results/train.run1.json (AVX512-BF16 CPU, bf16): train.compile 6,501 vs 5,420 tok/s MLM.
+COMPILE_SPEEDUP_CPU = 1.2
+
+
+def _phase_stats(rows: list[dict], tokens_before: float) -> dict:
+    """tokens/s (median of the logged intervals, the first one left out where there are others: warm-up), MFU,
+    the summed split and the effective rate (tokens over wall time, evaluation and checkpoints included)."""
+    rates = [r["tokens_per_s"] for r in rows][1:] or [r["tokens_per_s"] for r in rows]
+    mfus = [r["mfu"] for r in rows if r.get("mfu") is not None]
+    mfus = mfus[1:] or mfus
+    split = {k: 0.0 for k in (*PARTS, "other", "wall", "n_eval", "n_checkpoint")}
+    for r in rows:
+        for k, v in (r.get("time_split") or {}).items():
+            split[k] = split.get(k, 0.0) + v
+    first, last = rows[0], rows[-1]
+    tokens = last["tokens_seen"] - tokens_before  # the tokens the summed intervals trained
+    return {
+        "phase": first["phase"],
+        "objective": first.get("objective"),
+        "steps": (first["step"], last["step"]),
+        "logged": len(rows),
+        "tokens_per_s": statistics.median(rates),
+        "mfu": statistics.median(mfus) if mfus else None,
+        "split": split if split["wall"] else None,
+        "effective_tokens_per_s": tokens / split["wall"] if split["wall"] and tokens > 0 else None,
+    }
+
+
+def diagnose(run_dir: str | Path) -> dict:
+    """{'run', 'state', 'machine', 'phases': [...], 'split', 'eta_s', 'findings': [(finding, fix), ...]}."""
+    run_dir = Path(run_dir)
+    cfg, status = read_config(run_dir), read_status(run_dir)
+    rows = read_metrics(run_dir)
+    machine = next((r for r in reversed(rows) if r.get("type") == "machine"), {})
+    train = [r for r in rows if r.get("type") == "train"]
+    phases, current = [], []
+    first_machine = next((r for r in rows if r.get("type") == "machine"), {})  # where the first process began
+    start = first_machine.get("step", 0) * (train[0]["tokens_seen"] / train[0]["step"]) if train else 0
+    before = start  # tokens seen where the first interval of a phase began
+    for r in train:
+        if current and r["phase"] != current[-1]["phase"]:
+            phases.append(_phase_stats(current, before))
+            before, current = current[-1]["tokens_seen"], []
+        current.append(r)
+    if current:
+        phases.append(_phase_stats(current, before))
+    total = {k: 0.0 for k in (*PARTS, "other", "wall", "n_eval", "n_checkpoint")}
+    for p in phases:
+        for k, v in (p["split"] or {}).items():
+            total[k] = total.get(k, 0.0) + v
+    out = {
+        "run": run_dir.name,
+        "state": status.get("state", "unknown"),
+        "machine": machine,
+        "phases": phases,
+        "split": total if total["wall"] else None,
+        "eta_s": _eta(status, phases),
+        "tokens_seen": status.get("tokens_seen"),
+        "total_tokens": status.get("total_tokens"),
+    }
+    out["findings"] = findings(cfg, machine, out["split"])
+    return out
+
+
+def _eta(status: dict, phases: list[dict]) -> float | None:
+    """Seconds left: the tokens still to train over the effective rate of the newest phase (evaluation and
+    checkpoint time included, so it is the time the run will really take, not the bare step rate)."""
+    if status.get("state") == "done":
+        return 0.0
+    left = (status.get("total_tokens") or 0) - (status.get("tokens_seen") or 0)
+    rate = next((p["effective_tokens_per_s"] or p["tokens_per_s"] for p in reversed(phases)), None)
+    return left / rate if rate and left > 0 else None
+
+
+def findings(cfg: dict, machine: dict, split: dict | None) -> list[tuple[str, str]]:
+    """Plain findings, each with the setting that fixes it; the biggest costs first."""
+    out: list[tuple[float, str, str]] = []
+    meta = cfg.get("_meta", {})
+    train, log_cfg = cfg.get("train", {}), cfg.get("logging", {})
+    device = str(machine.get("device", "cpu")).split(":")[0]
+    seq = train.get("seq_len") or 0
+    if split:
+        sh = shares(split)
+        if sh["data"] >= DATA_SHARE:
+            out.append((sh["data"], f"{100 * sh['data']:.0f}% of the step waits for data",
+                        "the batches are read in the training loop from the token store: prepare it ahead "
+                        "(python -m backend prepare-data CONFIG) on a local disk (DETOUR_CACHE_DIR), not a network "
+                        "share; with other jobs on the machine, fewer of them"))  # fmt: skip
+        if sh["eval"] >= EVAL_SHARE:
+            out.append((sh["eval"], f"held-out evaluation takes {100 * sh['eval']:.0f}% of the wall time",
+                        f"raise logging.eval_every (now {log_cfg.get('eval_every')}) or lower logging.eval_batches "
+                        f"(now {log_cfg.get('eval_batches')})"))  # fmt: skip
+        n_ck = split.get("n_checkpoint") or 0
+        if n_ck and split["checkpoint"] / n_ck >= CHECKPOINT_STALL_S:
+            each = split["checkpoint"] / n_ck
+            out.append((sh["checkpoint"], f"checkpoint writes stall {each:.1f} s each "
+                        f"({100 * sh['checkpoint']:.0f}% of the wall time)",
+                        f"raise logging.checkpoint_every (now {log_cfg.get('checkpoint_every')}); a phase end always "
+                        "waits for its checkpoint"))  # fmt: skip
+        if sh["other"] >= OTHER_SHARE:
+            out.append((sh["other"], f"{100 * sh['other']:.0f}% of the wall time is outside data, compute, "
+                        "evaluation and checkpoints (logging, trackers, checks)",
+                        f"raise logging.log_every (now {log_cfg.get('log_every')}) or drop logging.report_to "
+                        "trackers"))  # fmt: skip
+    attn = (meta.get("attn_implementation") or {}).get("resolved") or cfg.get("model", {}).get("attn_implementation")
+    if attn == "eager":
+        out.append((0.3, "attention is eager", "model.attn_implementation=sdpa (1.3-1.9x in "
+                    "bench/results/attention_cpu.md)"))  # fmt: skip
+    elif attn == "sdpa" and device == "cuda" and seq >= 1024:
+        gain = FLEX_SPEEDUP[2048] if seq >= 2048 else (FLEX_SPEEDUP[2048] + 1) / 2
+        out.append((gain - 1, f"attention is sdpa: flex_attention would give about {gain:.1f}x at {seq} tokens "
+                    "(measured in bench/results/attention_cpu.md: 1.47x at 2048, none at 512)",
+                    "model.attn_implementation=flex_attention (or auto)"))  # fmt: skip
+    compiled = (meta.get("compile") or {}).get("resolved", train.get("compile"))
+    if compiled is False:
+        where = "on a GPU, where it also fuses the kernels" if device == "cuda" else (
+            f"about {COMPILE_SPEEDUP_CPU}x on a bf16 CPU (bench/results/train.run1.json); the first steps pay the "
+            "compiling (~45 s, then cached)")  # fmt: skip
+        out.append((0.15, "compile is off", f"train.compile=true: {where}"))
+    precision = machine.get("precision") or (meta.get("precision") or {}).get("resolved")
+    if device == "cuda" and precision == "fp32" and machine.get("bf16_supported"):
+        out.append((0.5, "precision fp32 on a GPU with bf16", "train.precision=bf16 (or auto): ~10x the matmul peak"))
+    elif device == "cpu" and precision == "fp32" and (machine.get("bf16_speedup") or 0) >= 1.25:
+        out.append((0.4, f"precision fp32 on a CPU whose bf16 matmuls run {machine['bf16_speedup']:.1f}x faster",
+                    "train.precision=auto (picks bf16 here)"))  # fmt: skip
+    return [(f, fix) for _, f, fix in sorted(out, key=lambda t: -t[0])]
+
+
+def hms(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def report(d: dict) -> str:
+    """The doctor's diagnosis as plain text (the CLI's output)."""
+    m = d["machine"]
+    lines = [f"run {d['run']} ({d['state']})"]
+    if m:
+        lines.append(f"machine: {m.get('device')} x{m.get('world', 1)}, {m.get('precision')}, peak "
+                     f"{m.get('peak_flops', 0) / 1e9:,.0f} GFLOP/s per process ({m.get('peak_source')}); "
+                     f"{m.get('parameters', 0) / 1e6:.1f}M parameters")  # fmt: skip
+    if not d["phases"]:
+        lines.append("no training steps logged yet")
+    for p in d["phases"]:
+        mfu = f"MFU {100 * p['mfu']:.1f}%" if p["mfu"] is not None else "MFU unknown"
+        split = f"; {format_split(p['split'])}" if p["split"] else " (no time split: a run from before the doctor)"
+        lines.append(f"phase {p['phase']} ({p['objective']}), steps {p['steps'][0]}-{p['steps'][1]}: "
+                     f"{p['tokens_per_s']:,.0f} tok/s, {mfu}{split}")  # fmt: skip
+    if d["split"]:
+        s = d["split"]
+        lines.append("time: " + ", ".join(f"{PART_LABELS[k]} {s[k]:.1f} s" for k in (*PARTS, "other")) +
+                     f" of {s['wall']:.1f} s")  # fmt: skip
+    if d["state"] not in ("done",):
+        lines.append(f"ETA: {hms(d['eta_s'])} at the measured rate")
+    lines.append("findings:" if d["findings"] else "findings: none (forward+backward holds the time)")
+    lines += [f"  - {f}: {fix}" for f, fix in d["findings"]]
+    return "\n".join(lines)
+
+
+def launch_estimate(n_params: int, precision: str, device: str, objectives: dict[str, int]) -> str | None:
+    """'~12 min at this machine's last measured rate (4,210 tok/s MLM, 2026-11-25 06:40)', or None when this machine
+    has not trained a model of this size yet. ``objectives``: tokens per objective of the planned run(s)."""
+    seconds, used = 0.0, []
+    for objective, tokens in objectives.items():
+        r = last_rate(n_params, precision, device, objective) or last_rate(n_params, precision, device)
+        if r is None:
+            return None
+        seconds += tokens / r["tokens_per_s"]
+        used.append(f"{r['tokens_per_s']:,.0f} tok/s {objective.upper()}, {r['measured_at'].replace('T', ' ')[:16]}")
+    return f"~{hms(seconds)} at this machine's last measured rate ({'; '.join(used)})"
+
+
+def parameter_count(config) -> int:
+    """Parameters of the MLM model ``config`` describes (built on the meta device: no memory, no weights read);
+    tied weights count once, as the training loop counts them."""
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    with torch.device("meta"):
+        model = AutoModelForMaskedLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def estimate_for_config(cfg: dict) -> str | None:
+    """The Launch form's estimate for a validated config (a pair: both runs), or None when this machine has not
+    measured a model of that size at that precision yet."""
+    import torch
+
+    from backend.detour.recipe import build_phases, split_pair, tokens_per_step
+    from backend.engine.models import model_config_of
+    from backend.engine.precision import resolve_precision
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    precision = resolve_precision(cfg["train"]["precision"], device)[0]
+    config = model_config_of(cfg["model"])
+    tokens: dict[str, int] = {}
+    for _, run_cfg in split_pair(cfg):
+        for phase in build_phases(run_cfg):
+            tokens[phase.objective] = tokens.get(phase.objective, 0) + phase.steps * tokens_per_step(run_cfg)
+    return launch_estimate(parameter_count(config), precision, device, tokens)
+
+
+def evaluation_throughput(results: dict) -> list[dict]:
+    """Per model of an evaluation's ``results.json``: finished seeds, seconds per seed (fine-tuning only) and the
+    fine-tuning rate in examples/s and tokens/s. The runs record no token count, so tokens/s is the padded bound
+    (examples x ``max_len``): what the GPU or CPU processed, an upper bound on the real tokens."""
+    max_len = (results.get("hparams") or {}).get("max_len")
+    out = []
+    for m in results.get("models", []):
+        done = [r for r in m.get("runs", []) if r.get("train_time_s")]
+        seconds = sum(r["train_time_s"] for r in done)
+        examples = sum((r.get("n_train") or 0) * (r.get("epochs_run") or 0) for r in done)
+        rate = examples / seconds if seconds else None
+        out.append({
+            "label": m.get("label"),
+            "seeds_done": len(done),
+            "seeds": len(m.get("runs", [])),
+            "seconds_per_seed": seconds / len(done) if done else None,
+            "examples_per_s": rate,
+            "padded_tokens_per_s": rate * max_len if rate and max_len else None,
+            "device": next((r.get("device") for r in done if r.get("device")), None),
+        })  # fmt: skip
+    return out
+
+
+def evaluation_report(results: dict) -> str:
+    """``evaluation_throughput`` as plain text (the doctor pointed at an evaluation folder)."""
+    lines = [f"evaluation {results.get('task')} ({results.get('status')}), max_len {results['hparams'].get('max_len')}"]
+    for e in evaluation_throughput(results):
+        if not e["seeds_done"]:
+            lines.append(f"{e['label']}: no seed finished yet")
+            continue
+        lines.append(f"{e['label']}: {e['seeds_done']}/{e['seeds']} seeds, {e['seconds_per_seed']:.0f} s per seed, "
+                     f"{e['examples_per_s']:.1f} examples/s, <= {e['padded_tokens_per_s'] or 0:,.0f} tokens/s "
+                     f"(padded to max_len) on {e['device']}")  # fmt: skip
+    return "\n".join(lines)

@@ -1,0 +1,159 @@
+"""The doctor: the loop's time split is real (a loader slowed on purpose shows up as data wait), train.log gets a line
+per logged step, and the findings name the setting that fixes each, on run directories built by hand."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from backend.__main__ import main
+from backend.core import atomic
+from backend.detour import trainer
+from backend.engine import throughput
+from backend.engine.models import load_masked_lm
+from backend.engine.rundir import read_metrics
+from backend.runs.doctor import diagnose, launch_estimate, report
+from backend.runs.train import prepare_runs, train_run
+from conftest import tiny_train_cfg
+
+FEW = {"recipe": "clm_detour", "phases.main.steps": 6, "phases.decay.steps": 2, "logging.log_every": 2,
+       "logging.eval_every": 100, "logging.checkpoint_every": 100, "logging.eval_batches": 1}  # fmt: skip
+
+
+class _SlowStore:
+    """The real token store, each batch read ``delay`` seconds late: a loader that cannot keep up."""
+
+    def __init__(self, store, delay: float):
+        self.store, self.delay = store, delay
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def rows(self, idx):
+        time.sleep(self.delay)
+        return self.store.rows(idx)
+
+
+def _data_share(run: Path) -> float:
+    rows = [r for r in read_metrics(run) if r["type"] == "train"]
+    data = sum(r["time_split"]["data"] for r in rows)
+    step = sum(r["time_split"][k] for r in rows for k in ("data", "forward_backward", "optimizer"))
+    return data / step
+
+
+def test_a_slow_loader_raises_the_data_wait_share(tiny_modernbert_dir, one_torch_thread, monkeypatch):
+    (fast,) = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "fast", **FEW))
+    assert train_run(fast)["state"] == "done"
+    real_open = trainer.open_corpus
+
+    def slow_open(*a, **kw):
+        train, held, info = real_open(*a, **kw)
+        return _SlowStore(train, 0.25), held, info
+
+    monkeypatch.setattr(trainer, "open_corpus", slow_open)
+    (slow,) = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "slow", **FEW))
+    assert train_run(slow)["state"] == "done"
+    fast_share, slow_share = _data_share(fast), _data_share(slow)
+    assert fast_share < 0.15 and slow_share > 0.4 and slow_share > fast_share + 0.3, (fast_share, slow_share)
+    slow_doc, fast_doc = diagnose(slow), diagnose(fast)
+    assert any("waits for data" in f for f, _ in slow_doc["findings"])
+    assert not any("waits for data" in f for f, _ in fast_doc["findings"])
+    # defect 11: a line per logged step in train.log, with loss, tok/s and the split
+    log = (slow / "train.log").read_text()
+    steps = [line for line in log.splitlines() if "] step " in line]
+    assert len(steps) == 4 and "loss" in steps[0] and "tok/s" in steps[0] and "data" in steps[0]
+    # per phase: tok/s, MFU against a measured peak, and the machine row that says which
+    assert [p["objective"] for p in fast_doc["phases"]] == ["clm", "mlm"]
+    assert all(p["tokens_per_s"] > 0 and 0 < p["mfu"] < 1 for p in fast_doc["phases"])
+    assert fast_doc["machine"]["precision"] == "fp32" and fast_doc["machine"]["peak_flops"] > 1e9
+    assert "MFU" in report(fast_doc) and fast_doc["eta_s"] == 0.0
+    # each phase end recorded this machine's rate for a model of this size: the Launch form's estimate
+    n = fast_doc["machine"]["parameters"]
+    assert throughput.last_rate(n, "fp32", "cpu", "clm")["tokens_per_s"] > 0
+    est = launch_estimate(n, "fp32", "cpu", {"clm": 10_000, "mlm": 1_000})
+    assert est and est.startswith("~") and "CLM" in est
+    assert launch_estimate(n * 10, "fp32", "cpu", {"mlm": 1}) is None  # another size: not measured here
+
+
+def _write_run(root: Path, name: str, cfg: dict, machine: dict, rows: list[dict], status: dict) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    atomic.write_yaml(d / "config.yaml", cfg)
+    atomic.write_json(d / "status.json", status)
+    atomic.write_text(d / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in [machine, *rows]))
+    return d
+
+
+def _row(step: int, split: dict, phase="main", objective="clm", tps=1000, rate=500.0) -> dict:
+    parts = {k: 0.0 for k in (*throughput.PARTS, "other")} | {k: v for k, v in split.items() if not k.startswith("n_")}
+    counts = {"n_eval": split.get("n_eval", 0), "n_checkpoint": split.get("n_checkpoint", 0)}
+    return {"type": "train", "step": step, "phase": phase, "objective": objective, "tokens_seen": step * tps,
+            "tokens_per_s": rate, "mfu": 0.2, "time_split": parts | {"wall": sum(parts.values())} | counts}  # fmt: skip
+
+
+def test_findings_name_the_setting_that_fixes_each(tmp_path):
+    cfg = {"name": "gpu", "train": {"seq_len": 2048, "compile": False},
+           "logging": {"eval_every": 25, "eval_batches": 8, "checkpoint_every": 10, "log_every": 5},
+           "_meta": {"attn_implementation": {"resolved": "sdpa"}, "compile": {"resolved": False},
+                     "precision": {"resolved": "fp32"}}}  # fmt: skip
+    machine = {"type": "machine", "step": 0, "device": "cuda:0", "precision": "fp32", "bf16_supported": True,
+               "peak_flops": 67e12, "peak_source": "published", "parameters": 149_000_000, "world": 1}  # fmt: skip
+    rows = [_row(s, {"data": 0.5, "forward_backward": 1.0, "checkpoint": 4.0, "n_checkpoint": 1}) for s in (10, 20)]
+    d = _write_run(tmp_path, "gpu", cfg, machine, rows,
+                   {"state": "running", "tokens_seen": 20_000, "total_tokens": 131_000})  # fmt: skip
+    doc = diagnose(d)
+    text = dict(doc["findings"])
+    assert text["checkpoint writes stall 4.0 s each (73% of the wall time)"].startswith(
+        "raise logging.checkpoint_every"
+    )
+    assert "flex_attention would give about 1.5x at 2048 tokens" in " ".join(text)
+    assert text["precision fp32 on a GPU with bf16"].startswith("train.precision=bf16")
+    assert text["compile is off"].startswith("train.compile=true")
+    assert "waits for data" not in " ".join(text)  # 9%: under the threshold
+    assert doc["findings"][0][0].startswith("checkpoint writes stall")  # the biggest cost first
+    # ETA: 111k tokens left at the effective rate (20k tokens in 11 s of wall time, checkpoints included)
+    assert doc["eta_s"] == pytest.approx(111_000 / (20_000 / 11.0))
+    out = report(doc)
+    assert "ETA: 1m01s" in out and "checkpoint 8.0 s" in out
+
+
+def test_a_quiet_run_gets_no_false_alarm_and_the_cli_prints_it(tmp_path, capsys):
+    cfg = {"name": "ok", "train": {"seq_len": 256}, "logging": {},
+           "_meta": {"attn_implementation": {"resolved": "sdpa"}, "compile": {"resolved": True}}}  # fmt: skip
+    machine = {"type": "machine", "step": 0, "device": "cpu", "precision": "bf16", "peak_flops": 8e11,
+               "peak_source": "measured", "parameters": 5_500_000}  # fmt: skip
+    rows = [_row(s, {"data": 0.01, "forward_backward": 1.0, "optimizer": 0.1}) for s in (5, 10, 15)]
+    d = _write_run(tmp_path, "ok", cfg, machine, rows, {"state": "done"})
+    assert diagnose(d)["findings"] == []
+    assert main(["doctor", str(d)]) == 0
+    out = capsys.readouterr().out
+    assert "500 tok/s, MFU 20.0%" in out and "findings: none" in out
+    assert main(["doctor", str(tmp_path / "absent")]) == 2
+
+
+def test_flops_per_token_counts_the_vocabulary_only_where_labelled():
+    config = load_masked_lm("detour-tiny-en").config
+    mlm, clm = (throughput.flops_per_token(config, 256, f) for f in (0.3, 1.0))
+    vocab = 6 * config.hidden_size * config.vocab_size
+    head = 6 * config.hidden_size**2
+    assert clm - mlm == pytest.approx(0.7 * (vocab + head))
+    h, i = config.hidden_size, config.intermediate_size  # 6 N: QKV, out, GLU in (2 x inter), MLP out
+    matmuls = 6 * config.num_hidden_layers * (3 * h * h + h * h + 2 * h * i + i * h)
+    attention = sum(12 * h * (256 if k == "full_attention" else config.local_attention + 1) for k in config.layer_types)
+    assert clm == pytest.approx(matmuls + head + attention + vocab)
+
+
+def test_evaluation_folders_get_seconds_per_seed_and_the_fine_tuning_rate(tmp_path, capsys):
+    runs = [{"seed": 0, "status": "done", "train_time_s": 30.0, "n_train": 100, "epochs_run": 3, "device": "cpu"},
+            {"seed": 1, "status": "done", "train_time_s": 50.0, "n_train": 100, "epochs_run": 3, "device": "cpu"},
+            {"seed": 2, "status": "pending"}]  # fmt: skip
+    results = {"task": "ner", "status": "running", "hparams": {"max_len": 128},
+               "models": [{"label": "base", "runs": runs}, {"label": "late", "runs": [{"seed": 0}]}]}  # fmt: skip
+    atomic.write_json(tmp_path / "results.json", results)
+    assert main(["doctor", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "base: 2/3 seeds, 40 s per seed, 7.5 examples/s, <= 960 tokens/s" in out  # 600 examples in 80 s
+    assert "late: no seed finished yet" in out
