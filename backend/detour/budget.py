@@ -21,6 +21,11 @@ def _with_step_of(cfg: dict, tokens: int) -> list[Phase]:
     return build_phases(unit, 1)
 
 
+def _times(ratio: float) -> str:
+    """1.2x, not "1x", for a step just over the budget; 12,500x for a far larger one."""
+    return f"{ratio:,.1f}x" if ratio < 10 else f"{ratio:,.0f}x"
+
+
 def check_step_fits(cfg: dict, world_size: int = 1) -> None:
     """Raise ConfigError when one optimizer step (batch_size x seq_len x grad_accum x processes) holds more tokens
     than a phase's whole token budget. Phases budgeted in steps always fit (a step-budgeted phase keeps its step
@@ -49,6 +54,6 @@ def check_step_fits(cfg: dict, world_size: int = 1) -> None:
             key,
             t["grad_accum"] if key == "train.grad_accum" else t["batch_size"],
             f"one optimizer step is {tps:,} tokens (batch_size {t['batch_size']} x seq_len {t['seq_len']} x "
-            f"grad_accum {t['grad_accum']}{world}), {tps / budget:,.0f}x the whole budget of phase '{phase.name}' "
+            f"grad_accum {t['grad_accum']}{world}), {_times(tps / budget)} the whole budget of phase '{phase.name}' "
             f"({budget:,} tokens); lower train.grad_accum, batch_size or seq_len, or raise that phase's tokens",
         )

@@ -70,14 +70,15 @@ def check(cfg: dict, check_data: bool = True) -> dict:
 
         msg = FSDP_NEEDS_GPU.format(found="no CUDA device", version=accelerate.__version__)
         raise ConfigError("train.fsdp", True, msg)
-    for _, run_cfg in split_pair(cfg):  # the phases each run will train, freeze ranges checked against the model
-        build_phases(run_cfg, num_layers=n_layers)
-        check_step_fits(run_cfg)  # a step larger than a phase's budget is nonsense (and could not be cancelled)
     tok = tokenizer_for(cfg)
     if tok.mask_token_id is None:
         raise ConfigError("model.tokenizer", m["tokenizer"] or m["name"], "the tokenizer has no mask token")
     pad_id = tok.pad_token_id if m["name"] == "from_scratch" else mconf.pad_token_id  # from_scratch: the tokenizer's
     warning = check_positions(mconf, cfg["train"]["seq_len"], pad_id)
+    # after the positions: a seq_len the model cannot take is the error to show, not the step it makes
+    for _, run_cfg in split_pair(cfg):  # the phases each run will train, freeze ranges checked against the model
+        build_phases(run_cfg, num_layers=n_layers)
+        check_step_fits(run_cfg)  # a step larger than a phase's budget is nonsense (and could not be cancelled)
     facts = {"num_layers": n_layers, "warnings": [warning] if warning else []}
     if check_data:
         facts.update(_check_batch_fills(cfg, tok))

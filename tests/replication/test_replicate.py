@@ -24,7 +24,7 @@ from backend.replication import replicate as rep
 from backend.replication.corpus import split_corpus
 
 TINY_SETS = [
-    "train.main_tokens=2048",
+    "train.main_tokens=2560",  # the decay (10%) is one whole step of 4 x 64 tokens
     "train.seq_len=64",
     "train.batch_size=4",
     "train.precision=fp32",
@@ -272,7 +272,7 @@ def test_failed_step_is_reported_then_retried(replication, monkeypatch, capsys):
 @pytest.mark.slow  # shares the module's end-to-end quick replication
 def test_changed_training_settings_are_refused(replication):
     argv = _argv(replication["model"], replication["out"])
-    argv[argv.index("train.main_tokens=2048")] = "train.main_tokens=4096"
+    argv[argv.index("train.main_tokens=2560")] = "train.main_tokens=4096"
     assert cli(argv) == 2  # a DetourError: one clean line, nothing overwritten
     assert json.loads((replication["out"] / "report.json").read_text())["status"] == "complete"
 

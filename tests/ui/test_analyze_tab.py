@@ -141,7 +141,7 @@ def test_a_run_still_training_is_labelled_with_its_step(isolated_runs_dir, tiny_
     assert labelled("detour-tiny-en") == "detour-tiny-en"
     _, msg = detour_tab.show_surprise("The cell divides.", ["busy"])
     assert "busy (training, step 40)" in msg
-    *_, msg = analyze_tab.compute_cka("busy", "detour-tiny-en", None, None, "demo", n_texts=2, max_len=16)
+    *_, msg = analyze_tab.compute_cka("busy", "detour-tiny-en", None, None, "demo", n_texts=4, max_len=16)
     assert "A = busy (training, step 40)" in msg, msg
     rundir.write_status(d, state="done")  # finished: no label
     assert labelled("busy") == "busy"

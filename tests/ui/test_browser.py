@@ -39,7 +39,7 @@ def test_page_launch_plot_fill_mask(tmp_path, isolated_runs_dir, tiny_modernbert
     cfg.update(name="browser-run", recipe="clm_detour")
     cfg["model"]["name"] = str(tiny_modernbert_dir)
     cfg["train"].update(seq_len=64, batch_size=4)
-    cfg["phases"]["main"]["tokens"] = 2048
+    cfg["phases"]["main"]["tokens"] = 2560  # the decay (10%) is one whole step of 4 x 64 tokens
     cfg["logging"].update(log_every=1, eval_every=4, eval_batches=2, checkpoint_every=100)
     cfg_file = tmp_path / "browser-run.yaml"
     cfg_file.write_text(yaml.safe_dump(cfg))

@@ -97,7 +97,7 @@ def test_sequence_length_beyond_the_positions_is_refused_or_warned_in_the_form(
     assert not res["ok"] and list(res["errors"]) == ["train.seq_len"]
     assert str(2 * bert_limit) in res["errors"]["train.seq_len"] and str(bert_limit) in res["errors"]["train.seq_len"]
     limit = AutoConfig.from_pretrained(tiny_modernbert_dir).max_position_embeddings
-    res = launch_tab.validate_form(form(tiny_modernbert_dir, train__seq_len=2 * limit))
+    res = launch_tab.validate_form(form(tiny_modernbert_dir, train__seq_len=2 * limit, phases__main__tokens=40_960))
     assert res["ok"] and "warning" in res["message"] and str(limit) in res["message"]
     assert "warning" not in launch_tab.validate_form(form(tiny_modernbert_dir))["message"]
 
