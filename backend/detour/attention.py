@@ -197,8 +197,9 @@ def _cpu_bf16_training(model) -> bool:
 
 @contextlib.contextmanager
 def _attention_function(modules: list, name: str):
-    """Each of ``modules`` reads ``name`` as its attention implementation while inside (a copy of its config: the
-    model's own config, its masks and what is saved stay sdpa)."""
+    """Each of ``modules`` reads ``name`` as its attention implementation while inside (a copy of its config, made
+    once per module so that a compiled encoder sees the same object every step: the model's own config, its masks
+    and what is saved stay sdpa)."""
     from transformers import AttentionInterface
 
     if name not in AttentionInterface._global_mapping:
@@ -206,8 +207,12 @@ def _attention_function(modules: list, name: str):
     old = [m.config for m in modules]
     try:
         for m in modules:
-            m.config = copy.copy(m.config)
-            m.config._attn_implementation_internal = name
+            swapped = m.__dict__.get("_detour_swapped_config")
+            if swapped is None or swapped[0] is not m.config:
+                swapped = (m.config, copy.copy(m.config))
+                swapped[1]._attn_implementation_internal = name
+                m._detour_swapped_config = swapped
+            m.config = swapped[1]
         yield
     finally:
         for m, c in zip(modules, old):
