@@ -24,6 +24,7 @@ BERT / RoBERTa / CamemBERT: a 4D additive causal mask (padding folded in); not w
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 
 import torch
@@ -148,15 +149,92 @@ def causal_plan(model, input_ids: torch.Tensor, pad_mask: torch.Tensor | None, c
     )
 
 
+CPU_BF16_ATTENTION = "detour_cpu_bf16_matmul"
+
+
+def _additive(mask: torch.Tensor) -> torch.Tensor:
+    """A boolean mask (True: visible) as the fp32 bias softmax adds; the smallest float where hidden, as eager does
+    (a row with nothing visible then spreads evenly instead of giving NaN)."""
+    return torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_fill_(
+        ~mask, torch.finfo(torch.float32).min
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _causal_additive(t: int, device: torch.device) -> torch.Tensor:
+    return _additive(torch.ones(t, t, dtype=torch.bool, device=device).tril())
+
+
+def cpu_bf16_matmul_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """Attention as two bf16 batched matmuls around an fp32 softmax (eager's arithmetic under autocast), for ModernBERT
+    training under CPU bf16 autocast: at 16 x 256 on this 2-core CPU sdpa's CPU flash kernel takes ~48 ms per layer
+    forward+backward with the local band mask (~43 ms causal), these matmuls ~22 ms (``bench/profile_train_step.py
+    --attention``). The mask is sdpa's (a boolean, or None with ``module.is_causal``)."""
+    scores = torch.matmul(query, key.transpose(-1, -2)).float() * (scaling or query.shape[-1] ** -0.5)
+    if attention_mask is not None:
+        bias = _additive(attention_mask) if attention_mask.dtype == torch.bool else attention_mask.float()
+        scores = scores + bias
+    elif getattr(module, "is_causal", False):
+        scores = scores + _causal_additive(query.shape[-2], query.device)
+    probs = scores.softmax(-1).to(value.dtype)
+    if dropout:
+        probs = torch.nn.functional.dropout(probs, p=dropout, training=True)
+    return torch.matmul(probs, value).transpose(1, 2).contiguous(), None
+
+
+def _cpu_bf16_training(model) -> bool:
+    """ModernBERT under sdpa, training on a CPU under bf16 autocast: where ``cpu_bf16_matmul_attention`` replaces
+    sdpa (fp32 training, evaluation and every other device keep sdpa, bit for bit)."""
+    return (
+        model_family(model.config) == "modernbert"
+        and getattr(model.config, "_attn_implementation", None) == "sdpa"
+        and model.device.type == "cpu"
+        and torch.is_grad_enabled()
+        and torch.is_autocast_enabled("cpu")
+        and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    )
+
+
+@contextlib.contextmanager
+def _attention_function(modules: list, name: str):
+    """Each of ``modules`` reads ``name`` as its attention implementation while inside (a copy of its config, made
+    once per module so that a compiled encoder sees the same object every step: the model's own config, its masks
+    and what is saved stay sdpa)."""
+    from transformers import AttentionInterface
+
+    if name not in AttentionInterface._global_mapping:
+        AttentionInterface.register(name, lambda *a, **k: cpu_bf16_matmul_attention(*a, **k))  # read when called
+    old = [m.config for m in modules]
+    try:
+        for m in modules:
+            swapped = m.__dict__.get("_detour_swapped_config")
+            if swapped is None or swapped[0] is not m.config:
+                swapped = (m.config, copy.copy(m.config))
+                swapped[1]._attn_implementation_internal = name
+                m._detour_swapped_config = swapped
+            m.config = swapped[1]
+        yield
+    finally:
+        for m, c in zip(modules, old):
+            m.config = c
+
+
 @contextlib.contextmanager
 def causal_attention(model, input_ids: torch.Tensor, pad_mask: torch.Tensor | None, causal: bool, dtype=None):
-    """Yields the ``attention_mask`` for the encoder; sets ``is_causal`` where the plan needs it, while inside."""
+    """Yields the ``attention_mask`` for the encoder; sets ``is_causal`` where the plan needs it, while inside (and,
+    training ModernBERT under CPU bf16 autocast, the matmul attention on every layer)."""
     mask, modules = causal_plan(model, input_ids, pad_mask, causal, dtype)
     old = [m.is_causal for m in modules]
+    swap = (
+        _attention_function(_modernbert_attention_modules(model), CPU_BF16_ATTENTION)
+        if _cpu_bf16_training(model)
+        else contextlib.nullcontext()
+    )
     try:
         for m in modules:
             m.is_causal = True
-        yield mask
+        with swap:
+            yield mask
     finally:
         for m, o in zip(modules, old):
             m.is_causal = o

@@ -121,3 +121,31 @@ def test_sdpa_local_causal_mask_is_the_library_mask_element_for_element(tmp_path
     assert fast["sliding_attention"].shape == library["sliding_attention"].shape
     assert torch.equal(fast["sliding_attention"], library["sliding_attention"])
     assert causal_plan(m, ids, None, True)[0]["sliding_attention"] is fast["sliding_attention"]  # built once per shape
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_cpu_bf16_training_attention_is_the_matmul_route_and_agrees_with_sdpa(tmp_path, monkeypatch, causal):
+    """Training ModernBERT under CPU bf16 autocast swaps sdpa for the bf16 matmul attention on every layer (window,
+    causality and no future leak kept; outputs within bf16 rounding of sdpa's); the model's config stays sdpa."""
+    from backend.detour import attention
+
+    d = save_tiny_model(tmp_path, TINY_MODERNBERT, attn_implementation="sdpa")
+    model = load_masked_lm(str(d), attn_implementation="sdpa").train()
+    calls = []
+    real = attention.cpu_bf16_matmul_attention
+    monkeypatch.setattr(attention, "cpu_bf16_matmul_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    a, b = _pair_differing_after(40)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ha, hb = _encode(model, a, None, causal), _encode(model, b, None, causal)
+        n_layers = model.config.num_hidden_layers
+        assert len(calls) == 2 * n_layers
+        with torch.no_grad():  # evaluation keeps sdpa
+            ref = _encode(model, a, None, causal)
+        assert len(calls) == 2 * n_layers
+    assert model.config._attn_implementation == "sdpa"
+    assert all(m.attn.config is model.config for m in model.model.layers)
+    assert (ha.float() - ref.float()).abs().max() < 0.1 * ref.float().abs().max()
+    if causal:
+        assert torch.equal(ha[:, :40], hb[:, :40])
+    else:
+        assert not torch.equal(ha[:, :39], hb[:, :39])

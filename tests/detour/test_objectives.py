@@ -175,3 +175,31 @@ def test_liger_fused_loss_matches_the_plain_loss_and_gradients(tiny_modernbert_d
     torch.testing.assert_close(fused[0], plain[0], **tol)
     for k, g in plain[3].items():
         torch.testing.assert_close(fused[3][k], g, **tol, msg=k)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_cpu_bf16_vocab_loss_matches_autocast(monkeypatch, bias):
+    """The CPU bf16 fused loss (chunks of rows, gradients taken in the forward pass) gives autocast's loss and
+    gradients up to bf16 rounding, across chunk edges (3 chunks of 64 rows and a remainder here)."""
+    from backend.detour import objectives
+
+    monkeypatch.setattr(objectives, "FUSED_CPU_LOGITS_ELEMENTS", 64 * 96)
+    torch.manual_seed(0)
+    dec = torch.nn.Linear(32, 96, bias=bias)
+    x0, target = torch.randn(200, 32), torch.randint(0, 96, (200,))
+    out = []
+    for fused in (False, True):
+        dec.zero_grad()
+        x = x0.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert objectives._cpu_bf16_training(x.device)
+            if fused:
+                loss = objectives.cpu_bf16_vocab_loss(x, dec, target)
+            else:
+                loss = torch.nn.functional.cross_entropy(dec(x).float(), target, reduction="sum")
+        (loss * 0.5).backward()
+        out.append([loss.detach(), x.grad, dec.weight.grad] + ([dec.bias.grad] if bias else []))
+    for a, b in zip(*out):
+        assert a.dtype == b.dtype
+        assert (a - b).norm() <= 1e-2 * b.norm()  # bf16 products summed in another order
+    assert not objectives._cpu_bf16_training(torch.device("cpu"))  # fp32: autocast's path, bit for bit
