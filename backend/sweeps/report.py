@@ -8,10 +8,9 @@ at the observed spread. Written as report.json, report.md, report.html and figur
 from __future__ import annotations
 
 import html
-import os
-import shutil
 from pathlib import Path
 
+from backend.analysis.figure_files import export_pngs
 from backend.core import atomic
 from backend.evaluation.stats import mean_std, paired_comparison, seeds_needed, t_interval, verdict
 from backend.sweeps.measure import METRICS, _line_key, read_results
@@ -169,12 +168,6 @@ def figure(rep: dict, metric: str):
     return fig
 
 
-def _find_browser() -> str | None:
-    if os.environ.get("BROWSER_PATH"):
-        return os.environ["BROWSER_PATH"]
-    return next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
-
-
 def write_figures(rep: dict, fig_dir: Path, png: bool = True) -> dict:
     """figures/<metric>.html (plotly, standalone, offline) and, where kaleido finds a Chromium, figures/<metric>.png."""
     fig_dir.mkdir(parents=True, exist_ok=True)
@@ -185,19 +178,7 @@ def write_figures(rep: dict, fig_dir: Path, png: bool = True) -> dict:
         f.write_html(str(p), include_plotlyjs=True)  # standalone: opens offline
         files["html"].append(str(p))
     if png and figs:
-        browser = _find_browser()
-        if browser is None:
-            files["png_error"] = "no Chromium found for kaleido; PNGs skipped (the HTML figures are written)"
-        else:
-            os.environ.setdefault("BROWSER_PATH", browser)
-            try:
-                import kaleido
-
-                items = [{"fig": f, "path": str(fig_dir / f"{k}.png")} for k, f in figs.items()]
-                kaleido.write_fig_from_object_sync(items, kopts={"timeout": 120, "mathjax": False})
-            except Exception as exc:  # noqa: BLE001 - a report without PNGs is still a report
-                files["png_error"] = f"PNG export failed: {exc}"
-            files["png"] = [str(fig_dir / f"{k}.png") for k in figs if (fig_dir / f"{k}.png").exists()]
+        files["png"], files["png_error"] = export_pngs(figs, fig_dir)
     return files
 
 

@@ -16,10 +16,11 @@ import pytest
 import torch
 
 from backend.__main__ import main as cli
+from backend.analysis import figure_files
 from backend.core import paths, process
 from backend.core.errors import DetourError
 from backend.core.paths import DEMO_CORPUS, DEMO_NER_DIR
-from backend.replication import figures, plan, steps
+from backend.replication import plan, steps
 from backend.replication import replicate as rep
 from backend.replication.corpus import split_corpus
 
@@ -121,7 +122,7 @@ def test_quick_plan_completes_with_a_self_contained_report(replication):
     names = {"loss_curves", "divergence", "cka_heatmaps", "f1", "f1_table", "weight_change"}
     assert names <= {p.stem for p in (out / "figures").glob("*.json")}
     # PNGs: whatever this machine has decides what the report must say (each case is unit-tested below)
-    if figures._find_browser() is None:
+    if figure_files._find_browser() is None:
         assert "no Chromium/Chrome found" in report["png_error"]
     elif importlib.util.find_spec("kaleido") is None:
         assert "kaleido is not installed" in report["png_error"]
@@ -166,31 +167,31 @@ def _fake_kaleido(monkeypatch, write):
 
 
 def test_export_pngs_without_a_browser_says_chromium(browser_env, tmp_path):
-    browser_env.setattr(figures, "_find_browser", lambda: None)
+    browser_env.setattr(figure_files, "_find_browser", lambda: None)
     calls = _fake_kaleido(browser_env, lambda items: pytest.fail("kaleido must not run without a browser"))
-    files, err = figures.export_pngs(_figs(), tmp_path / "fig")
+    files, err = figure_files.export_pngs(_figs(), tmp_path / "fig")
     assert files == [] and calls == []
     assert err.startswith("no Chromium/Chrome found")
     assert not (tmp_path / "fig").exists()
 
 
 def test_export_pngs_with_a_browser_but_no_kaleido_says_kaleido(browser_env, tmp_path):
-    browser_env.setattr(figures, "_find_browser", lambda: "/usr/bin/chromium")
+    browser_env.setattr(figure_files, "_find_browser", lambda: "/usr/bin/chromium")
     browser_env.setitem(sys.modules, "kaleido", None)  # import kaleido -> ImportError
-    files, err = figures.export_pngs(_figs(), tmp_path / "fig")
+    files, err = figure_files.export_pngs(_figs(), tmp_path / "fig")
     assert files == [] and err == "kaleido is not installed; PNGs skipped"
     assert not (tmp_path / "fig").exists()
 
 
 def test_export_pngs_with_a_browser_and_kaleido_writes_every_figure(browser_env, tmp_path):
-    browser_env.setattr(figures, "_find_browser", lambda: "/opt/my-chrome")
+    browser_env.setattr(figure_files, "_find_browser", lambda: "/opt/my-chrome")
 
     def write(items):
         for it in items:
             Path(it["path"]).write_bytes(PNG_MAGIC + b"fake")
 
     calls = _fake_kaleido(browser_env, write)
-    files, err = figures.export_pngs(_figs(), tmp_path / "fig")
+    files, err = figure_files.export_pngs(_figs(), tmp_path / "fig")
     assert err is None and files == [str(tmp_path / "fig" / "a.png"), str(tmp_path / "fig" / "b.png")]
     ((items, kopts),) = calls  # one browser session for all figures
     assert [(it["opts"]["width"], it["opts"]["height"]) for it in items] == [(1000, 400), (1000, 300)]
@@ -198,27 +199,27 @@ def test_export_pngs_with_a_browser_and_kaleido_writes_every_figure(browser_env,
 
 
 def test_export_pngs_reports_a_kaleido_failure_and_a_missing_file(browser_env, tmp_path):
-    browser_env.setattr(figures, "_find_browser", lambda: "/usr/bin/chromium")
+    browser_env.setattr(figure_files, "_find_browser", lambda: "/usr/bin/chromium")
 
     def crash(items):
         Path(items[0]["path"]).write_bytes(PNG_MAGIC)
         raise RuntimeError("browser closed")
 
     _fake_kaleido(browser_env, crash)
-    files, err = figures.export_pngs(_figs(), tmp_path / "fig")
+    files, err = figure_files.export_pngs(_figs(), tmp_path / "fig")
     assert files == [str(tmp_path / "fig" / "a.png")] and err == "PNG export failed: browser closed"
     _fake_kaleido(browser_env, lambda items: Path(items[1]["path"]).write_bytes(PNG_MAGIC))
     (tmp_path / "fig" / "a.png").unlink()
-    files, err = figures.export_pngs(_figs(), tmp_path / "fig")
+    files, err = figure_files.export_pngs(_figs(), tmp_path / "fig")
     assert files == [str(tmp_path / "fig" / "b.png")] and err == "PNG export wrote no file for: a"
 
 
 @pytest.mark.skipif(
-    figures._find_browser() is None or importlib.util.find_spec("kaleido") is None,
+    figure_files._find_browser() is None or importlib.util.find_spec("kaleido") is None,
     reason="needs a local Chromium and kaleido (both in the README's setup); the decision is unit-tested above",
 )
 def test_export_pngs_for_real(tmp_path):
-    files, err = figures.export_pngs(_figs(), tmp_path / "fig")
+    files, err = figure_files.export_pngs(_figs(), tmp_path / "fig")
     assert err is None and len(files) == 2
     for f in files:
         data = Path(f).read_bytes()
