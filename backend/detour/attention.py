@@ -182,16 +182,23 @@ def cpu_bf16_matmul_attention(module, query, key, value, attention_mask, dropout
     return torch.matmul(probs, value).transpose(1, 2).contiguous(), None
 
 
-def _cpu_bf16_training(model) -> bool:
-    """ModernBERT under sdpa, training on a CPU under bf16 autocast: where ``cpu_bf16_matmul_attention`` replaces
-    sdpa (fp32 training, evaluation and every other device keep sdpa, bit for bit)."""
+def cpu_bf16_training(device: torch.device) -> bool:
+    """Training (grad on) on a CPU under bf16 autocast: where the matmul attention and ``cpu_bf16_vocab_loss`` stand
+    in for sdpa and autocast's logits (fp32 training, evaluation and every other device keep those, bit for bit)."""
     return (
-        model_family(model.config) == "modernbert"
-        and getattr(model.config, "_attn_implementation", None) == "sdpa"
-        and model.device.type == "cpu"
+        device.type == "cpu"
         and torch.is_grad_enabled()
         and torch.is_autocast_enabled("cpu")
         and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    )
+
+
+def _matmul_attention_here(model) -> bool:
+    """ModernBERT under sdpa, in ``cpu_bf16_training``: where ``cpu_bf16_matmul_attention`` replaces sdpa."""
+    return (
+        model_family(model.config) == "modernbert"
+        and getattr(model.config, "_attn_implementation", None) == "sdpa"
+        and cpu_bf16_training(model.device)
     )
 
 
@@ -227,7 +234,7 @@ def causal_attention(model, input_ids: torch.Tensor, pad_mask: torch.Tensor | No
     old = [m.is_causal for m in modules]
     swap = (
         _attention_function(_modernbert_attention_modules(model), CPU_BF16_ATTENTION)
-        if _cpu_bf16_training(model)
+        if _matmul_attention_here(model)
         else contextlib.nullcontext()
     )
     try:

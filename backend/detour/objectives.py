@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from backend.detour.attention import causal_attention
+from backend.detour.attention import causal_attention, cpu_bf16_training
 
 IGNORE = -100
 
@@ -166,16 +166,6 @@ def cpu_bf16_vocab_loss(hidden: torch.Tensor, decoder: nn.Linear, target: torch.
     return _Bf16VocabLoss.apply(hidden, decoder.weight, decoder.bias, target, rows)
 
 
-def _cpu_bf16_training(device: torch.device) -> bool:
-    """Training under CPU bf16 autocast: where ``cpu_bf16_vocab_loss`` replaces autocast's logits."""
-    return (
-        device.type == "cpu"
-        and torch.is_grad_enabled()
-        and torch.is_autocast_enabled("cpu")
-        and torch.get_autocast_dtype("cpu") == torch.bfloat16
-    )
-
-
 def _loss_sum(head, hidden: torch.Tensor, target: torch.Tensor, count: bool = True):
     """(summed cross-entropy, number right or None) of one chunk of labelled positions. Training does not count
     (``count=False``): the loop reads only the loss, and the count is one more pass over every logit."""
@@ -213,7 +203,7 @@ class EncoderLM(nn.Module):
         if fused is not None:
             loss = fused(transform(hidden), decoder.weight, target, bias=decoder.bias, reduction="sum")
             return loss / n, None, n
-        if decoder is not None and n and _cpu_bf16_training(hidden.device):
+        if decoder is not None and n and cpu_bf16_training(hidden.device):
             return cpu_bf16_vocab_loss(transform(hidden), decoder, target) / n, None, n
         head = transform if decoder is None else (lambda h: decoder(transform(h)))
         chunk = max(1, LOGITS_CHUNK_ELEMENTS // self.hf_model.config.vocab_size)
