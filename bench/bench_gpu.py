@@ -112,9 +112,10 @@ from common import machine as cpu_machine  # noqa: E402
 
 # --- project imports: the only names this script takes from backend/ (repoint here when the package moves) ---
 from backend.core.errors import ConfigError  # noqa: E402
-from backend.detour import objectives  # noqa: E402  (FUSED_LOSS_DEVICES: a "chunked" setup turns the fused loss off)
+from backend.detour import encoder_lm  # noqa: E402  (FUSED_LOSS_DEVICES: a "chunked" setup turns the fused loss off)
 from backend.detour.attention import causal_attention  # noqa: E402
-from backend.detour.objectives import IGNORE, EncoderLM, clm_labels, fused_vocab_loss, mlm_mask  # noqa: E402
+from backend.detour.encoder_lm import IGNORE, EncoderLM, fused_vocab_loss  # noqa: E402
+from backend.detour.objectives import clm_labels, mlm_mask  # noqa: E402
 from backend.detour.recipe import build_optimizer  # noqa: E402
 from backend.engine.compiling import compile_encoder as compile_in_place  # noqa: E402
 from backend.engine.compiling import resolve_compile  # noqa: E402
@@ -405,12 +406,12 @@ class Setup:
 @contextlib.contextmanager
 def vocab_loss(fused: bool, device: torch.device):
     """EncoderLM takes the fused loss on the devices listed in ``FUSED_LOSS_DEVICES``: empty it for a chunked row."""
-    old = objectives.FUSED_LOSS_DEVICES
-    objectives.FUSED_LOSS_DEVICES = (device.type,) if fused else ()
+    old = encoder_lm.FUSED_LOSS_DEVICES
+    encoder_lm.FUSED_LOSS_DEVICES = (device.type,) if fused else ()
     try:
         yield
     finally:
-        objectives.FUSED_LOSS_DEVICES = old
+        encoder_lm.FUSED_LOSS_DEVICES = old
 
 
 def timed_row(times: list[float], tokens: int, losses: list[float], fpt: float, peaks: dict, device) -> dict:

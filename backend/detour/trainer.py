@@ -21,7 +21,8 @@ import torch
 
 from backend.core import atomic
 from backend.core.errors import DataError
-from backend.detour.objectives import IGNORE, EncoderLM, clm_labels, mlm_mask, replacement_vocab, special_ids
+from backend.detour.encoder_lm import IGNORE, EncoderLM
+from backend.detour.objectives import clm_labels, mlm_mask, replacement_vocab, special_ids
 from backend.detour.recipe import (
     Phase,
     build_optimizer,

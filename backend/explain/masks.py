@@ -20,7 +20,7 @@ import torch
 
 from backend.core.errors import DetourError
 from backend.detour.attention import causal_attention
-from backend.detour.objectives import EncoderLM
+from backend.detour.encoder_lm import EncoderLM
 from backend.engine.models import load_masked_lm, quiet_transformers, transformer_blocks
 
 KIND_NAMES = {"full_attention": "global", "sliding_attention": "local"}

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.detour.objectives import EncoderLM, clm_labels, mlm_mask, replacement_vocab, special_ids
+from backend.detour.encoder_lm import EncoderLM
+from backend.detour.objectives import clm_labels, mlm_mask, replacement_vocab, special_ids
 from backend.detour.trainer import _full_batch
 from conftest import TINY_MODERNBERT, bundled_tokenizer
 

@@ -56,7 +56,7 @@ def test_mlm_masking_statistics_and_determinism():
 
 def test_chunked_loss_equals_the_whole_loss_and_its_gradients(tiny_modernbert_dir, monkeypatch):
     """Large logit tensors are computed a chunk at a time (recomputed in backward): same loss, same gradients."""
-    from backend.detour import objectives
+    from backend.detour import encoder_lm
     from backend.engine.models import load_masked_lm
 
     torch.manual_seed(0)
@@ -65,9 +65,9 @@ def test_chunked_loss_equals_the_whole_loss_and_its_gradients(tiny_modernbert_di
     labels = clm_labels(ids, starts)  # CLM: every token labelled, the case chunking is for
 
     def run(chunk_elements):
-        monkeypatch.setattr(objectives, "LOGITS_CHUNK_ELEMENTS", chunk_elements)
+        monkeypatch.setattr(encoder_lm, "LOGITS_CHUNK_ELEMENTS", chunk_elements)
         model = load_masked_lm(str(tiny_modernbert_dir))
-        lm = objectives.EncoderLM(model)
+        lm = encoder_lm.EncoderLM(model)
         loss, correct, n = lm(ids, labels, causal=True)
         loss.backward()
         return loss.detach(), correct, n, {k: p.grad.clone() for k, p in model.named_parameters()}
@@ -98,7 +98,7 @@ def _liger_contract(input, weight, target, bias=None, reduction="mean", ignore_i
 
 
 def _loss_and_grads(model, ids, labels, causal):
-    from backend.detour.objectives import EncoderLM
+    from backend.detour.encoder_lm import EncoderLM
 
     model.zero_grad(set_to_none=True)
     loss, correct, n = EncoderLM(model)(ids, labels, causal=causal)
@@ -112,27 +112,27 @@ def _clm_batch(vocab: int = 200):
 
 
 def test_fused_loss_is_used_only_on_its_devices_and_only_when_installed(monkeypatch):
-    from backend.detour import objectives
+    from backend.detour import encoder_lm
 
-    monkeypatch.setattr(objectives, "_liger_fused_linear_cross_entropy", lambda: None)  # liger-kernel not installed
-    assert objectives.fused_vocab_loss(torch.device("cuda")) is None
-    monkeypatch.setattr(objectives, "_liger_fused_linear_cross_entropy", lambda: _liger_contract)
-    assert objectives.fused_vocab_loss(torch.device("cuda")) is _liger_contract
-    assert objectives.fused_vocab_loss(torch.device("cpu")) is None  # the chunked path on a CPU
+    monkeypatch.setattr(encoder_lm, "_liger_fused_linear_cross_entropy", lambda: None)  # liger-kernel not installed
+    assert encoder_lm.fused_vocab_loss(torch.device("cuda")) is None
+    monkeypatch.setattr(encoder_lm, "_liger_fused_linear_cross_entropy", lambda: _liger_contract)
+    assert encoder_lm.fused_vocab_loss(torch.device("cuda")) is _liger_contract
+    assert encoder_lm.fused_vocab_loss(torch.device("cpu")) is None  # the chunked path on a CPU
 
 
 @pytest.mark.parametrize("family", ["modernbert", "bert"])
 def test_the_fused_path_projects_the_head_output_with_the_tied_decoder_and_its_bias(family, monkeypatch, tmp_path):
     """The fused call gets ``decoder(transform(h))`` split in two: same loss and gradients (the tied embedding matrix,
     the decoder bias, the head) as the plain path; it counts nothing right, evaluation (no grad) still does."""
-    from backend.detour import objectives
+    from backend.detour import encoder_lm
     from backend.engine.models import load_masked_lm
 
     d = save_tiny_model(tmp_path, TINY_MODERNBERT if family == "modernbert" else TINY_BERT)
     ids, labels = _clm_batch()
     plain = _loss_and_grads(load_masked_lm(str(d)), ids, labels, causal=True)
-    monkeypatch.setattr(objectives, "_liger_fused_linear_cross_entropy", lambda: _liger_contract)
-    monkeypatch.setattr(objectives, "FUSED_LOSS_DEVICES", ("cpu",))
+    monkeypatch.setattr(encoder_lm, "_liger_fused_linear_cross_entropy", lambda: _liger_contract)
+    monkeypatch.setattr(encoder_lm, "FUSED_LOSS_DEVICES", ("cpu",))
     model = load_masked_lm(str(d))
     fused = _loss_and_grads(model, ids, labels, causal=True)
     assert fused[1] is None and fused[2] == plain[2] == 3 * 39
@@ -141,7 +141,7 @@ def test_the_fused_path_projects_the_head_output_with_the_tied_decoder_and_its_b
     for k, g in plain[3].items():
         torch.testing.assert_close(fused[3][k], g, rtol=1e-5, atol=1e-7, msg=k)
     with torch.no_grad():
-        loss, correct, n = objectives.EncoderLM(model)(ids, labels, causal=True)
+        loss, correct, n = encoder_lm.EncoderLM(model)(ids, labels, causal=True)
     assert correct is not None and n == plain[2]
 
 
@@ -151,21 +151,21 @@ def test_liger_fused_loss_matches_the_plain_loss_and_gradients(tiny_modernbert_d
     (``TRITON_INTERPRET=1``, liger-kernel and triton importable): CLM loss and every gradient as the plain path."""
     import os
 
-    from backend.detour import objectives
+    from backend.detour import encoder_lm
     from backend.engine.models import load_masked_lm
 
-    if objectives._liger_fused_linear_cross_entropy() is None:
+    if encoder_lm._liger_fused_linear_cross_entropy() is None:
         pytest.skip("liger-kernel is not installed (requirements-gpu.txt)")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
         if os.environ.get("TRITON_INTERPRET") != "1":
             pytest.skip("no CUDA: set TRITON_INTERPRET=1 to run liger's Triton kernels on the CPU")
-        monkeypatch.setattr(objectives, "FUSED_LOSS_DEVICES", ("cpu",))
+        monkeypatch.setattr(encoder_lm, "FUSED_LOSS_DEVICES", ("cpu",))
     ids, labels = (t.to(device) for t in _clm_batch())
     autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bf16")
 
     def run(fused: bool):
-        monkeypatch.setattr(objectives, "FUSED_LOSS_DEVICES", (device,) if fused else ())
+        monkeypatch.setattr(encoder_lm, "FUSED_LOSS_DEVICES", (device,) if fused else ())
         with autocast:
             return _loss_and_grads(load_masked_lm(str(tiny_modernbert_dir)).to(device), ids, labels, causal=True)
 
@@ -181,9 +181,9 @@ def test_liger_fused_loss_matches_the_plain_loss_and_gradients(tiny_modernbert_d
 def test_cpu_bf16_vocab_loss_matches_autocast(monkeypatch, bias):
     """The CPU bf16 fused loss (chunks of rows, gradients taken in the forward pass) gives autocast's loss and
     gradients up to bf16 rounding, across chunk edges (3 chunks of 64 rows and a remainder here)."""
-    from backend.detour import objectives
+    from backend.detour import encoder_lm
 
-    monkeypatch.setattr(objectives, "FUSED_CPU_LOGITS_ELEMENTS", 64 * 96)
+    monkeypatch.setattr(encoder_lm, "FUSED_CPU_LOGITS_ELEMENTS", 64 * 96)
     torch.manual_seed(0)
     dec = torch.nn.Linear(32, 96, bias=bias)
     x0, target = torch.randn(200, 32), torch.randint(0, 96, (200,))
@@ -192,9 +192,9 @@ def test_cpu_bf16_vocab_loss_matches_autocast(monkeypatch, bias):
         dec.zero_grad()
         x = x0.clone().requires_grad_()
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            assert objectives.cpu_bf16_training(x.device)
+            assert encoder_lm.cpu_bf16_training(x.device)
             if fused:
-                loss = objectives.cpu_bf16_vocab_loss(x, dec, target)
+                loss = encoder_lm.cpu_bf16_vocab_loss(x, dec, target)
             else:
                 loss = torch.nn.functional.cross_entropy(dec(x).float(), target, reduction="sum")
         (loss * 0.5).backward()
@@ -202,4 +202,4 @@ def test_cpu_bf16_vocab_loss_matches_autocast(monkeypatch, bias):
     for a, b in zip(*out):
         assert a.dtype == b.dtype
         assert (a - b).norm() <= 1e-2 * b.norm()  # bf16 products summed in another order
-    assert not objectives.cpu_bf16_training(torch.device("cpu"))  # fp32: autocast's path, bit for bit
+    assert not encoder_lm.cpu_bf16_training(torch.device("cpu"))  # fp32: autocast's path, bit for bit
