@@ -1,4 +1,5 @@
-"""Linear CKA: the math (backend/cka.py), then the analysis functions and the CLI on tiny models."""
+"""Similarity measures: the math (backend/analysis/cka.py: debiased and biased linear CKA, Procrustes), then the
+analysis functions and the CLI on tiny models."""
 
 from __future__ import annotations
 
@@ -8,7 +9,17 @@ import math
 import pytest
 import torch
 
-from backend.analysis.cka import StreamingCKA, gram_cka, linear_cka
+from backend.analysis.cka import (
+    MEASURES,
+    StreamingCKA,
+    debiased_cka,
+    gram_cka,
+    gram_similarity,
+    hsic_unbiased_gram,
+    linear_cka,
+    procrustes_similarity,
+    similarity,
+)
 
 TOL = 1e-10
 
@@ -20,18 +31,39 @@ def _data(n=200, d1=12, d2=9, seed=0):
     return x, y
 
 
-def _stream(x, y, splits, **kw) -> float:
+def _stream(x, y, splits, measure="linear", **kw) -> float:
     acc = StreamingCKA(**kw)
     s = 0
     for m in splits:
         acc.update([x[s : s + m]], [y[s : s + m]])
         s += m
     assert s == x.shape[0]
-    return acc.matrix().item()
+    return acc.matrix(measure).item()
+
+
+def _reference(x, y, measure) -> float:
+    """An implementation that shares no code with the feature-space one: the n x n Gram formulas for both CKAs
+    (Song et al.'s unbiased HSIC on uncentred Gram matrices), scipy's orthogonal Procrustes for Procrustes."""
+    if measure != "procrustes":
+        return gram_similarity(x, y, measure)
+    from scipy.linalg import orthogonal_procrustes
+
+    xc, yc = x - x.mean(0), y - y.mean(0)
+    xc, yc = (xc / xc.norm()).numpy(), (yc / yc.norm()).numpy()
+    width = max(xc.shape[1], yc.shape[1])  # zero columns change no distance: pad to one width
+    xc = torch.nn.functional.pad(torch.from_numpy(xc), (0, width - xc.shape[1])).numpy()
+    yc = torch.nn.functional.pad(torch.from_numpy(yc), (0, width - yc.shape[1])).numpy()
+    r, _ = orthogonal_procrustes(yc, xc)
+    return 1.0 - float(((xc - yc @ r) ** 2).sum()) / 2.0
 
 
 # ------------------------------------------------------------------------------------------ properties
-@pytest.mark.parametrize("fn", [linear_cka, gram_cka, lambda x, y: _stream(x, y, [50, 50, 100])])
+@pytest.mark.parametrize(
+    "fn",
+    [linear_cka, gram_cka, debiased_cka, procrustes_similarity]
+    + [lambda x, y, m=m: _stream(x, y, [50, 50, 100], m) for m in MEASURES]
+    + [lambda x, y: gram_similarity(x, y, "debiased")],
+)
 def test_self_similarity_is_one(fn):
     x, _ = _data()
     assert fn(x, x) == pytest.approx(1.0, abs=TOL)
@@ -48,18 +80,82 @@ def test_symmetric():
     assert 0.05 < linear_cka(x, y) < 0.95  # a non-trivial value, so the checks above mean something
 
 
-def test_orthogonal_and_isotropic_scaling_invariance_not_anisotropic():
+@pytest.mark.parametrize("measure", list(MEASURES))
+def test_orthogonal_and_isotropic_scaling_invariance_not_anisotropic(measure):
     x, y = _data()
+
+    def sim(a, b):
+        return similarity(a, b, measure)
+
     q, _ = torch.linalg.qr(torch.randn(x.shape[1], x.shape[1], dtype=torch.float64))
-    base = linear_cka(x, y)
-    assert linear_cka(x @ q, y) == pytest.approx(base, abs=TOL)
-    assert linear_cka(x, x @ q) == pytest.approx(1.0, abs=TOL)
-    assert linear_cka(3.7 * x, y) == pytest.approx(base, abs=TOL)
-    assert linear_cka(x, 1e-3 * x) == pytest.approx(1.0, abs=TOL)
-    assert linear_cka(x + 5.0, y - 2.0) == pytest.approx(base, abs=TOL)  # centred: translation invariant
+    base = sim(x, y)
+    assert sim(x @ q, y) == pytest.approx(base, abs=TOL)
+    assert sim(x, x @ q) == pytest.approx(1.0, abs=TOL)
+    assert sim(3.7 * x, y) == pytest.approx(base, abs=TOL)
+    assert sim(x, 1e-3 * x) == pytest.approx(1.0, abs=TOL)
+    assert sim(x + 5.0, y - 2.0) == pytest.approx(base, abs=TOL)  # translation invariant (debiased: unbiased HSIC is)
     scale = torch.logspace(-2, 2, x.shape[1], dtype=torch.float64)
-    assert linear_cka(x, x * scale) < 0.9
-    assert abs(linear_cka(x * scale, y) - base) > 1e-3
+    assert sim(x, x * scale) < 0.9
+    assert abs(sim(x * scale, y) - base) > 1e-3
+
+
+def test_independent_features_at_small_n_biased_is_large_debiased_near_zero():
+    """The reason for the default: at n = 50 texts and d = 256 (the app's regime: 100 texts, hidden 256-768),
+    two independent representations score high with the published linear CKA and ~0 debiased."""
+    biased, debiased, procrustes = [], [], []
+    for seed in range(5):
+        g = torch.Generator().manual_seed(100 + seed)
+        x = torch.randn(50, 256, generator=g, dtype=torch.float64)
+        y = torch.randn(50, 256, generator=g, dtype=torch.float64)
+        biased.append(linear_cka(x, y))
+        debiased.append(debiased_cka(x, y))
+        procrustes.append(procrustes_similarity(x, y))
+        assert _stream(x, y, [16, 16, 18], "debiased", buffer_rows=0) == pytest.approx(debiased[-1], abs=TOL)
+    assert min(biased) > 0.75, biased
+    assert max(abs(v) for v in debiased) < 0.15 and abs(sum(debiased) / 5) < 0.05, debiased  # sd ~0.05 at n = 50
+    assert min(procrustes) > 0.9, procrustes  # Procrustes is biased too: hence the shuffled baseline
+    g = torch.Generator().manual_seed(7)  # and a real relation still reads clearly
+    x = torch.randn(50, 256, generator=g, dtype=torch.float64)
+    y = x[:, :64] @ torch.randn(64, 256, generator=g, dtype=torch.float64) + 4 * torch.randn(50, 256, generator=g)
+    assert debiased_cka(x, y) > 0.2
+
+
+def test_unbiased_hsic_matches_a_literal_loop_over_distinct_index_quadruples():
+    """Song et al. (2012) define HSIC_u as a U-statistic; the closed form in hsic_unbiased_gram must equal it."""
+    from itertools import permutations
+
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(6, 3, generator=g, dtype=torch.float64), torch.randn(6, 2, generator=g, dtype=torch.float64)
+    k, ll = x @ x.T, y @ y.T
+    total, count = 0.0, 0
+    for i, j, q, r in permutations(range(6), 4):  # HSIC = E[k_ij l_ij] + E[k_ij] E[l_qr] - 2 E[k_ij l_iq]
+        total += k[i, j] * ll[i, j] + k[i, j] * ll[q, r] - 2 * k[i, j] * ll[i, q]
+        count += 1
+    assert hsic_unbiased_gram(k, ll) == pytest.approx((total / count).item(), abs=1e-12)
+
+
+def test_procrustes_known_value_and_scipy():
+    """X = U diag(s), Y = U diag(t) with U's columns orthonormal and centred: ||XᵀY||_* = Σ s t, so the
+    similarity is the cosine of s and t."""
+    g = torch.Generator().manual_seed(4)
+    u = torch.randn(40, 5, generator=g, dtype=torch.float64)
+    u, _ = torch.linalg.qr(u - u.mean(0))
+    s = torch.tensor([5.0, 3.0, 2.0, 1.0, 0.5], dtype=torch.float64)
+    t = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], dtype=torch.float64)
+    want = (torch.dot(s, t) / (s.norm() * t.norm())).item()
+    assert procrustes_similarity(u * s, u * t) == pytest.approx(want, abs=TOL)
+    assert _stream(u * s, u * t, [13, 27], "procrustes", buffer_rows=0) == pytest.approx(want, abs=TOL)
+    x, y = _data()
+    assert procrustes_similarity(x, y) == pytest.approx(_reference(x, y, "procrustes"), abs=TOL)
+
+
+def test_debiased_needs_four_samples():
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(4, 8, generator=g), torch.randn(4, 8, generator=g)
+    assert math.isnan(debiased_cka(x[:3], y[:3])) and math.isnan(_stream(x[:3], y[:3], [3], "debiased"))
+    assert math.isfinite(debiased_cka(x, y))
+    assert debiased_cka(x, y) == pytest.approx(gram_similarity(x, y, "debiased"), abs=TOL)
+    assert math.isfinite(linear_cka(x[:2], y[:2]))
 
 
 # ------------------------------------------------------------------------------------------ streaming
@@ -70,16 +166,19 @@ def test_orthogonal_and_isotropic_scaling_invariance_not_anisotropic():
 @pytest.mark.parametrize("buffer_rows", [0, "auto", 10**9])
 def test_streaming_equals_one_shot_and_gram(splits, buffer_rows):
     x, y = _data()
-    ref = gram_cka(x, y)
-    assert linear_cka(x, y) == pytest.approx(ref, abs=TOL)
-    assert _stream(x, y, splits, buffer_rows=buffer_rows) == pytest.approx(ref, abs=TOL)
+    x = x + 3.0  # uncentred, so the row-norm expansion of the debiased terms is exercised
+    for measure in MEASURES:
+        ref = _reference(x, y, measure)
+        assert similarity(x, y, measure) == pytest.approx(ref, abs=TOL)
+        assert _stream(x, y, splits, measure, buffer_rows=buffer_rows) == pytest.approx(ref, abs=TOL)
 
 
 def test_streaming_fewer_rows_than_features_uses_dual_form_exactly():
     x, y = _data(n=20, d1=64, d2=48)
-    ref = gram_cka(x, y)
-    for br in (0, 10**9):  # statistics path and kept-rows (n x n) path
-        assert _stream(x, y, [6, 6, 8], buffer_rows=br) == pytest.approx(ref, abs=TOL)
+    for measure in MEASURES:
+        ref = _reference(x, y, measure)
+        for br in (0, 10**9):  # statistics path and kept-rows (n x n) path
+            assert _stream(x, y, [6, 6, 8], measure, buffer_rows=br) == pytest.approx(ref, abs=TOL)
 
 
 def test_layer_by_layer_matrix_different_depths_and_widths():
@@ -91,11 +190,13 @@ def test_layer_by_layer_matrix_different_depths_and_widths():
         acc = StreamingCKA(buffer_rows=br, chunk_rows=16)
         for s in range(0, n, 40):
             acc.update([t[s : s + 40] for t in xs], [t[s : s + 40].float() for t in ys])
-        m = acc.matrix()
-        assert m.shape == (3, 2) and m.dtype == torch.float64
-        for i in range(3):
-            for j in range(2):
-                assert m[i, j].item() == pytest.approx(gram_cka(xs[i], ys[j].float()), abs=1e-9)
+        for measure in ("debiased", "linear"):
+            m = acc.matrix(measure)
+            assert m.shape == (3, 2) and m.dtype == torch.float64
+            for i in range(3):
+                for j in range(2):
+                    ref = gram_similarity(xs[i], ys[j].float(), measure)
+                    assert m[i, j].item() == pytest.approx(ref, abs=1e-9)
 
 
 def test_diagonal_mode_matches_full_matrix():
@@ -142,11 +243,15 @@ def test_float64_accumulation_stays_exact_where_float32_drifts():
     assert abs(naive_streaming(x, y, torch.float64) - ref) < 1e-6
     xf, yf = x.float(), y.float()
     for br in (0, 10**9):  # ours, fed float32 batches: float64 statistics on shifted rows
-        assert _stream(xf, yf, [256] * 8, buffer_rows=br) == pytest.approx(linear_cka(xf, yf), abs=1e-10)
+        for measure in MEASURES:
+            want = similarity(xf, yf, measure)
+            assert _stream(xf, yf, [256] * 8, measure, buffer_rows=br) == pytest.approx(want, abs=1e-10)
     acc = StreamingCKA(buffer_rows=0)
     for s in range(0, n, 256):
         acc.update([x[s : s + 256]], [y[s : s + 256]])
-    assert acc.matrix().item() == pytest.approx(ref, abs=1e-10)
+    assert acc.matrix("linear").item() == pytest.approx(ref, abs=1e-10)
+    # the debiased terms expand fourth moments (Σ ||x_r||² ||y_r||²): still exact on the large-mean feature
+    assert acc.matrix("debiased").item() == pytest.approx(debiased_cka(x, y), abs=1e-10)
 
 
 def test_undefined_and_bad_input():
