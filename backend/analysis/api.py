@@ -1,8 +1,11 @@
-"""Representation analysis the app and the CLI call: CKA between two encoders (with a seed-noise control),
-CKA trajectory over a run's checkpoints, per-layer weight change. Every function returns a JSON-ready dict.
+"""Representation analysis the app and the CLI call: similarity between two encoders (with a seed-noise control
+and a shuffled-inputs baseline), its trajectory over a run's checkpoints, per-layer weight change. Every function
+returns a JSON-ready dict naming the measure, the number of samples (texts or tokens) and the hidden sizes.
 
+Measures (:mod:`backend.analysis.cka`): ``debiased`` linear CKA (the default: unbiased at small n), ``linear``
+(the published, biased CKA: the paper's numbers) and ``procrustes`` (a second family, for cross-checking).
 Protocol (paper, §3.4): linear CKA in float64, 500 held-out texts, max length 512, attention-masked mean
-pooling per text, 3 sampling seeds; divergence = 1 - CKA; seed-noise ratio
+pooling per text, 3 sampling seeds; divergence = 1 - similarity; seed-noise ratio
 ``r_l = (1 - CKA(detour_l, mlm_seedA_l)) / (1 - CKA(mlm_seedB_l, mlm_seedA_l))``.
 Layer indices: see :mod:`backend.analysis.hidden_states` (index 0 = embedding output, i = output of block i-1).
 """
@@ -21,8 +24,9 @@ from pathlib import Path
 
 import torch
 
-from backend.analysis.cka import StreamingCKA
-from backend.analysis.cka_guard import MIN_TEXTS, check_n_texts, few_texts_note
+from backend.analysis.baseline import ShuffledBaseline
+from backend.analysis.cka import DEFAULT_MEASURE, MEASURES, MIN_SAMPLES, StreamingSimilarity
+from backend.analysis.cka_guard import check_measure, check_n_texts, check_samples, few_samples_note
 from backend.analysis.hidden_states import (
     LAYER_CONVENTION,
     POOLINGS,
@@ -36,7 +40,7 @@ from backend.core.errors import DataError, DetourError, ModelSpecError
 from backend.engine.models import ModelSource, load_encoder, load_tokenizer, quiet_transformers, resolve_model
 from backend.engine.rundir import read_status, saved_models
 
-VERSION = 1
+VERSION = 2  # 2: a measure (default debiased), samples, hidden sizes and the shuffled baseline
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 Progress = Callable[[float, str], object]
 
@@ -167,14 +171,22 @@ class _Models:
 
 # ---------------------------------------------------------------------------------------------- core
 def _check_args(
-    pooling: str, max_len: int, n_texts: int | None, batch_size: int, dtype: str, seed: int, seeds: Sequence[int] | None
+    pooling: str,
+    max_len: int,
+    n_texts: int | None,
+    batch_size: int,
+    dtype: str,
+    seed: int,
+    seeds: Sequence[int] | None,
+    measure: str,
 ) -> list[int]:
     """The sampling arguments both entry points share, checked before any model loads; returns the seed list."""
     if pooling not in POOLINGS:
         raise DataError(f"pooling: got {pooling!r}; use one of {', '.join(POOLINGS)}")
     if not isinstance(max_len, int) or max_len < 2:
         raise DataError(f"max_len: got {max_len!r}; use an integer >= 2")
-    check_n_texts(n_texts)  # below MIN_TEXTS linear CKA is ~1.0 for any two models
+    check_measure(measure)
+    check_n_texts(n_texts, measure, pooling)  # what the estimator needs (debiased: 4 samples)
     if not isinstance(batch_size, int) or batch_size < 1:
         raise DataError(f"batch_size: got {batch_size!r}; use an integer >= 1")
     if dtype not in DTYPES:
@@ -185,12 +197,26 @@ def _check_args(
     return out
 
 
-def _n_used(pool: Sequence[str], n_texts: int | None, source_label: str) -> int:
-    """How many texts each seed compares; CKA is undefined below 2."""
+def _n_used(pool: Sequence[str], n_texts: int | None, source_label: str, measure: str, pooling: str) -> int:
+    """How many texts each seed compares (with pooling 'mean', the samples: refused below what the measure needs)."""
     n_used = len(sample_texts(pool, n_texts, 0))
-    if n_used < MIN_TEXTS:
-        raise DataError(f"texts '{source_label}': {n_used} text(s); CKA needs at least {MIN_TEXTS} (cka_guard.py)")
+    if pooling == "mean":
+        check_samples(n_used, measure, "texts", where=f"texts '{source_label}': ")
     return n_used
+
+
+def _unit(pooling: str) -> str:
+    return "texts" if pooling == "mean" else "tokens"
+
+
+def _measure_info(measure: str, pooling: str, n_rows: list[int], hidden: dict) -> dict:
+    """What every result names: the measure, the samples it compared and the hidden sizes."""
+    return {
+        "measure": measure,
+        "measure_description": MEASURES[measure],
+        "samples": {"unit": _unit(pooling), "n": n_rows[0] if len(set(n_rows)) == 1 else n_rows},
+        "hidden_sizes": hidden,
+    }
 
 
 def _texts_info(pool: Sequence[str], source_label: str, n_used: int) -> dict:
@@ -229,6 +255,15 @@ def _features(lm: LoadedModel, texts, pooling, max_len, batch_size, cache: dict 
     return iter_layer_features(lm.model, lm.tokenizer, texts, pooling=pooling, max_len=max_len, batch_size=batch_size)
 
 
+@dataclass
+class PairResult:
+    matrix: torch.Tensor
+    n_rows: int
+    baseline: torch.Tensor | None = None  # the same measure on mismatched inputs (backend.analysis.baseline)
+    baseline_rows: int | None = None
+    baseline_how: str | None = None
+
+
 def _pair_cka(
     a: LoadedModel,
     b: LoadedModel,
@@ -241,18 +276,24 @@ def _pair_cka(
     cache_a: dict | None,
     cache_b: dict | None,
     tick: Callable[[], None],
-) -> tuple[torch.Tensor, int]:
-    acc = StreamingCKA(pairs=pairs)
+    measure: str,
+    baseline_seed: int | None = None,
+) -> PairResult:
+    acc = StreamingSimilarity(pairs=pairs)
+    base = ShuffledBaseline(pooling, pairs, baseline_seed) if baseline_seed is not None else None
     fa = _features(a, texts, pooling, max_len, batch_size, cache_a)
     fb = _features(b, texts, pooling, max_len, batch_size, cache_b)
     for xs, ys in zip(fa, fb, strict=True):
         acc.update(xs, ys)
+        if base is not None:
+            base.add(xs, ys)
         tick()
-    if acc.n < 2:
-        raise DataError(
-            f"only {acc.n} row(s) to compare: CKA needs at least 2 (more texts, or pooling 'token' on longer texts)"
-        )
-    return acc.matrix(), acc.n
+    check_samples(acc.n, measure, _unit(pooling))
+    res = PairResult(acc.matrix(measure), acc.n)
+    filled = base.finish() if base is not None else None
+    if filled is not None and filled.n >= MIN_SAMPLES[measure]:
+        res.baseline, res.baseline_rows, res.baseline_how = filled.matrix(measure), filled.n, base.how
+    return res
 
 
 def _f(x) -> float | None:
@@ -297,9 +338,15 @@ def cka_between(
     *,
     seeds: Sequence[int] | None = None,
     dtype: str = "fp32",
+    measure: str = DEFAULT_MEASURE,
+    baseline: bool = True,
     progress: Progress | None = None,
 ) -> dict:
-    """Layer x layer linear CKA between encoders ``a`` (rows) and ``b`` (columns), JSON-ready.
+    """Layer x layer similarity (``measure``: debiased CKA by default; ``linear`` for the paper's biased CKA)
+    between encoders ``a`` (rows) and ``b`` (columns), JSON-ready.
+
+    ``baseline`` adds the same measure on mismatched inputs (``baseline``: texts shuffled between A and B, see
+    :mod:`backend.analysis.baseline`): what two unrelated representations score at this n.
 
     ``control=(mlm_seedA, mlm_seedB)`` adds the seed-noise control ``1 - CKA(mlm_seedB_l, mlm_seedA_l)`` and
     the ratio ``divergence_l / control_divergence_l`` (pass ``a`` = the detour model and ``b`` = mlm_seedA
@@ -308,7 +355,7 @@ def cka_between(
     ``progress(fraction, message)`` is called after each batch (e.g. a ``gr.Progress``).
     """
     t0 = time.time()
-    seed_list = _check_args(pooling, max_len, n_texts, batch_size, dtype, seed, seeds)
+    seed_list = _check_args(pooling, max_len, n_texts, batch_size, dtype, seed, seeds, measure)
     pool, source_label = load_text_pool(texts)
     if control is not None and len(control) != 2:
         raise DataError(f"control: give two models (mlm_seedA, mlm_seedB), got {len(control)}")
@@ -331,7 +378,7 @@ def cka_between(
     if not same_depth:
         notes.append(f"depths differ ({la} vs {lb} layer indices): no diagonal divergence; see the matrix")
     notes += _capped_note(max_len, eff_len)
-    n_used = _n_used(pool, n_texts, source_label)
+    n_used = _n_used(pool, n_texts, source_label, measure, pooling)
     if n_texts is not None and n_used < n_texts:
         notes.append(f"only {n_used} texts available (asked for {n_texts}): every seed uses all of them")
     if len(seed_list) > 1 and n_texts is not None and n_used < n_texts:
@@ -350,20 +397,23 @@ def cka_between(
                 check_same_tokenization(mc[0].tokenizer, mc[1].tokenizer, ordered, eff_len, labels=("control",) * 2)
         cache: dict = {}
         kw = dict(pooling=pooling, max_len=eff_len, batch_size=batch_size, cache_a=cache, cache_b=cache, tick=tick)
-        mat, n_rows = _pair_cka(ma, mb, ordered, pairs="all", **kw)
-        entry = {"seed": s, "texts_sha256": texts_sha256(sample), "n_texts": len(sample), "n_rows": n_rows}
-        entry["_matrix"] = mat
+        pr = _pair_cka(ma, mb, ordered, pairs="all", measure=measure, baseline_seed=s if baseline else None, **kw)
+        entry = {"seed": s, "texts_sha256": texts_sha256(sample), "n_texts": len(sample), "n_rows": pr.n_rows}
+        entry["_matrix"], entry["_baseline"] = pr.matrix, pr.baseline
+        entry["baseline_rows"], entry["_baseline_how"] = pr.baseline_rows, pr.baseline_how
         if mc is not None:
-            cmat, _ = _pair_cka(mc[1], mc[0], ordered, pairs="diagonal", **kw)
+            cmat = _pair_cka(mc[1], mc[0], ordered, pairs="diagonal", measure=measure, **kw).matrix
             entry["_control"] = 1.0 - torch.diagonal(cmat)
         per_seed.append(entry)
         del cache
 
     mats = torch.stack([e["_matrix"] for e in per_seed])
     mat_mean, mat_std = _mean_std(mats)
+    hidden = {"a": ma.info(a)["hidden_size"], "b": mb.info(b)["hidden_size"]}
     out: dict = {
         "kind": "cka",
         "version": VERSION,
+        **_measure_info(measure, pooling, [e["n_rows"] for e in per_seed], hidden),
         "layers_a": ma.names,
         "layers_b": mb.names,
         "layer_convention": LAYER_CONVENTION,
@@ -375,7 +425,12 @@ def cka_between(
         "control_divergence": None,
         "control_divergence_std": None,
         "ratio": None,
+        "baseline": _baseline_summary(per_seed, pooling) if baseline else None,
     }
+    if baseline and out["baseline"] is None:
+        notes.append(
+            "no shuffled baseline: a single batch of tokens has no other texts to pair with (lower --batch-size)"
+        )
     if same_depth:
         divs = torch.stack([1.0 - torch.diagonal(e["_matrix"]) for e in per_seed])
         div_mean, div_std = _mean_std(divs)
@@ -390,7 +445,10 @@ def cka_between(
             out["ratio"] = [seed_noise_ratio(d, c) for d, c in zip(div_mean.tolist(), c_mean.tolist())]
     for e in per_seed:
         m = e.pop("_matrix")
+        b_ = e.pop("_baseline")
+        e.pop("_baseline_how")
         e["matrix"] = _flist(m)
+        e["baseline_matrix"] = _flist(b_) if b_ is not None else None
         if same_depth:
             e["divergence"] = _flist(1.0 - torch.diagonal(m))
         if "_control" in e:
@@ -409,10 +467,30 @@ def cka_between(
         **_settings_info(pooling, max_len, eff_len, seed_list, batch_size, dtype),
         "layers": {"a": la, "b": lb},
     }
-    notes += few_texts_note(n_used, [ma.info(a)["hidden_size"], mb.info(b)["hidden_size"]])
+    notes += few_samples_note(min(e["n_rows"] for e in per_seed), list(hidden.values()), measure, _unit(pooling))
     out["notes"] = notes
     out["elapsed_s"] = round(time.time() - t0, 3)
     return out
+
+
+def _baseline_summary(per_seed: list[dict], pooling: str) -> dict | None:
+    """The shuffled baseline over seeds: its matrix (mean), diagonal and range, for a figure's caption."""
+    mats = [e["_baseline"] for e in per_seed if e["_baseline"] is not None]
+    if not mats:
+        return None
+    mean, std = _mean_std(torch.stack(mats))
+    finite = mean[torch.isfinite(mean)]
+    return {
+        "how": per_seed[0]["_baseline_how"],
+        "unit": _unit(pooling),
+        "n_rows": [e["baseline_rows"] for e in per_seed if e["_baseline"] is not None],
+        "matrix": _flist(mean),
+        "matrix_std": _flist(std) if std is not None else None,
+        "diagonal": _flist(torch.diagonal(mean)) if mean.shape[0] == mean.shape[1] else None,
+        "mean": _f(finite.mean()) if finite.numel() else None,
+        "min": _f(finite.min()) if finite.numel() else None,
+        "max": _f(finite.max()) if finite.numel() else None,
+    }
 
 
 def seed_noise_ratio(d, c) -> float | None:
@@ -454,18 +532,20 @@ def cka_trajectory(
     *,
     seeds: Sequence[int] | None = None,
     dtype: str = "fp32",
+    measure: str = DEFAULT_MEASURE,
     weights: bool = True,
     include_final: bool = True,
     progress: Progress | None = None,
 ) -> dict:
-    """Divergence per layer (1 - CKA(checkpoint_l, reference_l)) for every complete checkpoint of a run
+    """Divergence per layer (1 - similarity(checkpoint_l, reference_l), ``measure`` as in :func:`cka_between`)
+    for every complete checkpoint of a run
     (and ``final/``), with each point's step / tokens_seen / tag / phase, and (``weights=True``) the
     relative weight change per block against the reference. JSON-ready.
 
     ``divergence`` is a (points x layers) list of lists, ready for a heatmap; ``points`` has the details.
     """
     t0 = time.time()
-    seed_list = _check_args(pooling, max_len, n_texts, batch_size, dtype, seed, seeds)
+    seed_list = _check_args(pooling, max_len, n_texts, batch_size, dtype, seed, seeds, measure)
     run_dir = Path(run_dir).expanduser()
     if not run_dir.is_dir():
         raise ModelSpecError(f"run directory '{run_dir}': no such folder")
@@ -474,7 +554,7 @@ def cka_trajectory(
         raise ModelSpecError(f"run directory '{run_dir}': no complete checkpoint (nor final/) yet")
     pool, source_label = load_text_pool(texts)
     ref = load_for_cka(reference, dtype)
-    n_used = _n_used(pool, n_texts, source_label)
+    n_used = _n_used(pool, n_texts, source_label, measure, pooling)
     raw = {s: sample_texts(pool, n_texts, s) for s in seed_list}
     samples = {s: sorted(t, key=len) for s, t in raw.items()}
     ref_cache = {s: {} for s in seed_list}
@@ -494,12 +574,12 @@ def cka_trajectory(
         for s in seed_list:
             if pooling == "token":
                 check_same_tokenization(ck.tokenizer, ref.tokenizer, samples[s], eff_len, labels=(p["name"], "ref"))
-            mat, n_rows = _pair_cka(
+            pr = _pair_cka(
                 ck, ref, samples[s], pooling=pooling, max_len=eff_len, batch_size=batch_size,
-                pairs="diagonal", cache_a=None, cache_b=ref_cache[s], tick=tick,
+                pairs="diagonal", cache_a=None, cache_b=ref_cache[s], tick=tick, measure=measure,
             )  # fmt: skip
-            divs.append(1.0 - torch.diagonal(mat))
-            p["n_rows"] = n_rows
+            divs.append(1.0 - torch.diagonal(pr.matrix))
+            p["n_rows"] = pr.n_rows
         mean, std = _mean_std(torch.stack(divs))
         p["divergence"] = _flist(mean)
         p["divergence_std"] = _flist(std) if std is not None else None
@@ -513,11 +593,13 @@ def cka_trajectory(
                 notes.append(f"{p['name']}: no weight change ({exc})")
         del ck
     notes += _capped_note(max_len, eff_len)
-    notes += few_texts_note(n_used, [ref.info()["hidden_size"]])
+    n_rows = [p["n_rows"] for p in points]
+    notes += few_samples_note(min(n_rows), [ref.info()["hidden_size"]], measure, _unit(pooling))
     n_blocks = len(ref.names) - 1
     return {
         "kind": "cka_trajectory",
         "version": VERSION,
+        **_measure_info(measure, pooling, n_rows, {"reference": ref.info()["hidden_size"]}),
         "run": str(run_dir),
         "layers": ref.names,
         "layer_convention": LAYER_CONVENTION,

@@ -67,14 +67,10 @@ from collections.abc import Sequence
 
 import torch
 
+from backend.analysis.measures import DEFAULT_MEASURE, MEASURES, MIN_SAMPLES
+
 F64 = torch.float64
-MEASURES = {
-    "debiased": "debiased linear CKA (unbiased HSIC; Song et al. 2012, Nguyen et al. 2021)",
-    "linear": "linear CKA (Kornblith et al. 2019; biased at small n; the detour paper's measure)",
-    "procrustes": "orthogonal Procrustes similarity 1 - d²/2 (Ding et al. 2021)",
-}
-DEFAULT_MEASURE = "debiased"
-MIN_SAMPLES = {"debiased": 4, "linear": 2, "procrustes": 2}  # below: the estimator is undefined
+__all__ = ["DEFAULT_MEASURE", "MEASURES", "MIN_SAMPLES", "StreamingSimilarity", "similarity", "gram_similarity"]
 
 
 def check_measure(measure: str) -> str:

@@ -1,5 +1,7 @@
-"""``python -m backend cka``: layer x layer linear CKA between two models or runs, a seed-noise control,
-a trajectory over a run's checkpoints, and per-layer weight change. Writes one JSON file (``--out``).
+"""``python -m backend cka``: layer x layer similarity between two models or runs (debiased linear CKA by default,
+``--measure linear`` for the paper's biased CKA, ``--measure procrustes`` to cross-check), with the shuffled-texts
+baseline, a seed-noise control, a trajectory over a run's checkpoints, and per-layer weight change. Writes one JSON
+file (``--out``), checked before any model loads.
 
 Examples::
 
@@ -8,6 +10,7 @@ Examples::
         --texts held_out.txt --seeds 0 1 2 --out cka.json
     python -m backend cka --trajectory runs/x-detour --a runs/x-mlm --texts held_out.txt --out traj.json
     python -m backend cka --a detour-tiny-en --b runs/x-detour --weights-only --out weights.json
+    python -m backend cka --a runs/x-detour --b runs/x-mlm --texts held_out.txt --measure linear --out paper.json
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from backend.analysis.measures import DEFAULT_MEASURE, MEASURES
 from backend.core import atomic
 from backend.core.errors import DataError, DetourError
 
@@ -31,6 +35,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     p.add_argument("--seeds", type=int, nargs="+", metavar="S", help="several sampling seeds: mean and std per layer")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="model dtype (statistics: float64)")
+    p.add_argument(
+        "--measure",
+        choices=list(MEASURES),
+        default=DEFAULT_MEASURE,
+        help="debiased linear CKA (default; unbiased at small n), linear (the paper's biased CKA), procrustes",
+    )
+    p.add_argument("--no-baseline", action="store_true", help="skip the shuffled-texts baseline (it doubles the work)")
     p.add_argument(
         "--control",
         nargs=2,
@@ -49,20 +60,49 @@ def _fmt(x, width: int = 8, digits: int = 4) -> str:
     return f"{x:{width}.{digits}f}"
 
 
+def check_out(out: Path) -> Path:
+    """Refuse an output path that cannot take the JSON file, before any model loads."""
+    if out.is_dir():
+        raise DataError(f"--out '{out}': is a folder; give a file name, e.g. --out {out / 'cka.json'}")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise DataError(f"--out '{out}': '{parent}' is a file, not a folder")
+            break
+    return out
+
+
+def _describe(res: dict) -> str:
+    """The measure, samples and hidden sizes a result names, in one line."""
+    smp, hs = res["samples"], res["hidden_sizes"]
+    n = smp["n"] if isinstance(smp["n"], int) else "/".join(map(str, smp["n"]))
+    return f"{res['measure_description']}; n = {n} {smp['unit']}; hidden " + " / ".join(str(h) for h in hs.values())
+
+
 def _print_cka(res: dict) -> None:
     names = res["layers_a"]
     inp = res["inputs"]
     print(
-        f"CKA {inp['models']['a']['spec']} (A) vs {inp['models']['b']['spec']} (B): pooling={inp['pooling']}, "
-        f"n={inp['n']} texts ({inp['n_rows'][0]} rows), max_len={inp['max_len_effective']}, seeds={inp['seeds']}"
+        f"{res['measure']} {inp['models']['a']['spec']} (A) vs {inp['models']['b']['spec']} (B): "
+        f"pooling={inp['pooling']}, n={inp['n']} texts ({inp['n_rows'][0]} rows), "
+        f"max_len={inp['max_len_effective']}, seeds={inp['seeds']}"
     )
+    print(_describe(res))
+    base = res.get("baseline")
+    if base:
+        print(
+            f"shuffled baseline (same measure, {base['how']}): mean {_fmt(base['mean']).strip()}, "
+            f"range {_fmt(base['min']).strip()} to {_fmt(base['max']).strip()}"
+        )
     if res["divergence"] is None:
         print(f"depths differ: {len(res['layers_a'])} x {len(res['layers_b'])} matrix in the JSON")
         return
     wc = res.get("weight_change") or {}
     wl = dict(zip(wc.get("layer_names", []), wc.get("layers", [])))
     wl["embeddings"] = wc.get("embeddings")
-    head = f"{'layer':<12} {'CKA':>8} {'1-CKA':>8}"
+    head = f"{'layer':<12} {'sim':>8} {'1-sim':>8}"
+    if base and base.get("diagonal"):
+        head += f" {'shuffled':>8}"
     if res["control_divergence"] is not None:
         head += f" {'control':>8} {'ratio':>8}"
     if wc:
@@ -70,6 +110,8 @@ def _print_cka(res: dict) -> None:
     print(head)
     for i, name in enumerate(names):
         row = f"{name:<12} {_fmt(res['cka_diagonal'][i])} {_fmt(res['divergence'][i])}"
+        if base and base.get("diagonal"):
+            row += f" {_fmt(base['diagonal'][i])}"
         if res["control_divergence"] is not None:
             row += f" {_fmt(res['control_divergence'][i])} {_fmt(res['ratio'][i], 8, 2)}"
         if wc:
@@ -79,7 +121,8 @@ def _print_cka(res: dict) -> None:
 
 def _print_trajectory(res: dict) -> None:
     names = res["layers"]
-    print(f"trajectory of {res['run']} vs {res['inputs']['reference']['spec']} (1-CKA per layer index)")
+    print(f"trajectory of {res['run']} vs {res['inputs']['reference']['spec']} (1 - similarity per layer index)")
+    print(_describe(res))
     print(f"{'checkpoint':<16} {'step':>8} " + " ".join(f"{i:>7}" for i in range(len(names))))
     for p in res["points"]:
         step = "-" if p["step"] is None else str(p["step"])
@@ -98,9 +141,10 @@ def _print_weights(res: dict) -> None:
 def run(args: argparse.Namespace) -> int:
     from backend.analysis import api as analysis
 
-    out = Path(args.out)
-    # how texts are sampled, pooled and encoded: the same for a pair and for a trajectory
-    sampling = {k: getattr(args, k) for k in ("pooling", "max_len", "n_texts", "batch_size", "seed", "seeds", "dtype")}
+    out = check_out(Path(args.out))
+    # how texts are sampled, pooled, encoded and compared: the same for a pair and for a trajectory
+    keys = ("pooling", "max_len", "n_texts", "batch_size", "seed", "seeds", "dtype", "measure")
+    sampling = {k: getattr(args, k) for k in keys}
     if args.weights_only:
         if not (args.a and args.b):
             raise DataError("--weights-only needs --a and --b")
@@ -119,7 +163,9 @@ def run(args: argparse.Namespace) -> int:
         if not (args.a and args.b and args.texts):
             raise DataError("cka needs --a, --b and --texts (or --weights-only, or --trajectory RUN_DIR --a REF)")
         control = tuple(args.control) if args.control else None
-        res = analysis.cka_between(args.a, args.b, args.texts, **sampling, control=control)
+        res = analysis.cka_between(
+            args.a, args.b, args.texts, **sampling, control=control, baseline=not args.no_baseline
+        )
         if not args.no_weights:
             try:
                 res["weight_change"] = analysis.weight_change_between(args.a, args.b)

@@ -35,16 +35,23 @@ def nan_model(tmp_path, tiny_modernbert_dir):
 
 
 @pytest.mark.parametrize("n", [2, 3])
-def test_cka_refuses_too_few_texts(tiny_modernbert_dir, texts_file, n):
-    with pytest.raises(DataError, match=f"n_texts: got {n}; use an integer >= 4"):
+def test_debiased_cka_refuses_fewer_texts_than_its_estimator_needs(tiny_modernbert_dir, texts_file, n):
+    """The unbiased HSIC divides by n(n-3): with one sample per text (mean pooling) it needs 4 texts."""
+    with pytest.raises(DataError, match=rf"n_texts: got {n}; debiased needs at least 4 samples \(its unbiased HSIC"):
         cka_between(str(tiny_modernbert_dir), str(tiny_modernbert_dir), texts_file, n_texts=n, max_len=16)
 
 
-def test_cka_notes_few_texts_for_the_hidden_size(tiny_modernbert_dir, texts_file):
-    res = cka_between(str(tiny_modernbert_dir), str(tiny_modernbert_dir), texts_file, n_texts=6, max_len=16)
-    assert any("only 6 texts for hidden size 64" in n for n in res["notes"]), res["notes"]
-    res = cka_between(str(tiny_modernbert_dir), str(tiny_modernbert_dir), texts_file, n_texts=40, max_len=16)
-    assert not any("texts for hidden size" in n for n in res["notes"]), res["notes"]
+def test_biased_measures_run_at_few_texts_with_a_note_and_the_baseline_shows_why(tiny_modernbert_dir, texts_file):
+    a = str(tiny_modernbert_dir)
+    res = cka_between(a, a, texts_file, n_texts=6, max_len=16, measure="linear")
+    assert any("only 6 texts for hidden size 64: linear is biased" in n for n in res["notes"]), res["notes"]
+    few = res["baseline"]
+    assert few["max"] < 0.99 < min(res["cka_diagonal"])  # a model against itself: 1; against other texts: less
+    res = cka_between(a, a, texts_file, n_texts=40, max_len=16, measure="linear")
+    assert not any("for hidden size" in n for n in res["notes"]), res["notes"]
+    assert res["baseline"]["mean"] < few["mean"]  # the biased measure reads unrelated texts higher at small n
+    res = cka_between(a, a, texts_file, n_texts=6, max_len=16)  # debiased: no bias note
+    assert not any("for hidden size" in n for n in res["notes"]), res["notes"]
 
 
 def test_every_loader_refuses_non_finite_weights(nan_model, tiny_modernbert_dir, texts_file):

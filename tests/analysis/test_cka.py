@@ -380,3 +380,74 @@ def test_cli_cka_weights_and_errors(tiny_modernbert_dir, tiny_modernbert_seed1, 
     assert main(["cka", "--a", a, "--b", str(tmp_path / "nope"), "--texts", str(texts_file)]) == 2
     err = capsys.readouterr().err
     assert "error:" in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------------------------------ measure, baseline, --out
+def test_cyclic_derangement_moves_every_text():
+    from backend.analysis.baseline import cyclic_derangement
+
+    for n, seed in ((2, 0), (5, 1), (100, 2)):
+        p = cyclic_derangement(n, seed)
+        assert sorted(p.tolist()) == list(range(n)) and not (p == torch.arange(n)).any()
+    assert cyclic_derangement(50, 3).tolist() == cyclic_derangement(50, 3).tolist()
+
+
+def test_measures_name_themselves_and_the_baseline_is_the_same_measure_on_shuffled_texts(
+    tiny_modernbert_dir, tiny_modernbert_seed1, texts_file
+):
+    """Every result names its measure, n and hidden sizes; ``linear`` reproduces the published CKA on the same
+    features; the baseline is the measure on texts paired with other texts (the derangement of baseline.py)."""
+    from backend.analysis.api import cka_between, load_for_cka, read_texts
+    from backend.analysis.baseline import cyclic_derangement
+    from backend.analysis.hidden_states import iter_layer_features
+
+    a, b = str(tiny_modernbert_dir), str(tiny_modernbert_seed1)
+    res = {m: cka_between(a, b, texts_file, n_texts=12, max_len=24, batch_size=5, measure=m) for m in MEASURES}
+    texts = sorted(read_texts(texts_file, 12, 0), key=len)
+    feats = []
+    for spec in (a, b):
+        lm = load_for_cka(spec)
+        batches = list(iter_layer_features(lm.model, lm.tokenizer, texts, max_len=24, batch_size=5))
+        feats.append([torch.cat(layer) for layer in zip(*batches)])
+    perm = cyclic_derangement(12, 0)
+    for m, r in res.items():
+        json.dumps(r, allow_nan=False)
+        assert r["measure"] == m and r["samples"] == {"unit": "texts", "n": 12}
+        assert r["hidden_sizes"] == {"a": 64, "b": 64} and r["version"] == 2
+        for i, j in ((0, 0), (2, 3), (4, 4)):
+            assert r["matrix"][i][j] == pytest.approx(similarity(feats[0][i], feats[1][j], m), abs=1e-9)
+            want = similarity(feats[0][i], feats[1][j][perm], m)
+            assert r["baseline"]["matrix"][i][j] == pytest.approx(want, abs=1e-9)
+        assert r["baseline"]["n_rows"] == [12] and "derangement" in r["baseline"]["how"]
+    assert res["linear"]["matrix"][1][1] == pytest.approx(linear_cka(feats[0][1], feats[1][1]), abs=1e-9)
+    tok = cka_between(a, b, texts_file, n_texts=8, max_len=24, batch_size=4, pooling="token")
+    assert tok["samples"]["unit"] == "tokens" and tok["samples"]["n"] == tok["inputs"]["n_rows"]
+    assert "batch k-1" in tok["baseline"]["how"] and 0 < tok["baseline"]["n_rows"][0] <= tok["samples"]["n"]
+    one = cka_between(a, b, texts_file, n_texts=4, max_len=24, batch_size=8, pooling="token")
+    assert one["baseline"] is None and any("no shuffled baseline" in n for n in one["notes"])
+    off = cka_between(a, b, texts_file, n_texts=4, max_len=24, baseline=False)
+    assert off["baseline"] is None and not any("baseline" in n for n in off["notes"])
+
+
+def test_cli_measure_and_out_folder_refused_before_any_model_loads(tiny_modernbert_dir, texts_file, tmp_path, capsys):
+    from backend.__main__ import main
+
+    a = str(tiny_modernbert_dir)
+    missing = str(tmp_path / "no-such-model")  # loading it would fail: the --out error must come first
+    assert main(["cka", "--a", a, "--b", missing, "--texts", str(texts_file), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out '{tmp_path}': is a folder; give a file name" in err and "no-such-model" not in err
+    (tmp_path / "f").write_text("")
+    assert main(["cka", "--a", a, "--b", missing, "--texts", str(texts_file), "--out", str(tmp_path / "f/x.json")]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+    out = tmp_path / "paper.json"
+    rc = main(["cka", "--a", a, "--b", a, "--texts", str(texts_file), "--n-texts", "5", "--max-len", "16",
+               "--measure", "linear", "--no-weights", "--out", str(out)])  # fmt: skip
+    assert rc == 0
+    saved = json.loads(out.read_text())
+    assert saved["measure"] == "linear" and saved["cka_diagonal"] == pytest.approx([1.0] * 5)
+    printed = capsys.readouterr().out
+    assert "linear CKA (Kornblith et al. 2019" in printed and "n = 5 texts; hidden 64 / 64" in printed
+    assert "shuffled baseline" in printed
+    assert main(["cka", "--a", a, "--b", a, "--texts", str(texts_file), "--n-texts", "3", "--out", str(out)]) == 2
+    assert "debiased needs at least 4 samples" in capsys.readouterr().err
