@@ -8,7 +8,7 @@ from pathlib import Path
 
 from app import check_model_spec, check_path, labelled, labelled_choices, md_escape, model_choices, newest_pair, warn
 from backend.analysis import plots
-from backend.analysis.cka_guard import MIN_TEXTS
+from backend.analysis.measures import DEFAULT_MEASURE, MEASURES, SHORT
 from backend.core.errors import DetourError
 from backend.core.paths import DEFAULT_MODEL, DEMO_CORPUS
 
@@ -17,7 +17,15 @@ EXPLAIN = """
 - **CKA** (linear centered kernel alignment): both models read the same texts, and CKA says how alike two layers'
   hidden states are, ignoring rotation and scale. 1 = the same representation, 0 = unrelated ones. The heatmap
   pairs every layer of A with every layer of B.
-- **Divergence** = 1 − CKA of the *same* layer in A and B: how far training moved that layer apart (0 = unchanged).
+- **Measure.** *Debiased CKA* (default) uses the unbiased HSIC estimator: with few texts for the hidden size (100
+  texts against 256–768 dimensions here) the published *linear CKA* reads high even for unrelated layers; the
+  debiased one reads ~0 for them. Pick *linear (biased)* to reproduce the paper's numbers, *Procrustes* to
+  cross-check with a second family of measures.
+- **Shuffled baseline**: the same measure with the texts shuffled between A and B (each text of A against another
+  text of B): what "unrelated" scores at this number of texts. It is in the heatmap's caption, its hover and the
+  table.
+- **Divergence** = 1 − similarity of the *same* layer in A and B: how far training moved that layer apart
+  (0 = unchanged).
 - **Seed-noise control** (optional): two MLM runs that differ only in their random seed drift apart a little too.
   **Ratio** = divergence(A, B) / divergence(MLM seed 2, MLM seed 1): ≫ 1 means the objective moved the layer,
   ≈ 1 means no more than that noise. The paper finds 5–44× in the low layers for CLM detour vs MLM; for that
@@ -44,10 +52,33 @@ def _n(v, lo: int, hi: int, what: str) -> int:
     return n
 
 
+def _measure(v: str | None) -> str:
+    """The measure key from the dropdown's value (its label or its key; blank = the default)."""
+    v = (v or "").strip()
+    if not v:
+        return DEFAULT_MEASURE
+    for label, key in MEASURE_CHOICES:
+        if v in (key, label):
+            return key
+    raise DetourError(f"measure: got {v!r}; use one of {', '.join(MEASURES)}")
+
+
+MEASURE_CHOICES = [(SHORT[k], k) for k in MEASURES]  # (label, value) for the dropdown
+
+
 def compute_cka(
-    a: str, b: str, ctrl_a: str | None, ctrl_b: str | None, texts: str | None, n_texts=100, max_len=128, progress=None
+    a: str,
+    b: str,
+    ctrl_a: str | None,
+    ctrl_b: str | None,
+    texts: str | None,
+    n_texts=100,
+    max_len=128,
+    measure: str | None = DEFAULT_MEASURE,
+    progress=None,
 ) -> tuple:
-    """-> (heatmap, divergence figure, table rows [layer, CKA, divergence, control, ratio], message)."""
+    """-> (heatmap, divergence figure, table rows [layer, similarity, divergence, control, ratio, shuffled
+    baseline], message)."""
     from backend.analysis.api import cka_between
 
     try:
@@ -60,47 +91,65 @@ def compute_cka(
             raise DetourError("control: give 'MLM seed 2' (an MLM run like B with another seed)")
         if cb_:  # the paper's control: (MLM seed 1 = B, MLM seed 2); seed 1 defaults to B
             control = (check_model_spec(ca_ or b, "control seed 1"), check_model_spec(cb_, "control seed 2"))
+        m = _measure(measure)
         res = cka_between(
             ma,
             mb,
             _texts(texts),
-            n_texts=_n(n_texts, MIN_TEXTS, MAX_TEXTS, "texts"),
+            n_texts=_n(n_texts, 1, MAX_TEXTS, "texts"),
             max_len=_n(max_len, 8, 512, "max length"),
             control=control,
+            measure=m,
             progress=progress,
         )
     except DetourError as exc:
         return None, None, [], warn(exc)
-    heat = plots.cka_heatmap(res["matrix"], res["layers_a"], res["layers_b"], a, b)
+    described = dict(measure=res["measure"], samples=res["samples"], hidden_sizes=res["hidden_sizes"])
+    heat = plots.cka_heatmap(
+        res["matrix"], res["layers_a"], res["layers_b"], a, b, **described, baseline=res.get("baseline")
+    )
+    caption = plots.similarity_caption(**described)
     if res.get("divergence") is None:  # different depths: no layer-by-layer match (the heatmap still shows)
-        div = plots.divergence_figure([], [])
+        div = plots.divergence_figure([], [], measure=res["measure"], caption=caption)
         layers = []
     else:
         div = plots.divergence_figure(
-            res["layers_a"], res["divergence"], res.get("control_divergence"), res.get("ratio")
+            res["layers_a"],
+            res["divergence"],
+            res.get("control_divergence"),
+            res.get("ratio"),
+            measure=res["measure"],
+            caption=caption,
         )
         layers = res["layers_a"]
     rows = []
+    base_diag = (res.get("baseline") or {}).get("diagonal")
     for i, layer in enumerate(layers):
         ctrl = res.get("control_divergence")
         ratio = res.get("ratio")
         rows.append(
             [
                 layer,
-                round(res["cka_diagonal"][i], 5),
-                round(res["divergence"][i], 5),
-                round(ctrl[i], 5) if ctrl else None,
-                round(ratio[i], 2) if ratio and ratio[i] is not None else None,
+                _round(res["cka_diagonal"][i], 5),
+                _round(res["divergence"][i], 5),
+                _round(ctrl[i], 5) if ctrl else None,
+                _round(ratio[i], 2) if ratio else None,
+                _round(base_diag[i], 5) if base_diag else None,
             ]
         )
     inp = res["inputs"]
     msg = (
-        f"✓ CKA between A = {md_escape(labelled(a))} and B = {md_escape(labelled(b))} on {inp['n']} texts "
-        f"(max length {inp['max_len_effective']}) in {res['elapsed_s']:.1f} s"
+        f"✓ {SHORT[res['measure']]} between A = {md_escape(labelled(a))} and B = {md_escape(labelled(b))} on "
+        f"{inp['n']} texts (max length {inp['max_len_effective']}) in {res['elapsed_s']:.1f} s — "
+        f"{md_escape(plots.similarity_caption(**described, baseline=res.get('baseline')))}"
     )
     if res.get("notes"):
         msg += "\n\n" + "\n".join(f"- {n}" for n in res["notes"])
     return heat, div, rows, msg
+
+
+def _round(v, digits: int):
+    return None if v is None else round(v, digits)
 
 
 def default_models() -> tuple[str | None, str | None, str]:
@@ -128,7 +177,13 @@ NO_RUNS = (
 
 
 def compute_trajectory(
-    run: str, reference: str | None, texts: str | None, n_texts=50, max_len=128, progress=None
+    run: str,
+    reference: str | None,
+    texts: str | None,
+    n_texts=50,
+    max_len=128,
+    measure: str | None = DEFAULT_MEASURE,
+    progress=None,
 ) -> tuple:
     """-> (divergence-over-checkpoints figure, weight-change-over-checkpoints figure or None, message).
 
@@ -145,12 +200,13 @@ def compute_trajectory(
         cfg = read_config(run_spec)
         ref = (reference or "").strip() or cfg["model"]["name"]
         ref_spec = check_model_spec(ref, "reference")
+        m = _measure(measure)
         texts_src, n, length = (
             _texts(texts),
-            _n(n_texts, MIN_TEXTS, MAX_TEXTS, "texts"),
+            _n(n_texts, 1, MAX_TEXTS, "texts"),
             _n(max_len, 8, 512, "max length"),
         )
-        res = cka_trajectory(run_spec, ref_spec, texts_src, n_texts=n, max_len=length, progress=progress)
+        res = cka_trajectory(run_spec, ref_spec, texts_src, n_texts=n, max_len=length, measure=m, progress=progress)
         start, note = start_point(cfg["model"]["name"], ref_spec, res, texts_src, n, length)
     except DetourError as exc:
         return None, None, warn(exc)
@@ -159,7 +215,8 @@ def compute_trajectory(
     x = [p.get("tokens_seen") for p in points]
     tags = [f"{p.get('tag') or ''} {p.get('phase') or ''}".strip() for p in points]
     div = ([start["divergence"]] if start else []) + res["divergence"]
-    fig = plots.trajectory_figure(x, div, res["layers"], tags=tags)
+    caption = plots.similarity_caption(res["measure"], res["samples"], res["hidden_sizes"])
+    fig = plots.trajectory_figure(x, div, res["layers"], tags=tags, measure=res["measure"], caption=caption)
     wfig = None
     if res.get("weight_change") and all(w is not None for w in res["weight_change"]):
         weights = ([start["weight_change"]] if start else []) + res["weight_change"]
@@ -187,7 +244,9 @@ def start_point(
         base_spec = check_model_spec(base, "the run's starting model")
         if base_spec == ref_spec:
             return {"divergence": [0.0] * len(traj["layers"]), "weight_change": [0.0] * len(traj["weight_layers"])}, ""
-        res = cka_between(base_spec, ref_spec, texts, n_texts=n_texts, max_len=max_len)
+        res = cka_between(
+            base_spec, ref_spec, texts, n_texts=n_texts, max_len=max_len, measure=traj["measure"], baseline=False
+        )
         if len(res["layers_a"]) != len(traj["layers"]) or res.get("divergence") is None:
             return None, f"no point at 0 tokens: '{md_escape(base)}' and the reference differ in depth"
         try:
@@ -258,6 +317,12 @@ def build(ctx) -> dict:
         texts = gr.Textbox(value="demo", label="Texts ('demo' or a .txt/.jsonl file in an allowed folder)", max_lines=1)
         n_texts = gr.Number(value=100, precision=0, label=f"texts (≤ {MAX_TEXTS}; paper: 500)")
         max_len = gr.Number(value=128, precision=0, label="max length (paper: 512)")
+        measure = gr.Dropdown(
+            choices=MEASURE_CHOICES,
+            value=DEFAULT_MEASURE,
+            label="measure (paper: linear, biased)",
+            elem_id="an-measure",
+        )
     with gr.Row():
         cka_btn = gr.Button("Compute CKA", variant="primary", elem_id="an-cka-btn")
         wc_btn = gr.Button("Weight change A → B", elem_id="an-wc-btn")
@@ -268,7 +333,9 @@ def build(ctx) -> dict:
         heat = gr.Plot(label="CKA heatmap", elem_id="an-heat")
         div = gr.Plot(label="Divergence per layer", elem_id="an-div")
     table = gr.Dataframe(
-        headers=["layer", "CKA", "divergence", "control", "ratio"], interactive=False, label="Per layer"
+        headers=["layer", "similarity", "divergence", "control", "ratio", "shuffled baseline"],
+        interactive=False,
+        label="Per layer",
     )
     wc_plot = gr.Plot(label="Weight change per layer", elem_id="an-wc")
     gr.Markdown("### Trajectory over a run's checkpoints")
@@ -289,15 +356,15 @@ def build(ctx) -> dict:
         traj_plot = gr.Plot(label="Divergence across checkpoints", elem_id="an-traj")
         traj_w = gr.Plot(label="Weight change across checkpoints")
 
-    def on_cka(a_, b_, ca_, cb_, t_, n_, l_, progress=gr.Progress()):
-        return compute_cka(a_, b_, ca_, cb_, t_, n_, l_, progress=lambda f, m="": progress(f, desc=m))
+    def on_cka(a_, b_, ca_, cb_, t_, n_, l_, m_, progress=gr.Progress()):
+        return compute_cka(a_, b_, ca_, cb_, t_, n_, l_, m_, progress=lambda f, m="": progress(f, desc=m))
 
-    def on_traj(r_, ref_, t_, n_, l_, progress=gr.Progress()):
-        return compute_trajectory(r_, ref_, t_, n_, l_, progress=lambda f, m="": progress(f, desc=m))
+    def on_traj(r_, ref_, t_, n_, l_, m_, progress=gr.Progress()):
+        return compute_trajectory(r_, ref_, t_, n_, l_, m_, progress=lambda f, m="": progress(f, desc=m))
 
     cka_btn.click(
         on_cka,
-        inputs=[a, b, ca, cb, texts, n_texts, max_len],
+        inputs=[a, b, ca, cb, texts, n_texts, max_len, measure],
         outputs=[heat, div, table, msg],
         concurrency_limit=1,
         concurrency_id="analysis",
@@ -313,7 +380,7 @@ def build(ctx) -> dict:
     )
     traj_btn.click(
         on_traj,
-        inputs=[run, ref, texts, n_texts, max_len],
+        inputs=[run, ref, texts, n_texts, max_len, measure],
         outputs=[traj_plot, traj_w, traj_msg],
         concurrency_limit=1,
         concurrency_id="analysis",

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
+from backend.analysis.measures import DEFAULT_MEASURE, SHORT
+
 PALETTE = qualitative.Plotly
 
 
@@ -240,26 +242,69 @@ def _fmt_int(n) -> str:
 # --- analysis ---------------------------------------------------------------------------------
 
 
+def _num(v, digits: int = 3) -> str:
+    return "–" if v is None else f"{v:.{digits}f}"
+
+
+def similarity_caption(
+    measure: str, samples: dict | None = None, hidden_sizes: dict | None = None, baseline: dict | None = None
+) -> str:
+    """What a similarity figure measured, in one line: measure, n (texts or tokens), hidden sizes, and what the
+    same measure gives on shuffled inputs (the "unrelated" level at this n)."""
+    parts = [SHORT.get(measure, measure)]
+    if samples:
+        n = samples["n"] if isinstance(samples["n"], int) else "/".join(map(str, samples["n"]))
+        parts.append(f"n = {n} {samples['unit']}")
+    if hidden_sizes:
+        parts.append("hidden " + " / ".join(str(h) for h in hidden_sizes.values()))
+    if baseline:
+        parts.append(
+            f"shuffled-{baseline.get('unit', 'texts')} baseline {_num(baseline['mean'])} "
+            f"({_num(baseline['min'])} to {_num(baseline['max'])})"
+        )
+    return " · ".join(parts)
+
+
 def cka_heatmap(
-    matrix: Sequence[Sequence[float]], layers_a: Sequence, layers_b: Sequence, label_a: str = "A", label_b: str = "B"
+    matrix: Sequence[Sequence[float]],
+    layers_a: Sequence,
+    layers_b: Sequence,
+    label_a: str = "A",
+    label_b: str = "B",
+    *,
+    measure: str = DEFAULT_MEASURE,
+    samples: dict | None = None,
+    hidden_sizes: dict | None = None,
+    baseline: dict | None = None,
 ) -> go.Figure:
-    """Layer x layer linear CKA: rows = layers of A, columns = layers of B."""
+    """Layer x layer similarity: rows = layers of A, columns = layers of B. The caption names the measure, n and
+    the hidden sizes, and ``baseline`` (an ``api.cka_between`` result's) gives the level of unrelated inputs; each
+    cell's hover shows its own baseline."""
+    name = SHORT.get(measure, measure)
+    base = (baseline or {}).get("matrix")
+    hover = f"{label_a} %{{y}} · {label_b} %{{x}}<br>{name} %{{z:.4f}}"
+    if base:
+        hover += "<br>shuffled baseline %{customdata:.4f}"
+    cells = [v for r in matrix for v in r if v is not None]
     fig = go.Figure(
         go.Heatmap(
             z=[list(r) for r in matrix],
             x=[str(x) for x in layers_b],
             y=[str(y) for y in layers_a],
+            customdata=[[v if v is not None else float("nan") for v in r] for r in base] if base else None,
             colorscale="Viridis",
-            zmin=min(min(r) for r in matrix) if len(matrix) else 0,  # CKA sits near 1: show the structure
+            zmin=min(cells) if cells else 0,  # similarities sit near 1: show the structure (the caption: the floor)
             zmax=1,
-            colorbar={"title": "CKA"},
-            hovertemplate=f"{label_a} %{{y}} · {label_b} %{{x}}<br>CKA %{{z:.4f}}<extra></extra>",
+            colorbar={"title": name.split(" (")[0]},
+            hovertemplate=hover + "<extra></extra>",
         )
     )
     fig.update_yaxes(autorange="reversed")
-    return _layout(
-        fig, f"Linear CKA: {label_a} (rows) vs {label_b} (columns)", f"{label_b} layer", f"{label_a} layer", 440
-    )
+    caption = similarity_caption(measure, samples, hidden_sizes, baseline)
+    title = f"{name}: {label_a} (rows) vs {label_b} (columns)<br><sup>{caption}</sup>"
+    fig = _layout(fig, title, f"{label_b} layer", f"{label_a} layer", 460)
+    fig.update_layout(margin={"t": 70})
+    return fig
 
 
 def divergence_figure(
@@ -267,8 +312,11 @@ def divergence_figure(
     divergence: Sequence[float],
     control: Sequence[float] | None = None,
     ratio: Sequence[float] | None = None,
+    *,
+    measure: str = DEFAULT_MEASURE,
+    caption: str = "",
 ) -> go.Figure:
-    """Per-layer divergence 1 - CKA(A_l, B_l), the seed-noise control, and their ratio (right axis)."""
+    """Per-layer divergence 1 - similarity(A_l, B_l), the seed-noise control, and their ratio (right axis)."""
     x = [str(v) for v in layers]
     fig = go.Figure()
     fig.add_trace(go.Bar(x=x, y=list(divergence), name="divergence A vs B", marker_color=PALETTE[0]))
@@ -287,7 +335,12 @@ def divergence_figure(
         )
         fig.update_layout(yaxis2={"title": "ratio", "overlaying": "y", "side": "right", "type": "log"})
     fig.update_layout(barmode="group")
-    return _layout(fig, "Divergence per layer (1 − CKA of matching layers)", "layer", "1 − CKA")
+    name = SHORT.get(measure, measure)
+    title = f"Divergence per layer (1 − {name} of matching layers)" + (f"<br><sup>{caption}</sup>" if caption else "")
+    fig = _layout(fig, title, "layer", f"1 − {name.split(' (')[0]}")
+    if caption:
+        fig.update_layout(margin={"t": 70})
+    return fig
 
 
 def trajectory_figure(
@@ -296,10 +349,13 @@ def trajectory_figure(
     layers: Sequence,
     x_title: str = "tokens seen",
     tags: Sequence[str] | None = None,
+    *,
+    measure: str = DEFAULT_MEASURE,
+    caption: str = "",
 ) -> go.Figure:
-    """Divergence from the reference (1 - CKA of matching layers) per layer across a run's checkpoints:
+    """Divergence from the reference (1 - similarity of matching layers) per layer across a run's checkpoints:
     ``divergence`` is points x layers."""
-    title = "Divergence from the reference across checkpoints"
+    title = "Divergence from the reference across checkpoints" + (f"<br><sup>{caption}</sup>" if caption else "")
     if not divergence:
         return _empty(title, "no complete checkpoints yet")
     fig = go.Figure()
@@ -315,7 +371,10 @@ def trajectory_figure(
                 hovertemplate=f"{name}<br>%{{x}}: %{{y:.4f}}<br>%{{text}}<extra></extra>",
             )
         )
-    return _layout(fig, title, x_title, "1 − CKA (same layer)")
+    fig = _layout(fig, title, x_title, f"1 − {SHORT.get(measure, measure).split(' (')[0]} (same layer)")
+    if caption:
+        fig.update_layout(margin={"t": 70})
+    return fig
 
 
 def weight_change_figure(

@@ -421,7 +421,7 @@ def test_measures_name_themselves_and_the_baseline_is_the_same_measure_on_shuffl
         assert r["baseline"]["n_rows"] == [12] and "derangement" in r["baseline"]["how"]
     assert res["linear"]["matrix"][1][1] == pytest.approx(linear_cka(feats[0][1], feats[1][1]), abs=1e-9)
     tok = cka_between(a, b, texts_file, n_texts=8, max_len=24, batch_size=4, pooling="token")
-    assert tok["samples"]["unit"] == "tokens" and tok["samples"]["n"] == tok["inputs"]["n_rows"]
+    assert tok["samples"]["unit"] == "tokens" and tok["samples"]["n"] == tok["inputs"]["n_rows"][0]
     assert "batch k-1" in tok["baseline"]["how"] and 0 < tok["baseline"]["n_rows"][0] <= tok["samples"]["n"]
     one = cka_between(a, b, texts_file, n_texts=4, max_len=24, batch_size=8, pooling="token")
     assert one["baseline"] is None and any("no shuffled baseline" in n for n in one["notes"])

@@ -234,6 +234,17 @@ def test_analyze_cka_weights_trajectory(tiny_modernbert_dir, tmp_path, isolated_
     assert len(z) == 5 and len(z[0]) == 5  # embeddings + 4 blocks
     assert len(rows) == 5 and rows[0][0] == "embeddings" and rows[0][4] is not None
     assert [t.name for t in div.data] == ["divergence A vs B", "control (seed noise)", "ratio = divergence / control"]
+    # the heatmap names the measure, n and hidden sizes and carries the shuffled-texts baseline (caption, hover)
+    title = heat.layout.title.text
+    assert title.startswith("Debiased CKA") and "n = 8 texts · hidden 64 / 64 · shuffled-texts baseline" in title
+    assert heat.data[0].customdata is not None and "shuffled baseline" in heat.data[0].hovertemplate
+    assert all(r[5] is not None for r in rows) and "Debiased CKA" in msg
+    heat, div, rows, msg = analyze_tab.compute_cka(
+        str(tiny_modernbert_dir), str(other), None, None, "demo", n_texts=8, max_len=32, measure="Linear CKA (biased)"
+    )
+    assert heat.layout.title.text.startswith("Linear CKA (biased)") and "1 − Linear CKA" in div.layout.title.text
+    _, _, _, msg = analyze_tab.compute_cka(str(tiny_modernbert_dir), str(other), None, None, "demo", n_texts=3)
+    assert "debiased needs at least 4 samples" in msg
     _, _, _, msg = analyze_tab.compute_cka(str(tiny_modernbert_dir), "/etc", None, None, "demo")
     assert "outside" in msg
     _, _, _, msg = analyze_tab.compute_cka(str(tiny_modernbert_dir), str(other), str(other), None, "demo")
