@@ -60,6 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--eval-set", action="append", default=[], metavar="KEY=VALUE", help="fine-tuning setting: epochs=2, lr=..."
     )
     p.add_argument("--cka-texts", help="held-out texts: CKA divergence of every cell from the reference cell")
+    p.add_argument(
+        "--cka-measure", choices=["debiased", "linear", "procrustes"], help="similarity (default debiased CKA)"
+    )
     g = p.add_mutually_exclusive_group()
     g.add_argument("--resume", metavar="DIR", help="re-queue what the sweep in DIR left unfinished")
     g.add_argument("--cancel", metavar="DIR", help="cancel the queued and running cells of the sweep in DIR")
@@ -90,6 +93,7 @@ def _evaluation(args) -> dict:
         "seeds": args.eval_seeds,
         "hparams": dict(parse_override(s) for s in args.eval_set),
         "cka_texts": args.cka_texts,
+        "cka_measure": args.cka_measure,
     }
 
 

@@ -11,7 +11,8 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from backend.analysis.plots import PALETTE, eval_loss_figure, train_loss_figure
+from backend.analysis.measures import SHORT
+from backend.analysis.plots import PALETTE, eval_loss_figure, similarity_caption, train_loss_figure
 from backend.replication.plan import LABELS, RUNS
 from backend.replication.verdicts import fmt_ci, fmt_pp, significance, task_name
 
@@ -122,7 +123,7 @@ def divergence_profile_figure(cka: dict) -> go.Figure:
     )
     _shade_thirds(fig, layers, cka["low_indices"], cka["mid_indices"], row=1, col=1)
     fig.update_xaxes(tickvals=x, ticktext=layers, row=2, col=1)
-    fig.update_yaxes(title_text="1 − CKA (same layer)", row=1, col=1)
+    fig.update_yaxes(title_text=f"1 − {_measure_name(cka)} (same layer)", row=1, col=1)
     rvals = [v for _, y, _ in ratios if y for v in y if v is not None and v > 0]
     lo, hi = min([*rvals, 0.5]), max([*rvals, 10.0])
     ticks = [t for t in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if lo / 1.5 <= t <= hi * 1.5]
@@ -138,8 +139,15 @@ def divergence_profile_figure(cka: dict) -> go.Figure:
     return _layout(fig, "Divergence per layer from MLM, against seed noise", 560)
 
 
+def _measure_name(cka: dict) -> str:
+    return SHORT.get(cka.get("measure", "linear"), "CKA").split(" (")[0]
+
+
 def heatmaps_figure(cka: dict) -> go.Figure:
+    """Detour vs MLM and the control, layer x layer, titled with the measure, n, hidden sizes and the shuffled-texts
+    baseline (what unrelated paragraphs score at this n)."""
     layers = cka["layers"]
+    name = _measure_name(cka)
     panels = [("CLM detour (rows) vs MLM (columns)", cka.get("matrix"))]
     if cka.get("control_matrix"):
         panels.append(("control: MLM 2nd seed (rows) vs MLM (columns)", cka["control_matrix"]))
@@ -151,7 +159,7 @@ def heatmaps_figure(cka: dict) -> go.Figure:
                 x=layers,
                 y=layers,
                 coloraxis="coloraxis",
-                hovertemplate="row %{y} · col %{x}<br>CKA %{z:.4f}<extra></extra>",
+                hovertemplate="row %{y} · col %{x}<br>" + name + " %{z:.4f}<extra></extra>",
             ),
             row=1,
             col=j,
@@ -159,8 +167,13 @@ def heatmaps_figure(cka: dict) -> go.Figure:
         fig.update_yaxes(autorange="reversed", row=1, col=j)
     lo = min((v for _, m in panels for row in m for v in row if v is not None), default=0.0)
     cmin = max(0.0, math.floor(lo * 20) / 20)  # the contrast where the values are, from a 0.05 step
-    fig.update_layout(coloraxis={"colorscale": "Viridis", "cmin": cmin, "cmax": 1, "colorbar": {"title": "CKA"}})
-    return _layout(fig, "Layer × layer linear CKA", 460)
+    fig.update_layout(coloraxis={"colorscale": "Viridis", "cmin": cmin, "cmax": 1, "colorbar": {"title": name}})
+    measure = cka.get("measure", "linear")
+    samples = cka.get("samples") or {"unit": "texts", "n": cka.get("n_texts")}
+    caption = similarity_caption(measure, samples, cka.get("hidden_sizes"), cka.get("baseline"))
+    fig = _layout(fig, f"Layer × layer {name}<br><sup>{caption}</sup>", 480)
+    fig.update_layout(margin={"t": 90})
+    return fig
 
 
 def weight_change_figure(w: dict) -> go.Figure:

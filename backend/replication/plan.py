@@ -57,7 +57,8 @@ PRESETS: dict[str, dict] = {
             # demo under 10 minutes on a busy 2-core machine. The mini preset fine-tunes every encoder.
             "models": ["mlm", "detour", "freeze_low", "freeze_mid"],
         },
-        "cka": {"n_texts": 100, "max_len": 128, "seeds": [0], "batch_size": 16},
+        # measure: debiased CKA (unbiased at 100-500 texts); "linear" gives the paper's biased CKA
+        "cka": {"n_texts": 100, "max_len": 128, "seeds": [0], "batch_size": 16, "measure": "debiased"},
     },
     "mini": {
         "description": (
@@ -88,7 +89,7 @@ PRESETS: dict[str, dict] = {
             "max_eval_examples": 400,
             "models": ["base", "mlm", "detour", "mlm_s2", "freeze_low", "freeze_mid"],
         },
-        "cka": {"n_texts": 500, "max_len": 128, "seeds": [0, 1, 2], "batch_size": 16},
+        "cka": {"n_texts": 500, "max_len": 128, "seeds": [0, 1, 2], "batch_size": 16, "measure": "debiased"},
     },
 }
 

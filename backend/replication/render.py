@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from backend.analysis.plots import similarity_caption
 from backend.replication.figures import FIGURE_TITLES
 from backend.replication.verdicts import DEVIATIONS, VERDICT_RULES, fmt_ci, fmt_num, fmt_pp, fmt_ratio
 
@@ -21,6 +22,13 @@ BADGE = {
     "not replicated": "#cf222e",
     "not run": "#6e7781",
 }
+
+
+def _similarity_line(cka: dict) -> str:
+    """Which measure, on how many samples and hidden sizes, and what shuffled paragraphs score (the CKA section)."""
+    samples = cka.get("samples") or {"unit": "texts", "n": cka.get("n_texts")}
+    return "Measured with " + similarity_caption(cka.get("measure", "linear"), samples, cka.get("hidden_sizes"),
+                                                 cka.get("baseline")) + "."  # fmt: skip
 
 
 def _badge_color(verdict: str) -> str:
@@ -78,6 +86,8 @@ def summary_markdown(rep: dict) -> str:
         wl = dict(zip(w.get("layers", []), (w.get("from_base") or {}).get("detour", [])))
         lines += [
             "## Divergence per layer (1 − CKA of matching layers, vs MLM)",
+            "",
+            _similarity_line(cka),
             "",
             "| layer | detour | control | ratio | low-frozen | mid-frozen | ΔW detour |",
             "|---|---|---|---|---|---|---|",

@@ -135,6 +135,10 @@ def cka_results(out: Path, settings: dict) -> dict | None:
         "mid_indices": mid,
         "upper_indices": upper,
         "n_texts": main["inputs"]["n"],
+        "measure": main.get("measure", "linear"),  # results written before measures existed were linear CKA
+        "samples": main.get("samples"),
+        "hidden_sizes": main.get("hidden_sizes"),
+        "baseline": main.get("baseline"),
         "seeds": main["inputs"]["seeds"],
         "max_len": main["inputs"]["max_len_effective"],
         "divergence": main.get("divergence"),

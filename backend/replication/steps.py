@@ -178,6 +178,7 @@ def step_cka(ctx: Context) -> dict:
     c = ctx.settings["cka"]
     texts = str(ctx.data_dir / "cka_texts.txt")
     kw = dict(n_texts=c["n_texts"], max_len=c["max_len"], batch_size=c["batch_size"], seeds=c["seeds"])
+    kw["measure"] = c.get("measure", "debiased")  # cka.measure=linear: the paper's biased CKA
     final = {k: str(ctx.run_dir(k) / "final") for k in RUNS}
     out: dict = {"texts": texts, "settings": c}
     ctx.log("CKA: detour vs MLM with the seed-noise control (MLM 2nd seed vs MLM)")

@@ -51,7 +51,9 @@ VERDICT_RULES = [
     "replicated at >= 5x (the paper's smallest low-layer ratio), partly at >= 2x, not replicated below.",
     "Finding 3: needs finding 1 (a gain to remove). Gain removed: low-frozen − MLM not above 0 and below the "
     "detour on average; gain kept: mid-frozen − MLM above 0, or indistinguishable from the detour and positive.",
-    "div = 1 − linear CKA of the same layer over held-out paragraphs (mean pooling, float64), never trained on.",
+    "div = 1 − CKA of the same layer over held-out paragraphs (mean pooling, float64), never trained on; the "
+    "measure is the report's `cka.measure` (debiased CKA by default; `linear` is the paper's biased CKA, the one "
+    "its 5-44x were measured with).",
 ]
 
 

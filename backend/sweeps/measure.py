@@ -55,9 +55,17 @@ def _finetune(run_dir: Path, ev: dict, out_dir: Path) -> dict:
 def _cka(run_dir: Path, ref_dir: Path, ev: dict) -> dict:
     from backend.analysis.api import cka_between
 
-    r = cka_between(str(run_dir), str(ref_dir), ev["cka_texts"], n_texts=ev["cka_n_texts"], max_len=ev["cka_max_len"])
+    measure = ev.get("cka_measure") or "debiased"  # sweeps planned before measures existed: the default
+    r = cka_between(
+        str(run_dir), str(ref_dir), ev["cka_texts"], n_texts=ev["cka_n_texts"], max_len=ev["cka_max_len"],
+        measure=measure, baseline=False,
+    )  # fmt: skip
     div = r.get("divergence")
-    return {"cka_divergence": statistics.fmean(div) if div else None, "cka_divergence_layers": div}
+    return {
+        "cka_divergence": statistics.fmean(div) if div else None,
+        "cka_divergence_layers": div,
+        "cka_measure": measure,
+    }
 
 
 def measure_run(out: Path, m: dict, run: str, ref_run: str | None, log: Callable[[str], None]) -> dict:

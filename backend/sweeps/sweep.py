@@ -68,7 +68,8 @@ def plan_sweep(
 
     ``reference``: the value of the first axis every other value is compared with, within each value of the second
     axis (default: the first axis' first value). ``evaluation``: ``{"task": "ner"|"classification"|None, "data",
-    "seeds", "hparams", "cka_texts", "cka_n_texts", "cka_max_len"}``; the held-out MLM loss is always read.
+    "seeds", "hparams", "cka_texts", "cka_n_texts", "cka_max_len", "cka_measure"}``; the held-out MLM loss is always
+    read.
     ``pin_gpus`` None: pin one cell per GPU where this machine has GPUs; ``max_concurrent`` None: one cell per GPU
     when pinning, else 1 (on CPU the user sets the slots)."""
     from backend.runs.gpus import visible_gpus
@@ -161,7 +162,18 @@ def _evaluation(ev: dict | None) -> dict:
         "cka_texts": str(ev["cka_texts"]) if ev.get("cka_texts") else None,
         "cka_n_texts": int(ev.get("cka_n_texts") or 100),
         "cka_max_len": int(ev.get("cka_max_len") or 128),
+        "cka_measure": _cka_measure(ev.get("cka_measure")),
     }
+
+
+def _cka_measure(measure: str | None) -> str:
+    from backend.analysis.measures import DEFAULT_MEASURE, MEASURES
+
+    if measure in (None, ""):
+        return DEFAULT_MEASURE
+    if measure not in MEASURES:
+        raise ConfigError("--cka-measure", measure, "use one of " + ", ".join(MEASURES))
+    return measure
 
 
 # ------------------------------------------------------------------------------------------------ the folder
