@@ -1,9 +1,11 @@
-"""Benchmark: streaming feature-space linear CKA (backend.analysis.cka.StreamingCKA) vs the naive n x n Gram formula
-(backend.analysis.cka.gram_cka), time and peak memory, at n = 2k, 8k, 16k, 32k, 64k rows (tokens) and d = 256, 768
-(about 3-4 minutes on 2 cores; the naive method peaks at ~4.5 GB at 16k).
+"""Benchmark: streaming feature-space CKA (backend.analysis.cka.StreamingSimilarity) vs the naive n x n Gram formula
+(backend.analysis.cka.gram_similarity), time and peak memory, at n = 2k, 8k, 16k, 32k, 64k rows (tokens) and d = 256,
+768 (about 3-4 minutes on 2 cores; the naive method peaks at ~4.5 GB at 16k). ``--measure debiased`` (default) or
+``linear`` (the published CKA): the naive debiased form is Song et al.'s unbiased HSIC on the n x n Gram matrices.
 
     python bench/bench_cka.py                       # writes bench/results/cka.json, prints a Markdown table
     python bench/bench_cka.py --naive-max-n 8192    # quicker: naive only up to 8k rows (~1.1 GB)
+    python bench/bench_cka.py --measure linear --out bench/results/cka_linear.json
 
 Every (method, n, d) runs in a fresh Python process, so a measurement cannot inherit memory that an
 earlier one freed but the allocator kept. Memory = peak resident set size (Linux ``VmHWM``, reset through
@@ -42,10 +44,10 @@ def _status(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def worker(method: str, n: int, d: int, batch: int, repeats: int) -> dict:
+def worker(method: str, n: int, d: int, batch: int, repeats: int, measure: str) -> dict:
     import torch
 
-    from backend.analysis.cka import StreamingCKA, gram_cka
+    from backend.analysis.cka import StreamingSimilarity, gram_similarity
 
     g = torch.Generator().manual_seed(n * 7 + d)
     x = torch.randn(n, d, generator=g)
@@ -55,12 +57,12 @@ def worker(method: str, n: int, d: int, batch: int, repeats: int) -> dict:
         (torch.randn(512, 512, dtype=dt) @ torch.randn(512, 512, dtype=dt)).sum()
 
     def streaming() -> float:
-        acc = StreamingCKA()
+        acc = StreamingSimilarity()
         for s in range(0, n, batch):
             acc.update([x[s : s + batch]], [y[s : s + batch]])
-        return acc.matrix().item()
+        return acc.matrix(measure).item()
 
-    fn = streaming if method == "streaming" else (lambda: gram_cka(x, y))
+    fn = streaming if method == "streaming" else (lambda: gram_similarity(x, y, measure))
     times, value, peak = [], None, None
     for r in range(repeats):
         with open("/proc/self/clear_refs", "w") as f:
@@ -74,9 +76,9 @@ def worker(method: str, n: int, d: int, batch: int, repeats: int) -> dict:
     return {"method": method, "n": n, "d": d, "time_s": min(times), "times_s": times, "peak_bytes": peak, "cka": value}
 
 
-def run_worker(method: str, n: int, d: int, batch: int, repeats: int) -> dict:
+def run_worker(method: str, n: int, d: int, batch: int, repeats: int, measure: str) -> dict:
     cmd = [sys.executable, __file__, "--worker", method, str(n), str(d), "--batch", str(batch)]
-    cmd += ["--repeats", str(repeats)]
+    cmd += ["--repeats", str(repeats), "--measure", measure]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -92,12 +94,13 @@ def main() -> int:
     p.add_argument("--naive-max-n", type=int, default=16384, help="largest n at which the naive method runs")
     p.add_argument("--batch", type=int, default=4096, help="rows per streaming update (8 texts x 512 tokens)")
     p.add_argument("--repeats", type=int, default=2, help="runs per measurement below 16k rows (best time kept)")
+    p.add_argument("--measure", choices=["debiased", "linear"], default="debiased")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "cka.json"))
     p.add_argument("--worker", nargs=3, metavar=("METHOD", "N", "D"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         method, n, d = args.worker[0], int(args.worker[1]), int(args.worker[2])
-        print(json.dumps(worker(method, n, d, args.batch, args.repeats)))
+        print(json.dumps(worker(method, n, d, args.batch, args.repeats, args.measure)))
         return 0
 
     import torch
@@ -108,10 +111,10 @@ def main() -> int:
         naive_ref = None
         for n in sorted(args.ns):
             reps = args.repeats if n < 16384 else 1  # the naive method is slow there: one run
-            s = run_worker("streaming", n, d, args.batch, args.repeats)
+            s = run_worker("streaming", n, d, args.batch, args.repeats, args.measure)
             row = {"n": n, "d": d, "streaming": s}
             if n <= args.naive_max_n:
-                g = run_worker("naive", n, d, args.batch, reps)
+                g = run_worker("naive", n, d, args.batch, reps, args.measure)
                 g["measured"] = True
                 naive_ref = g
                 row["abs_diff"] = abs(s["cka"] - g["cka"])
@@ -141,7 +144,10 @@ def main() -> int:
     except OSError:
         load = None
     result = {
-        "benchmark": "linear CKA, one layer pair: streaming float64 feature-space statistics vs naive n x n Gram",
+        "benchmark": (
+            f"{args.measure} CKA, one layer pair: streaming float64 feature-space statistics vs naive n x n Gram"
+        ),
+        "measure": args.measure,
         "memory_method": (
             "peak RSS delta per call in a fresh process: VmHWM reset via /proc/self/clear_refs, minus VmRSS just "
             "before the call; inputs X, Y (n x d float32) allocated before the baseline, excluded for both methods; "

@@ -177,13 +177,18 @@ def _center_gram_(k: torch.Tensor) -> torch.Tensor:
 def hsic_unbiased_gram(k: torch.Tensor, ll: torch.Tensor) -> float:
     """Song et al. (2012), eq. 5, on the raw (uncentred) Gram matrices, O(n²):
     ``[tr(K̃L̃) + 1ᵀK̃1·1ᵀL̃1/((n-1)(n-2)) - 2/(n-2)·1ᵀK̃L̃1] / (n(n-3))``, K̃ = K with a zero diagonal."""
-    n = k.shape[0]
     k, ll = k.clone(), ll.clone()
     k.fill_diagonal_(0)
     ll.fill_diagonal_(0)
+    return _hsic_u_zero_diagonal(k, ll)
+
+
+def _hsic_u_zero_diagonal(k: torch.Tensor, ll: torch.Tensor) -> float:
+    """:func:`hsic_unbiased_gram` for Gram matrices whose diagonal is already zero (no n x n temporaries)."""
+    n = k.shape[0]
     k1, l1 = k.sum(1), ll.sum(1)
-    val = (k * ll).sum() + k1.sum() * l1.sum() / ((n - 1) * (n - 2)) - 2.0 / (n - 2) * torch.dot(k1, l1)
-    return val.item() / (n * (n - 3))
+    val = torch.dot(k.reshape(-1), ll.reshape(-1)) + k1.sum() * l1.sum() / ((n - 1) * (n - 2))
+    return (val - 2.0 / (n - 2) * torch.dot(k1, l1)).item() / (n * (n - 3))
 
 
 def gram_similarity(x, y, measure: str = "linear") -> float:
@@ -199,8 +204,10 @@ def gram_similarity(x, y, measure: str = "linear") -> float:
     if n < MIN_SAMPLES[measure]:
         return float("nan")
     if measure == "debiased":
-        k, ll = x @ x.T, y @ y.T
-        hxy, hxx, hyy = hsic_unbiased_gram(k, ll), hsic_unbiased_gram(k, k), hsic_unbiased_gram(ll, ll)
+        k, ll = x @ x.T, y @ y.T  # two n x n matrices, as for the biased form
+        k.fill_diagonal_(0)
+        ll.fill_diagonal_(0)
+        hxy, hxx, hyy = (_hsic_u_zero_diagonal(*p) for p in ((k, ll), (k, k), (ll, ll)))
         return hxy / math.sqrt(hxx * hyy) if hxx > 0 and hyy > 0 else float("nan")
     k = _center_gram_(x @ x.T).reshape(-1)
     ll = _center_gram_(y @ y.T).reshape(-1)
