@@ -162,6 +162,17 @@ def _resolve_model(spec: str) -> tuple[str, int]:
     return (spec if src.kind in ("bundled", "hub") else src.path), n
 
 
+def _check_cka(c: dict) -> None:
+    """The CKA step's measure and text count, refused at planning rather than after the five trainings."""
+    from backend.analysis.cka_guard import check_n_texts
+    from backend.analysis.measures import MEASURES
+
+    c.setdefault("measure", "debiased")
+    if c["measure"] not in MEASURES:
+        raise ConfigError("cka.measure", c["measure"], f"use one of {', '.join(MEASURES)} (linear: the paper's CKA)")
+    check_n_texts(c.get("n_texts"), c["measure"], "mean", what="cka.n_texts")
+
+
 def resolve_settings(
     preset: str | dict = "quick",
     *,
@@ -195,6 +206,7 @@ def resolve_settings(
     if not isinstance(models, list) or not {"mlm", "detour"} <= set(models) or set(models) - set(known):
         raise ConfigError("eval.models", models, f"a list of {', '.join(known)} with at least mlm and detour")
     s["eval"]["models"] = [k for k in known if k in models]  # a fixed order: the comparisons read the same
+    _check_cka(s["cka"])
     t = s["train"]
     if t["seed"] == t["control_seed"]:
         raise ConfigError("train.control_seed", t["control_seed"], "the seed-noise control needs another seed")
