@@ -57,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _fmt(x, width: int = 8, digits: int = 4) -> str:
     if x is None:
         return "-".rjust(width)
-    return f"{x:{width}.{digits}f}"
+    return f"{x if abs(x) >= 0.5 * 10**-digits else 0.0:{width}.{digits}f}"  # no "-0.0000"
 
 
 def check_out(out: Path) -> Path:
