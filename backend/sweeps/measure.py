@@ -55,7 +55,8 @@ def _finetune(run_dir: Path, ev: dict, out_dir: Path) -> dict:
 def _cka(run_dir: Path, ref_dir: Path, ev: dict) -> dict:
     from backend.analysis.api import cka_between
 
-    measure = ev.get("cka_measure") or "debiased"  # sweeps planned before measures existed: the default
+    # A sweep planned before measures existed measured linear CKA: its later cells keep it (one measure per sweep)
+    measure = ev.get("cka_measure") or "linear"
     r = cka_between(
         str(run_dir), str(ref_dir), ev["cka_texts"], n_texts=ev["cka_n_texts"], max_len=ev["cka_max_len"],
         measure=measure, baseline=False,

@@ -1,4 +1,4 @@
-"""The replication's CKA measure: a setting checked at planning, named in the report's heatmaps; old results
+"""CKA's measure as a setting of the replication and of sweeps, checked at planning, named in the report's heatmaps; old results
 (written before measures existed) read as the paper's linear CKA."""
 
 from __future__ import annotations
@@ -38,3 +38,12 @@ def test_report_heatmaps_name_measure_n_hidden_sizes_and_baseline():
     old = {k: v for k, v in cka.items() if k not in ("measure", "samples", "hidden_sizes", "baseline")}
     assert heatmaps_figure(old).layout.title.text.startswith("Layer × layer Linear CKA")
     assert _similarity_line(old) == "Measured with Linear CKA (biased) · n = 100 texts."
+
+
+def test_sweep_cka_measure_is_planned_and_checked():
+    from backend.sweeps.sweep import _evaluation
+
+    assert _evaluation({})["cka_measure"] == "debiased"
+    assert _evaluation({"cka_measure": "linear"})["cka_measure"] == "linear"
+    with pytest.raises(ConfigError, match="--cka-measure.*use one of debiased, linear, procrustes"):
+        _evaluation({"cka_measure": "cosine"})
