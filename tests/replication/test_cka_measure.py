@@ -1,5 +1,5 @@
-"""CKA's measure as a setting of the replication and of sweeps, checked at planning, named in the report's heatmaps; old results
-(written before measures existed) read as the paper's linear CKA."""
+"""CKA's measure as a setting of the replication and of sweeps, checked at planning, named in the report's
+heatmaps; old results (written before measures existed) read as the paper's linear CKA."""
 
 from __future__ import annotations
 
