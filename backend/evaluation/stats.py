@@ -7,33 +7,14 @@ import math
 import random
 import statistics
 
-# Two-sided 95% Student t critical values t_{0.975, df}, df = 1..30 (used when scipy is absent).
-_T975 = [
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-]  # fmt: skip
-_T975_LARGE = [(40, 2.021), (60, 2.000), (120, 1.980)]
-
 
 def t_critical(df: int, confidence: float = 0.95) -> float:
-    """Two-sided Student t critical value; scipy when installed, else a table (95% only)."""
+    """Two-sided Student t critical value (scipy, pinned in requirements.txt)."""
+    from scipy.stats import t
+
     if df < 1:
         raise ValueError("df must be >= 1")
-    try:
-        from scipy.stats import t
-
-        return float(t.ppf(0.5 + confidence / 2, df))
-    except ImportError:
-        pass
-    if abs(confidence - 0.95) > 1e-9:
-        raise ValueError("without scipy only 95% intervals are available")
-    if df <= 30:
-        return _T975[df - 1]
-    for lim, val in _T975_LARGE:
-        if df <= lim:
-            return val
-    return 1.960
+    return float(t.ppf(0.5 + confidence / 2, df))
 
 
 def mean_std(values: list[float]) -> dict:
@@ -140,7 +121,10 @@ def seeds_needed(
     if not mean_diff or not sd_diff:
         return None
     effect = abs(mean_diff) / sd_diff
-    for n in range(2, max_n + 1):
-        if paired_t_power(n, effect, alpha) >= power:
-            return n
-    return max_n + 1
+    if paired_t_power(max_n, effect, alpha) < power:
+        return max_n + 1
+    lo, hi = 1, max_n  # power grows with n: the smallest n that reaches it, by bisection
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if paired_t_power(mid, effect, alpha) >= power else (mid, hi)
+    return hi
