@@ -109,7 +109,12 @@ def paired_t_power(n: int, effect: float, alpha: float = 0.05) -> float:
     df = n - 1
     crit = t.ppf(1 - alpha / 2, df)
     nc = abs(effect) * math.sqrt(n)
-    return float(nct.sf(crit, df, nc) + nct.cdf(-crit, df, nc))
+    p = float(nct.sf(crit, df, nc) + nct.cdf(-crit, df, nc))
+    if math.isnan(p):  # scipy's nct fails far in the tail (large nc, few df): the normal shift is exact enough there
+        from scipy.stats import norm
+
+        p = float(norm.sf(crit - nc) + norm.cdf(-crit - nc))
+    return p
 
 
 def seeds_needed(
@@ -121,10 +126,17 @@ def seeds_needed(
     if not mean_diff or not sd_diff:
         return None
     effect = abs(mean_diff) / sd_diff
-    if paired_t_power(max_n, effect, alpha) < power:
-        return max_n + 1
-    lo, hi = 1, max_n  # power grows with n: the smallest n that reaches it, by bisection
+
+    def reached(n: int) -> bool:  # scipy's nct can give nan at extreme n or effect: not reached, look further
+        return paired_t_power(n, effect, alpha) >= power
+
+    hi = 2  # power grows with n: double until it is reached, then bisect
+    while not reached(hi):
+        if hi >= max_n:
+            return max_n + 1
+        hi = min(2 * hi, max_n)
+    lo = hi // 2 if hi > 2 else 1
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if paired_t_power(mid, effect, alpha) >= power else (mid, hi)
+        lo, hi = (lo, mid) if reached(mid) else (mid, hi)
     return hi
