@@ -44,20 +44,20 @@ def _task_meta(name: str, res: dict) -> dict:
     return {"name": name, "metric": res["primary_metric"], **{k: res.get(k) for k in keep}}
 
 
-def build_suite_report(out: str | Path, spec: dict) -> dict:
-    out = Path(out)
-    results = _task_results(out, spec)
-    tasks = [t["name"] for t in spec["tasks"] if t["name"] in results]
-    labels = list(dict.fromkeys(e["label"] for n in tasks for e in results[n]["models"]))
-    scores = scores_by_task(results)
-    cells, ident = {}, {}
+def panel(scores: dict, labels: list[str], pairs: list[tuple[str, str]]) -> dict:
+    """The table and the comparisons from ``scores`` (task -> label -> key -> points): per label x task the mean,
+    sd and t CI, the average over tasks and the best per column, and ``compare(a, b)`` for each (a, b) of ``pairs``.
+    Shared by the suite report and a sweep's report (cells as labels, (pretraining, fine-tuning) seeds as keys)."""
+    tasks = list(scores)
+    cells = {}
     for n in tasks:
-        res = results[n]
-        for e in res["models"]:
-            ident.setdefault(e["label"], recorded_identity(e))
-            vals = scores[n].get(e["label"], {})
-            cells[f"{e['label']}|{n}"] = {**t_summary(list(vals.values())), "per_seed": vals,
-                                          "stability": stability(e["runs"], res["primary_metric"])}  # fmt: skip
+        for lab in labels:
+            if lab in scores[n]:
+                vals = scores[n][lab]
+                cells[f"{lab}|{n}"] = {
+                    **t_summary(list(vals.values())),
+                    "per_seed": {str(k): v for k, v in vals.items()},
+                }
     avg = {}
     for lab in labels:
         means = [cells.get(f"{lab}|{n}", {}).get("mean") for n in tasks]
@@ -66,7 +66,23 @@ def build_suite_report(out: str | Path, spec: dict) -> dict:
                    key=lambda lab, n=n: cells[f"{lab}|{n}"]["mean"], default=None) for n in tasks}  # fmt: skip
     have = [lab for lab in labels if avg[lab] is not None]
     best["average"] = max(have, key=lambda lab: avg[lab]) if have else None
-    comps = [compare(scores, lab, labels[0]) for lab in labels[1:]]
+    return {"cells": cells, "average": avg, "best": best, "comparisons": [compare(scores, a, b) for a, b in pairs]}
+
+
+def build_suite_report(out: str | Path, spec: dict) -> dict:
+    out = Path(out)
+    results = _task_results(out, spec)
+    tasks = [t["name"] for t in spec["tasks"] if t["name"] in results]
+    labels = list(dict.fromkeys(e["label"] for n in tasks for e in results[n]["models"]))
+    scores = scores_by_task(results)
+    pan = panel(scores, labels, [(lab, labels[0]) for lab in labels[1:]])
+    ident = {}
+    for n in tasks:
+        for e in results[n]["models"]:
+            ident.setdefault(e["label"], recorded_identity(e))
+            if f"{e['label']}|{n}" in pan["cells"]:
+                pan["cells"][f"{e['label']}|{n}"]["stability"] = stability(e["runs"], results[n]["primary_metric"])
+    cells, avg, best, comps = pan["cells"], pan["average"], pan["best"], pan["comparisons"]
     return {
         "suite": spec["name"],
         "suite_file": spec["path"],
@@ -103,18 +119,7 @@ def render_markdown(rep: dict) -> str:
         "each column; Average is the mean over tasks.",
         "",
     ]
-    head = ["Model", *(f"{n} ({metric[n]})" for n in tasks), "Average"]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for m in rep["models"]:
-        lab = m["label"]
-        row = [lab]
-        for n in tasks:
-            c = rep["cells"].get(f"{lab}|{n}", {})
-            txt = _f(c.get("mean")) + (f" ± {_f(c['sd'])}" if c.get("sd") is not None else "")
-            row.append(f"**{txt}**" if rep["best"].get(n) == lab else txt)
-        a = _f(rep["average"].get(lab))
-        row.append(f"**{a}**" if rep["best"].get("average") == lab else a)
-        lines.append("| " + " | ".join(row) + " |")
+    lines += table_md(rep, [m["label"] for m in rep["models"]], tasks, metric)
     lines += ["", "## Per model and task: 95% CI over seeds and fine-tuning stability", ""]
     lines += ["| Model | Task | n | Mean | 95% CI (t) | sd | range | failed | diverged | constant answer |",
               "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -123,7 +128,7 @@ def render_markdown(rep: dict) -> str:
             c = rep["cells"].get(f"{m['label']}|{n}")
             if not c:
                 continue
-            st = c["stability"]
+            st = c.get("stability") or {}
             seeds = lambda xs: ", ".join(map(str, xs)) if xs else "0"  # noqa: E731
             lines.append(
                 f"| {m['label']} | {n} | {c['n']} | {_f(c['mean'])} | {_ci_plain(c['ci95'])} | {_f(st['sd'])} | "
@@ -131,7 +136,7 @@ def render_markdown(rep: dict) -> str:
                 f"{seeds(st['constant'])} |"
             )
     for c in rep["comparisons"]:
-        lines += _comparison_md(c)
+        lines += comparison_md(c)
     lines += ["", "## Models measured (resolved path, sha256 of the weights)", ""]
     lines += [f"- {m['label']}: {short(m['identity'])}" for m in rep["models"]]
     if rep["missing_tasks"]:
@@ -147,7 +152,23 @@ def render_markdown(rep: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _comparison_md(c: dict) -> list[str]:
+def table_md(rep: dict, labels: list[str], tasks: list[str], metric: dict) -> list[str]:
+    """Models x tasks, mean ± sd, the average column, the best of each column in bold."""
+    head = ["Model", *(f"{n} ({metric[n]})" for n in tasks), "Average"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for lab in labels:
+        row = [lab]
+        for n in tasks:
+            c = rep["cells"].get(f"{lab}|{n}", {})
+            txt = _f(c.get("mean")) + (f" ± {_f(c['sd'])}" if c.get("sd") is not None else "")
+            row.append(f"**{txt}**" if rep["best"].get(n) == lab else txt)
+        a = _f(rep["average"].get(lab))
+        row.append(f"**{a}**" if rep["best"].get("average") == lab else a)
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def comparison_md(c: dict) -> list[str]:
     a, b = c["a"], c["b"]
     lines = ["", f"## {a} vs {b} (Δ = {a} − {b}, points)", ""]
     lines += ["| Task | n | Δ mean | 95% CI | wins A / B / ties | verdict |", "|---|---|---|---|---|---|"]
