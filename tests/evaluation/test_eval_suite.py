@@ -90,6 +90,7 @@ def test_seeds_needed_is_the_smallest_n_with_the_power():
         assert paired_t_power(n, m / s) >= 0.8 and (n == 2 or paired_t_power(n - 1, m / s) < 0.8)
 
 
+@pytest.mark.slow
 def test_demo_suite_runs_through_the_cli(tmp_path, tiny_modernbert_dir, tiny_bert_dir, capsys):
     require_shared("ncbi_disease")
     out = tmp_path / "suite"
