@@ -326,6 +326,9 @@ def build(ctx) -> dict:
         return [gr.update(value=label), _time_text(), gr.update(value=EMPTY.format(button=label))]
 
     keep_fresh(times, [launch_btn, time_md, empty], button=refresh_btn)
+    from app import suite_panel
+
+    suites = suite_panel.build()  # pick a suite, pick models, run with progress (python -m backend evaluate --suite)
     timer.tick(
         poll, inputs=[pick, seen], outputs=view_outs, show_progress="hidden", queue=False, api_visibility="private"
     )
@@ -339,6 +342,7 @@ def build(ctx) -> dict:
         "view": view_col,
         "listing": listing,
         "times": times,
+        "suites": suites,
     }
 
 

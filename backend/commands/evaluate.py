@@ -1,5 +1,7 @@
 """``python -m backend evaluate --models A B --task ner --seeds 5 [--out DIR]``: fine-tune each model with each
-seed, score on test, and compare the models pairwise (mean paired difference, 95% CIs, wins over seeds)."""
+seed, score on test, and compare the models pairwise (mean paired difference, 95% CIs, wins over seeds).
+``--suite SUITE.yaml`` instead of --task/--data: every task of a suite (``backend/evaluation/suite.py``), and a
+report that pools them (models x tasks table, aggregate panel, verdict over the suite)."""
 
 from __future__ import annotations
 
@@ -31,14 +33,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="run directories, checkpoints, bundled model names, local model folders or hub ids",
     )
     p.add_argument("--labels", nargs="+", metavar="LABEL", help="display names, one per model (default: the specs)")
-    p.add_argument("--task", choices=["ner", "classification"], default="ner")
+    p.add_argument(
+        "--suite",
+        metavar="SUITE.yaml",
+        help="a task suite (e.g. configs/suites/bio-ner.yaml) instead of --task/--data; settings given here "
+        "(--seeds, --epochs, example caps ...) replace the suite's for every task",
+    )
+    p.add_argument("--task", choices=["ner", "classification"], help="default ner")
     p.add_argument(
         "--data",
         help="NER: folder of train/dev/test IOB files or a hub dataset (default: the bundled "
         "demo set assets/demo/ner); classification: folder of train/dev/test "
         "CSV/TSV/JSONL/parquet or a hub dataset",
     )
-    p.add_argument("--seeds", type=_seeds, default=5, help="number of seeds (0..N-1) or a list like 0,1,2 (default 5)")
+    p.add_argument("--seeds", type=_seeds, help="number of seeds (0..N-1) or a list like 0,1,2 (default 5)")
     p.add_argument("--out", help="output folder (default evals/<timestamp>); rerun with the same folder to resume")
     g = p.add_argument_group("fine-tuning (defaults: the paper's protocol)")
     g.add_argument("--epochs", type=int, help="default 20 for ner, 10 for classification")
@@ -87,6 +95,9 @@ def run(args) -> int:
 
     if args.labels and len(args.labels) != len(args.models):
         raise ConfigError("labels", args.labels, f"give one label per model ({len(args.models)})")
+    if args.suite:
+        return _run_suite(args)
+    args.task = args.task or "ner"
     if args.task == "ner" and args.label_separator:
         raise ConfigError("label-separator", args.label_separator, "only for --task classification")
     if args.mixed_precision is not None:
@@ -97,7 +108,7 @@ def run(args) -> int:
         args.models,
         args.task,
         args.data,
-        args.seeds,
+        5 if args.seeds is None else args.seeds,
         args.out,
         labels=args.labels,
         text_column=args.text_column,
@@ -131,5 +142,48 @@ def run(args) -> int:
                 f"error: {os.strerror(number).lower()} in {results['out_dir']}; {faults.hint(number)}", file=sys.stderr
             )
             return 2
+        return 1
+    return 0
+
+
+COLUMN_FLAGS = ("text_column", "label_column", "label_separator", "tokens_column", "tags_column")
+SETTING_FLAGS = ("epochs", "lr", "weight_decay", "batch_size", "max_len", "warmup_ratio", "max_train_examples",
+                 "max_eval_examples", "metric")  # fmt: skip
+
+
+def _run_suite(args) -> int:
+    from backend.evaluation.suite import evaluate_suite
+
+    given = [f"--{k}" for k in ("task", "data") if getattr(args, k)]
+    given += [
+        f"--{k.replace('_', '-')}" for k in COLUMN_FLAGS if getattr(args, k) not in (None, "text", "label", "tokens")
+    ]
+    if given:
+        raise ConfigError(
+            "suite", args.suite, f"{', '.join(given)} belong in the suite file's tasks, not beside --suite"
+        )
+    if args.mixed_precision is not None:
+        raise ConfigError("mixed-precision", args.mixed_precision, "renamed --precision: auto | fp32 | bf16 | fp16")
+    overrides = {k: getattr(args, k) for k in SETTING_FLAGS} | {"seeds": args.seeds}
+    rep = evaluate_suite(
+        args.suite,
+        args.models,
+        args.out,
+        labels=args.labels,
+        overrides=overrides,
+        trust_remote_code=args.trust_remote_code,
+        keep_models=not args.no_keep_models,
+        precision=args.precision,
+        report_to=args.report_to,
+    )
+    out = Path(rep["out"])
+    print()
+    print((out / "suite.md").read_text())
+    print(f"suite report: {out}/suite.md, suite.html, suite.json; figures in {out}/figures")
+    if rep["figures"].get("png_error"):
+        print(f"note: {rep['figures']['png_error']}")
+    failed = sum(len(c["stability"]["failed"]) + len(c["stability"]["diverged"]) for c in rep["cells"].values())
+    if failed:
+        print(f"{failed} run(s) failed; see each task's results.md under {out}/tasks", flush=True)
         return 1
     return 0

@@ -57,6 +57,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-data", help="the task's data folder (train/dev/test)")
     p.add_argument("--eval-seeds", type=int, default=3, help="fine-tuning seeds per cell")
     p.add_argument(
+        "--eval-suite",
+        metavar="SUITE.yaml",
+        help="also fine-tune every run on each task of this suite (configs/suites/...); the report pools them",
+    )
+    p.add_argument(
         "--eval-set", action="append", default=[], metavar="KEY=VALUE", help="fine-tuning setting: epochs=2, lr=..."
     )
     p.add_argument("--cka-texts", help="held-out texts: CKA divergence of every cell from the reference cell")
@@ -94,6 +99,7 @@ def _evaluation(args) -> dict:
         "hparams": dict(parse_override(s) for s in args.eval_set),
         "cka_texts": args.cka_texts,
         "cka_measure": args.cka_measure,
+        "suite": args.eval_suite,
     }
 
 

@@ -3,7 +3,8 @@
 Before this, ``evaluate --models B --out D`` after ``--models A --out D`` rewrote results.json/results.md with B
 alone: A's rows vanished from the summary (and from the NER tab) although its per-seed files stayed. Models are
 merged when the settings that make their scores comparable match (task, data, metric, hyper-parameters and, for a
-model kept from before, the seeds); otherwise the folder is refused by name.
+model kept from before, the seeds); otherwise the folder is refused by name. A label the folder already holds
+for another model (by identity: resolved path + weights sha256, ``identity.py``) is refused too.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 from pathlib import Path
 
 from backend.core.errors import ConfigError
+from backend.evaluation.identity import recorded_identity, refuse_relabel
 
 SAME = ("task", "data_fingerprint", "primary_metric")
 
@@ -32,6 +34,10 @@ def merge_previous(results: dict, out_dir: Path) -> list[str]:
     if not isinstance(old, dict) or not isinstance(old.get("models"), list):
         raise ConfigError("out", str(out_dir), f"its results.json is not an evaluation's results; {fix}")
     new_labels = {e["label"] for e in results["models"]}
+    by_label = {e["label"]: e for e in results["models"]}
+    for e in old["models"]:  # a label already here names one model: another model may not take it over
+        if isinstance(e, dict) and e.get("label") in by_label:
+            refuse_relabel(out_dir, e["label"], recorded_identity(e), by_label[e["label"]]["identity"])
     kept = [e for e in old["models"] if isinstance(e, dict) and e.get("label") not in new_labels]
     diffs = [k.replace("_fingerprint", "") for k in SAME if old.get(k) != results.get(k)]
     old_hp = old.get("hparams") if isinstance(old.get("hparams"), dict) else {}

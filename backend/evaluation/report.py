@@ -8,6 +8,7 @@ from pathlib import Path
 
 from backend.core import atomic
 from backend.evaluation import sanity
+from backend.evaluation.identity import recorded_identity, short
 from backend.evaluation.stats import mean_std, paired_comparison
 
 SUMMARY_METRICS = {
@@ -134,6 +135,8 @@ def results_markdown(results: dict) -> str:
             + [_ms(s.get(f"dev_{primary}", {})), per_seed or "–"]
         )
         lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Models measured (resolved path, sha256 of the weights):", ""]
+    lines += [f"- {_cell(e['label'])}: {_cell(short(recorded_identity(e)))}" for e in results["models"]]
     flags = [f for e in results["models"] for f in e.get("flags", [])]
     if flags:
         lines += ["", "## Warnings", "", *(f"- ⚠ {_cell(f)}" for f in flags)]

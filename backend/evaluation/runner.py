@@ -22,6 +22,7 @@ from backend.engine.schema import PRECISIONS
 from backend.evaluation import TASKS, sanity
 from backend.evaluation.datafiles import subsample
 from backend.evaluation.finetune import effective_max_len, finetune, resolve_hparams
+from backend.evaluation.identity import model_identity, recorded_identity, refuse_relabel
 from backend.evaluation.merge import merge_previous
 from backend.evaluation.report import refresh, write_results
 
@@ -160,12 +161,13 @@ def evaluate_models(
     )
     data_obj = _subsample_data(data_obj, hp["max_train_examples"], hp["max_eval_examples"])
     out_dir = _output_dir(out_dir)
-    results = _new_results(task, data_obj, seeds, hp, out_dir, labels, sources, dirs)
+    identities = [model_identity(s) for s in sources]  # what each label measures: path + weights sha256
+    results = _new_results(task, data_obj, seeds, hp, out_dir, labels, sources, dirs, identities)
     results["precision"] = prec
     results["lr_why"] = lr_why  # 'given', or why the default fits these models' size
     jobs = _plan_jobs(results, sources)
-    for job in jobs:  # settings clash with finished runs: fail now, before any training
-        _read_finished(job.seed_dir, hp, results["data_fingerprint"], task)
+    for job in jobs:  # settings or model clash with finished runs: fail now, before any training
+        _read_finished(job.seed_dir, hp, results["data_fingerprint"], task, results["models"][job.model]["identity"])
     merge_previous(results, out_dir)  # models evaluated here before stay listed (or other settings: refused)
     write_results(refresh(results), out_dir)
 
@@ -272,7 +274,7 @@ def _output_dir(out_dir: str | Path | None) -> Path:
     return out
 
 
-def _new_results(task, data_obj, seeds, hp, out_dir: Path, labels, sources, dirs) -> dict:
+def _new_results(task, data_obj, seeds, hp, out_dir: Path, labels, sources, dirs, identities) -> dict:
     """The results dict before any run: every (model, seed) is listed as pending, so none can go missing."""
     source = Path(data_obj.source)
     return {
@@ -297,10 +299,11 @@ def _new_results(task, data_obj, seeds, hp, out_dir: Path, labels, sources, dirs
                 "spec": src.spec,
                 "kind": src.kind,
                 "path": src.path,
+                "identity": ident,
                 "dir": str(out_dir / "models" / d),
                 "runs": [{"seed": s, "status": "pending"} for s in seeds],
             }
-            for lab, src, d in zip(labels, sources, dirs, strict=True)
+            for lab, src, d, ident in zip(labels, sources, dirs, identities, strict=True)
         ],
     }
 
@@ -400,10 +403,11 @@ class _Runner:
         self.data_desc, self.fingerprint = results["data"], results["data_fingerprint"]
         self.trust_remote_code, self.keep_models, self.precision = trust_remote_code, keep_models, precision
         self.accelerator = None
+        self.identities = [e["identity"] for e in results["models"]]
         self._tasks: dict[int, object] = {}  # model index -> task, or the exception its build raised
 
     def run(self, job: _Job) -> None:
-        done = _read_finished(job.seed_dir, self.hp, self.fingerprint, self.task)
+        done = _read_finished(job.seed_dir, self.hp, self.fingerprint, self.task, self.identities[job.model])
         if done is not None:
             self._set_record(job, _run_record(done, resumed=True))
             self.meter.done_units += self.epochs
@@ -492,6 +496,7 @@ class _Runner:
             "spec": job.source.spec,
             "source_kind": job.source.kind,
             "source_path": job.source.path,
+            "identity": self.identities[job.model],
             "data": self.data_desc,
             "data_fingerprint": self.fingerprint,
         }
@@ -551,8 +556,9 @@ def run_precision(metrics: dict) -> dict | None:
     return None
 
 
-def _read_finished(seed_dir: Path, hp: dict, fingerprint: str, task: str) -> dict | None:
-    """The metrics of a finished run in ``seed_dir``; an error when it was made with other settings or data."""
+def _read_finished(seed_dir: Path, hp: dict, fingerprint: str, task: str, identity: dict) -> dict | None:
+    """The metrics of a finished run in ``seed_dir``; an error when it was made with other settings or data, or
+    from another model than ``identity`` (the label names a folder; the folder's scores are that model's)."""
     p = seed_dir / "metrics.json"
     if not p.exists():
         return None
@@ -562,6 +568,8 @@ def _read_finished(seed_dir: Path, hp: dict, fingerprint: str, task: str) -> dic
         return None  # unreadable: train it again
     if m.get("status") != "ok":
         return None
+    label = m.get("model") or seed_dir.parent.name
+    refuse_relabel(seed_dir.parent.parent.parent, label, recorded_identity(m), identity)
     diffs = [k for k in hp if m.get("hparams", {}).get(k) != hp[k]]
     if m.get("task") != task:
         diffs.append("task")

@@ -1,7 +1,9 @@
 """What a sweep measures on each finished run, cached in ``results/<run>.json`` so a rerun measures nothing twice:
 
 * ``heldout_mlm_loss``: the run's last held-out MLM loss (metrics.jsonl; the same masks in every run);
-* ``finetune``: the mean test score over fine-tuning seeds (NER or classification, ``backend.evaluation``);
+* ``finetune``: the mean test score over fine-tuning seeds (NER or classification, ``backend.evaluation``), with
+  each fine-tuning seed's score (``finetune_by_seed``: the report pairs cells by pretraining x fine-tuning seed);
+* ``suite``: with ``--eval-suite``, per task of the suite each fine-tuning seed's test score (``suite_scores``);
 * ``cka_divergence``: mean over layers of 1 - CKA against the reference cell's run of the same seed
   (``backend.analysis``), when the sweep names held-out texts.
 """
@@ -28,7 +30,21 @@ def heldout_loss(run_dir: Path) -> float | None:
     return float(evals[-1]["eval_mlm_loss"]) if evals else None
 
 
-def _finetune(run_dir: Path, ev: dict, out_dir: Path) -> dict:
+def _progress(log: Callable[[str], None]) -> Callable[[dict], None]:
+    """The evaluation's own lines (run, epoch, dev score, ETA) to the sweep's log; step events at most every 30 s."""
+    last = [0.0]
+
+    def on_event(ev: dict) -> None:
+        import time
+
+        if ev.get("event") != "step" or time.time() - last[0] > 30:
+            last[0] = time.time()
+            log(f"  {ev['message']}")
+
+    return on_event
+
+
+def _finetune(run_dir: Path, ev: dict, out_dir: Path, log: Callable[[str], None]) -> dict:
     from backend.evaluation.runner import evaluate_models
 
     res = evaluate_models(
@@ -39,17 +55,37 @@ def _finetune(run_dir: Path, ev: dict, out_dir: Path) -> dict:
         out_dir=out_dir,
         labels=[run_dir.name],
         keep_models=False,
-        progress=lambda e: None,
+        progress=_progress(log),
         **ev["hparams"],
     )
-    entry = res["models"][0]
-    primary = res["primary_metric"]
-    vals = [r["test"][primary] for r in entry["runs"] if r.get("status") == "ok" and primary in (r.get("test") or {})]
+    by_seed = _seed_scores(res)
+    vals = list(by_seed.values())
     return {
         "finetune": statistics.fmean(vals) if vals else None,
-        "finetune_metric": f"test {primary}",
+        "finetune_metric": f"test {res['primary_metric']}",
         "finetune_seeds": vals,
+        "finetune_by_seed": {str(k): v for k, v in by_seed.items()},
     }
+
+
+def _seed_scores(res: dict) -> dict[int, float]:
+    """Fine-tuning seed -> test score of the primary metric (0-1, as results.json holds it) of the one model."""
+    primary = res["primary_metric"]
+    runs = res["models"][0]["runs"]
+    return {r["seed"]: r["test"][primary] for r in runs if r.get("status") == "ok" and primary in (r.get("test") or {})}
+
+
+def _suite(run_dir: Path, ev: dict, out_dir: Path, log: Callable[[str], None]) -> dict:
+    """Every task of the sweep's suite on this run (``evaluate_suite`` into ``evals/<run>``)."""
+    from backend.evaluation.suite import evaluate_suite
+
+    rep = evaluate_suite(ev["suite"], [str(run_dir)], out_dir, labels=[run_dir.name], progress=_progress(log),
+                         keep_models=False)  # fmt: skip
+    scores = {}
+    for t in rep["tasks"]:
+        res = json.loads((out_dir / "tasks" / t["name"] / "results.json").read_text())
+        scores[t["name"]] = {str(k): v for k, v in _seed_scores(res).items()}
+    return {"suite_scores": scores, "suite_metrics": {t["name"]: t["metric"] for t in rep["tasks"]}}
 
 
 def _cka(run_dir: Path, ref_dir: Path, ev: dict) -> dict:
@@ -76,9 +112,12 @@ def measure_run(out: Path, m: dict, run: str, ref_run: str | None, log: Callable
     rec = json.loads(cache.read_text()) if cache.exists() else {}
     ev = m["evaluation"]
     rec["heldout_mlm_loss"] = heldout_loss(d)
-    if ev["task"] and rec.get("finetune") is None:
+    if ev["task"] and (rec.get("finetune") is None or "finetune_by_seed" not in rec):
         log(f"{run}: fine-tuning on {ev['task']} ({ev['seeds']} seeds)")
-        rec.update(_finetune(d, ev, out / "evals" / run))
+        rec.update(_finetune(d, ev, out / "evals" / run, log))  # finished seeds are reused (evaluate resumes)
+    if ev.get("suite") and rec.get("suite_scores") is None:
+        log(f"{run}: evaluating the suite {ev['suite']}")
+        rec.update(_suite(d, ev, out / "evals" / run, log))
     if ev["cka_texts"] and ref_run and ref_run != run and rec.get("cka_divergence") is None:
         log(f"{run}: CKA against {ref_run}")
         rec.update(_cka(d, out / "runs" / ref_run, ev))

@@ -8,11 +8,14 @@ at the observed spread. Written as report.json, report.md, report.html and figur
 from __future__ import annotations
 
 import html
+import re
+import statistics
 from pathlib import Path
 
 from backend.analysis.figure_files import export_pngs
 from backend.core import atomic
-from backend.evaluation.stats import mean_std, paired_comparison, seeds_needed, t_interval, verdict
+from backend.evaluation.aggregate import seed_levels, t_summary, task_delta
+from backend.evaluation.stats import mean_std, seeds_needed, t_interval
 from backend.sweeps.measure import METRICS, _line_key, read_results
 
 ALPHA, POWER = 0.05, 0.8
@@ -26,32 +29,63 @@ def _fmt_ci(ci) -> str:
     return "-" if not ci else f"[{_fmt(ci[0])}, {_fmt(ci[1])}]"
 
 
+SCALE = {"finetune": 100.0}  # fine-tuned scores in points (F1 in percent), as evaluate prints them
+
+
+def _cell_scores(m: dict, results: dict[str, dict], metric: str) -> dict[int, dict]:
+    """cell index -> key -> value: the pretraining seed, or (pretraining seed, fine-tuning seed) for fine-tuned
+    scores when the runs recorded each fine-tuning seed (a cell then keeps both levels and pairs on both)."""
+    scale = SCALE.get(metric, 1.0)
+    out = {}
+    for c in m["cells"]:
+        vals = {}
+        for s, r in c["runs"].items():
+            rec = results.get(r) or {}
+            if metric == "finetune" and rec.get("finetune_by_seed"):
+                vals.update({(int(s), int(f)): scale * v for f, v in rec["finetune_by_seed"].items()})
+            elif rec.get(metric) is not None:
+                vals[int(s)] = scale * rec[metric]
+        out[c["index"]] = vals
+    return out
+
+
+def _cell_interval(vals: dict) -> tuple[list[float] | None, str]:
+    """The cell mean's 95% t interval the data supports: over pretraining-seed means when there are two or more
+    (fine-tuning seeds averaged within each), else over the fine-tuning seeds of the one pretraining seed."""
+    keys = list(vals)
+    if keys and isinstance(keys[0], tuple):
+        by: dict = {}
+        for (p, _), v in vals.items():
+            by.setdefault(p, []).append(v)
+        if len(by) > 1:
+            return t_summary([statistics.fmean(v) for v in by.values()])["ci95"], "over pretraining seeds"
+        return t_summary(list(vals.values()))["ci95"], "over fine-tuning seeds (pretraining-seed variance unmeasured)"
+    return t_interval(list(vals.values())), "over seeds"
+
+
 def metric_table(m: dict, results: dict[str, dict], metric: str) -> list[dict]:
-    """One row per cell: per-seed values, mean, sample std, 95% t interval, and the paired delta vs the reference."""
+    """One row per cell: per-seed values, mean, sample std, 95% t interval, and the paired delta vs the reference
+    (paired by pretraining seed, and by fine-tuning seed too where the runs were fine-tuned with several)."""
     _, higher = METRICS[metric]
     ref_key = m["axes"][0]["key"]
-    per_cell = {}
-    for c in m["cells"]:
-        per_cell[c["index"]] = {
-            int(s): results[r][metric]
-            for s, r in c["runs"].items()
-            if r in results and results[r].get(metric) is not None
-        }
+    per_cell = _cell_scores(m, results, metric)
     refs = {_line_key(m, c): c["index"] for c in m["cells"] if repr(c["values"][ref_key]) == repr(m["reference"])}
     rows = []
     for c in m["cells"]:
         vals = per_cell[c["index"]]
         ms = mean_std(list(vals.values()))
+        ci, how = _cell_interval(vals)
         row = {
             "cell": c["index"],
             "label": c["label"],
             "values": c["values"],
             "tokens": c["tokens"],
-            "per_seed": vals,
+            "per_seed": {"/".join(map(str, k)) if isinstance(k, tuple) else k: v for k, v in vals.items()},
             "n": ms["n"],
             "mean": ms["mean"],
             "std": ms["std"],
-            "ci95": t_interval(list(vals.values())),
+            "ci95": ci,
+            "interval": how,
             "reference": False,
             "delta": None,
         }
@@ -59,17 +93,24 @@ def metric_table(m: dict, results: dict[str, dict], metric: str) -> list[dict]:
         if ref_idx == c["index"]:
             row["reference"] = True
         elif ref_idx is not None:
-            pc = paired_comparison(per_cell[ref_idx], vals)
-            v = verdict(pc["ci95_t"], higher) if higher is not None else _direction(pc["ci95_t"])
+            td = task_delta(vals, per_cell[ref_idx], "cell", "reference")
+            v = {"cell better": "up", "reference better": "down"}.get(td["verdict"], "inconclusive")
+            if v != "inconclusive":
+                v = ("better" if (v == "up") == higher else "worse") if higher is not None else {"up": "higher",
+                     "down": "lower"}[v]  # fmt: skip
             row["delta"] = {
                 "vs": next(x["label"] for x in m["cells"] if x["index"] == ref_idx),
-                "n": pc["n"],
-                "mean": pc["mean_diff"],
-                "std": pc["std_diff"],
-                "ci95": pc["ci95_t"],
+                "n": td["n"],
+                "mean": td["delta"],
+                "std": td["sd"],
+                "ci95": td["ci95"],
+                "interval": td["interval"],
                 "verdict": v,
-                "seeds_needed": seeds_needed(pc["mean_diff"], pc["std_diff"], ALPHA, POWER)
-                if v == "inconclusive"
+                "seeds_needed": seeds_needed(td["delta"], td["sd"], ALPHA, POWER) if v == "inconclusive" else None,
+                "seed_levels": seed_levels({k: vals[k] - per_cell[ref_idx][k] for k in vals if k in per_cell[ref_idx]})[
+                    "advice"
+                ]
+                if isinstance(next(iter(vals), None), tuple)
                 else None,
             }
         rows.append(row)
@@ -103,7 +144,9 @@ def build_report(out: str | Path) -> dict:
     results = read_results(out)
     tables = {k: metric_table(st, results, k) for k in metrics_present(st, results)}
     not_done = {r: s for r, s in st["run_states"].items() if s != "done"}
+    rep_suite = suite_section(st, results)
     return {
+        "suite": rep_suite,
         "name": st["name"],
         "out": str(out),
         "axes": st["axes"],
@@ -117,10 +160,14 @@ def build_report(out: str | Path) -> dict:
         "tables": tables,
         "not_done": not_done,
         "stats": (
-            f"Means with a 95% Student t interval over seeds; deltas are cell - reference, paired by seed, with a 95% "
-            f"paired t interval; a verdict is better/worse only when that interval excludes 0, else inconclusive. "
-            f"'seeds needed': paired seeds for a two-sided paired t test at alpha {ALPHA} to detect the observed "
-            f"delta with power {POWER} if the seed-to-seed spread of the differences is the observed one."
+            f"Means with a 95% Student t interval (scipy) over seeds; fine-tuned scores are in points and keep both "
+            f"seed levels: a cell's interval is over its pretraining seeds' means when it has two or more, else over "
+            f"its fine-tuning seeds (pretraining-seed variance then unmeasured). Deltas are cell - reference, paired "
+            f"by pretraining seed and fine-tuning seed, with a 95% paired t interval (a nested bootstrap with two or "
+            f"more pretraining seeds); a verdict is better/worse only when that interval excludes 0, else "
+            f"inconclusive. The 'seeds needed' column: paired seeds for a two-sided paired t test at alpha {ALPHA} to "
+            f"detect the observed delta with power {POWER} if the seed-to-seed spread of the differences is the "
+            f"observed one (shown for inconclusive deltas)."
         ),
     }
 
@@ -183,12 +230,46 @@ def write_figures(rep: dict, fig_dir: Path, png: bool = True) -> dict:
 
 
 def _verdict_text(d: dict | None) -> str:
-    if d is None:
-        return "reference"
-    v = d["verdict"]
-    if v == "inconclusive" and d["seeds_needed"]:
-        return f"inconclusive (~{d['seeds_needed']} seeds to detect)"
-    return v
+    return "reference" if d is None else d["verdict"]
+
+
+def suite_section(m: dict, results: dict[str, dict]) -> dict | None:
+    """With ``--eval-suite``: cells x tasks (points, mean ± sd over pretraining x fine-tuning seeds), and each cell
+    against the reference cell of its line over the suite (``evaluation.suite_report.panel``)."""
+    from backend.evaluation.suite_report import panel
+
+    if not any(r.get("suite_scores") for r in results.values()):
+        return None
+    tasks = list(dict.fromkeys(t for r in results.values() for t in (r.get("suite_scores") or {})))
+    metrics = next(r["suite_metrics"] for r in results.values() if r.get("suite_metrics"))
+    scores = {t: {} for t in tasks}
+    for c in m["cells"]:
+        for t in tasks:
+            vals = {}
+            for s, run in c["runs"].items():
+                for f, v in ((results.get(run) or {}).get("suite_scores") or {}).get(t, {}).items():
+                    vals[(int(s), int(f))] = 100.0 * v
+            if vals:
+                scores[t][c["label"]] = vals
+    key = m["axes"][0]["key"]
+    refs = {_line_key(m, c): c["label"] for c in m["cells"] if repr(c["values"][key]) == repr(m["reference"])}
+    pairs = [(c["label"], refs[_line_key(m, c)]) for c in m["cells"]
+             if _line_key(m, c) in refs and refs[_line_key(m, c)] != c["label"]]  # fmt: skip
+    labels = [c["label"] for c in m["cells"]]
+    return {"suite": m["evaluation"].get("suite"), "tasks": tasks, "metrics": metrics, "labels": labels,
+            **panel(scores, labels, pairs)}  # fmt: skip
+
+
+def suite_markdown(su: dict) -> list[str]:
+    from backend.evaluation.report import METRIC_NAMES
+    from backend.evaluation.suite_report import comparison_md, table_md
+
+    metric = {t: METRIC_NAMES.get(su["metrics"].get(t), su["metrics"].get(t)) for t in su["tasks"]}
+    lines = [f"## Suite `{su['suite']}` (test scores in points; mean ± sd over pretraining x fine-tuning seeds)", ""]
+    lines += table_md(su, su["labels"], su["tasks"], metric)
+    for c in su["comparisons"]:
+        lines += comparison_md(c)
+    return [*lines, ""]
 
 
 def render_markdown(rep: dict) -> str:
@@ -203,16 +284,21 @@ def render_markdown(rep: dict) -> str:
         better = better[meta["higher_is_better"]]
         lines += [f"## {meta['label']} ({better})", ""]
         lines += [
-            "| cell | tokens | n | mean | 95% CI | delta vs ref | 95% CI | verdict |",
-            "|---|---|---|---|---|---|---|---|",
+            "| cell | tokens | n | mean | 95% CI | delta vs ref | 95% CI | verdict | seeds needed |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
             d = r["delta"]
+            need = (d.get("seeds_needed") or "-") if d else "-"
             lines.append(
                 f"| {r['label']} | {r['tokens']:,} | {r['n']} | {_fmt(r['mean'])} | {_fmt_ci(r['ci95'])} | "
-                f"{_fmt(d['mean']) if d else '-'} | {_fmt_ci(d['ci95']) if d else '-'} | {_verdict_text(d)} |"
+                f"{_fmt(d['mean']) if d else '-'} | {_fmt_ci(d['ci95']) if d else '-'} | {_verdict_text(d)} | {need} |"
             )
+        advice = sorted({d["seed_levels"] for r in rows if (d := r["delta"]) and d.get("seed_levels")})
+        lines += ["", *(f"Seed levels: {a}." for a in advice)] if advice else []
         lines.append("")
+    if rep.get("suite"):
+        lines += suite_markdown(rep["suite"])
     lines += [rep["stats"], ""]
     return "\n".join(lines)
 
@@ -225,7 +311,7 @@ def md_to_html(md: str, figs: list, title: str) -> str:
     for block in md.split("\n\n"):
         rows = [ln for ln in block.splitlines() if ln.startswith("|")]
         if rows and len(rows) == len(block.splitlines()):
-            cells = [[html.escape(c.strip()) for c in ln.strip("|").split("|")] for ln in rows]
+            cells = [[_bold(html.escape(c.strip())) for c in ln.strip("|").split("|")] for ln in rows]
             head = "".join(f"<th>{c}</th>" for c in cells[0])
             trs = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in cells[2:])
             body.append(f"<table><tr>{head}</tr>{trs}</table>")
@@ -234,7 +320,7 @@ def md_to_html(md: str, figs: list, title: str) -> str:
         elif block.startswith("## "):
             body.append(f"<h2>{html.escape(block[3:])}</h2>")
         elif block.strip():
-            body.append(f"<p>{html.escape(block)}</p>")
+            body.append(f"<p>{_bold(html.escape(block))}</p>")
     for i, fig in enumerate(figs):  # plotly.js inlined once: the page opens offline, from disk, anywhere
         body.append(pio.to_html(fig, full_html=False, include_plotlyjs=i == 0))
     style = "body{font-family:sans-serif;max-width:1000px;margin:auto}td,th{border:1px solid #ccc;padding:3px 6px}"
@@ -245,14 +331,31 @@ def md_to_html(md: str, figs: list, title: str) -> str:
     )
 
 
+def _bold(text: str) -> str:
+    """Markdown's **x** as <b>x</b> (the best of a column, a verdict)."""
+    return re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
+
+
 def write_report(out: str | Path, png: bool = True) -> dict:
     """report.json, report.md, report.html and the figures; returns the report dict."""
     out = Path(out)
     rep = build_report(out)
     rep["figures"] = write_figures(rep, out / "figures", png=png)
+    suite_figs = {}
+    if rep.get("suite"):  # per comparison the per-task deltas, as the suite report draws them
+        from backend.evaluation.suite_report import delta_figure
+
+        suite_figs = {f"suite-deltas-{i + 1}": delta_figure(c) for i, c in enumerate(rep["suite"]["comparisons"])}
+        for k, f in suite_figs.items():
+            f.write_html(str(out / "figures" / f"{k}.html"), include_plotlyjs=True)
+            rep["figures"]["html"].append(str(out / "figures" / f"{k}.html"))
+        if png and suite_figs:
+            files, err = export_pngs(suite_figs, out / "figures")
+            rep["figures"]["png"] += files
+            rep["figures"]["png_error"] = rep["figures"]["png_error"] or err
     md = render_markdown(rep)
     atomic.write_json(out / "report.json", rep)
     atomic.write_text(out / "report.md", md)
-    figs = [figure(rep, k) for k in rep["tables"]]
+    figs = [figure(rep, k) for k in rep["tables"]] + list(suite_figs.values())
     atomic.write_text(out / "report.html", md_to_html(md, figs, f"Sweep {rep['name']}"))
     return rep

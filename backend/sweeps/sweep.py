@@ -154,7 +154,13 @@ def _evaluation(ev: dict | None) -> dict:
         raise ConfigError("--eval", task, "ner or classification")
     if task and not ev.get("data"):
         raise ConfigError("--eval-data", None, f"--eval {task} needs a data folder")
+    suite = ev.get("suite")
+    if suite:  # checked now (every key of the file), not after the runs have trained
+        from backend.evaluation.suite import load_suite
+
+        suite = load_suite(suite)["path"]
     return {
+        "suite": suite,
         "task": task,
         "data": str(ev["data"]) if ev.get("data") else None,
         "seeds": int(ev.get("seeds") or 3),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 
 import pytest
 
@@ -15,7 +14,6 @@ from backend.evaluation.stats import (
     paired_bootstrap_ci,
     paired_comparison,
     paired_t_ci,
-    t_critical,
     win_counts,
 )
 
@@ -36,14 +34,6 @@ def test_paired_t_interval_hand_computed():
     assert lo == pytest.approx(2.5 - half, abs=1e-4)
     assert hi == pytest.approx(2.5 + half, abs=1e-4)
     assert paired_t_ci([1.0]) is None
-
-
-def test_t_table_without_scipy_matches(monkeypatch):
-    with_scipy = [t_critical(df) for df in (1, 2, 4, 9, 30, 100)]
-    monkeypatch.setitem(sys.modules, "scipy.stats", None)  # import fails -> table
-    table = [t_critical(df) for df in (1, 2, 4, 9, 30, 100)]
-    assert table[:5] == pytest.approx(with_scipy[:5], abs=2e-3)
-    assert table[5] == pytest.approx(with_scipy[5], abs=0.02)
 
 
 def test_bootstrap_interval():

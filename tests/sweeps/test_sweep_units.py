@@ -194,7 +194,8 @@ def test_report_from_known_values(tiny_modernbert_dir, tmp_path, monkeypatch):
     sd = sps.tstd(diffs)
     assert d["seeds_needed"] == seeds_needed(0.15, sd) and d["seeds_needed"] > 3
     md = (out / "report.md").read_text()
-    assert f"inconclusive (~{d['seeds_needed']} seeds to detect)" in md and "lower is better" in md
+    assert f"| inconclusive | {d['seeds_needed']} |" in md and "lower is better" in md  # the column the note explains
+    assert "| verdict | seeds needed |" in md
     assert (out / "figures" / "heldout_mlm_loss.html").exists() and "<table>" in (out / "report.html").read_text()
 
     from app import sweeps_tab
@@ -210,3 +211,48 @@ def test_a_gpu_box_gets_one_pinned_cell_per_gpu_by_default(tiny_modernbert_dir, 
     monkeypatch.setenv("DETOUR_GPUS", "")
     m = plan_sweep(_base(tiny_modernbert_dir), grid=["recipe=mlm,clm_detour"])
     assert m["pin_gpus"] is False and m["max_concurrent"] == 1
+
+
+def test_report_keeps_both_seed_levels_and_pools_a_suite(tiny_modernbert_dir, tmp_path, monkeypatch):
+    """Issue 31: one pretraining seed x five fine-tuning seeds per cell gave one number, 'CI -' and 'inconclusive';
+    now the fine-tunes are paired by (pretraining seed, fine-tuning seed), in points, with the interval they
+    support and a note that pretraining-seed variance is unmeasured; a suite is pooled into one verdict."""
+    from backend.core import atomic, paths
+    from backend.engine import rundir
+    from backend.sweeps.manifest import write_manifest
+    from backend.sweeps.report import write_report
+
+    monkeypatch.setenv(paths.SWEEPS_ENV, str(tmp_path / "sweeps"))
+    m = plan_sweep(_base(tiny_modernbert_dir), grid=["recipe=mlm,clm_detour"], seeds=1, name="two")
+    out = tmp_path / "sweeps" / "two"
+    write_manifest(out, {**m, "state": "running", "evaluation": {**m["evaluation"], "suite": "s.yaml"}})
+    ft = {"mlm": [0.29, 0.41, 0.57, 0.35, 0.48], "clm_detour": [0.33, 0.44, 0.60, 0.37, 0.52]}  # +2.4 pts each
+    for c in m["cells"]:
+        [(_seed, run)] = c["runs"].items()
+        d = out / "runs" / run
+        d.mkdir(parents=True)
+        (d / "config.yaml").write_text("{}")
+        rundir.write_status(d, state="done")
+        vals = ft[c["values"]["recipe"]]
+        by_seed = {str(f): v for f, v in enumerate(vals)}
+        suite = {t: {f: v + 0.01 * i for f, v in by_seed.items()} for i, t in enumerate(("ncbi", "anatem"))}
+        atomic.write_json(
+            out / "results" / f"{run}.json",
+            {"finetune": sum(vals) / 5, "finetune_by_seed": by_seed, "suite_scores": suite,
+             "suite_metrics": {"ncbi": "f1", "anatem": "f1"}},
+        )  # fmt: skip
+    rep = write_report(out, png=False)
+    ref, det = rep["tables"]["finetune"]
+    assert ref["n"] == 5 and ref["ci95"] is not None and "unmeasured" in ref["interval"]
+    assert ref["mean"] == pytest.approx(100 * sum(ft["mlm"]) / 5)  # points
+    d = det["delta"]
+    diffs = [100 * (b - a) for a, b in zip(ft["mlm"], ft["clm_detour"], strict=True)]
+    assert d["n"] == 5 and d["mean"] == pytest.approx(sum(diffs) / 5)
+    assert d["ci95"] == pytest.approx(list(sps.t.interval(0.95, 4, loc=sum(diffs) / 5, scale=sps.sem(diffs))))
+    assert d["verdict"] == "better" and "pretraining-seed variance unmeasured" in d["interval"]
+    su = rep["suite"]
+    assert su["tasks"] == ["ncbi", "anatem"]
+    [c] = su["comparisons"]
+    assert (c["a"], c["b"]) == (det["label"], ref["label"]) and c["verdict"] == f"{det['label']} better"
+    md = (out / "report.md").read_text()
+    assert "Suite `s.yaml`" in md and "Verdict over the suite" in md and "Seed levels: one pretraining seed" in md

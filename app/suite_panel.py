@@ -1,0 +1,187 @@
+"""Reports tab, "Task suites": pick a suite (configs/suites), pick models, run ``python -m backend evaluate --suite``
+detached (output to ``<evals>/suites/<name>/suite.log``, so closing the browser never stops it), and read its
+progress line with the ETA and, once written, the suite report (table, aggregate panel, verdict, delta figure).
+
+The handlers are plain functions (tested without a browser); ``build()`` only wires them. The evaluation itself is
+the CLI's: the same backend function, the same folder layout, resumable by running it again."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+from backend.core.errors import DetourError
+from backend.core.paths import evals_dir, is_plain_name
+
+LOG = "suite.log"
+PID = "suite.pid"
+
+
+def suites_root() -> Path:
+    return evals_dir() / "suites"
+
+
+def suite_choices() -> list[tuple[str, str]]:
+    from backend.evaluation.suite import list_suites
+
+    return [(p.stem, str(p)) for p in list_suites()]
+
+
+def suite_runs() -> list[str]:
+    """Suite evaluations started here (newest first)."""
+    root = suites_root()
+    if not root.is_dir():
+        return []
+    found = [
+        (max(p.stat().st_mtime for p in d.iterdir()), d.name) for d in root.iterdir() if d.is_dir() and any(d.iterdir())
+    ]
+    return [n for _, n in sorted(found, reverse=True)]
+
+
+def _running(out: Path) -> int | None:
+    from backend.core.process import pid_alive
+
+    try:
+        pid = int((out / PID).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if pid_alive(pid) else None
+
+
+def argv_for(suite: str, models: list[str], out: Path, labels: list[str], caps: dict) -> list[str]:
+    argv = [sys.executable, "-m", "backend", "evaluate", "--suite", suite, "--models", *models, "--out", str(out)]
+    if labels:
+        argv += ["--labels", *labels]
+    for k, v in caps.items():
+        if v not in (None, "", 0):
+            argv += [f"--{k.replace('_', '-')}", str(int(v))]
+    return argv + ["--no-keep-models"]
+
+
+def start_suite(suite: str, models_text: str, labels_text: str, name: str, caps: dict | None = None) -> str:
+    """Check everything a run needs (the suite file key by key, each model), then start it detached. Returns the
+    run's name; raises DetourError with one line otherwise."""
+    from backend.core.process import spawn_detached
+    from backend.engine.models import resolve_model
+    from backend.evaluation.suite import load_suite
+
+    if not (suite or "").strip():
+        raise DetourError("suite: pick one (configs/suites/*.yaml)")
+    spec = load_suite(suite)
+    models = [m for m in re.split(r"[\s,]+", models_text or "") if m]
+    if not models:
+        raise DetourError("models: give at least one (a bundled name, a run directory or a model folder)")
+    for m in models:
+        resolve_model(m)
+    labels = [x for x in re.split(r"[\s,]+", labels_text or "") if x]
+    if labels and len(labels) != len(models):
+        raise DetourError(f"labels: give one per model ({len(models)}) or none")
+    name = (name or spec["name"]).strip()
+    if not is_plain_name(name):
+        raise DetourError(f"name '{name}': use letters, digits, '_', '-' or '.'")
+    out = suites_root() / name
+    if pid := _running(out):
+        raise DetourError(f"'{name}' is still running (pid {pid}); wait for it, or give another name")
+    out.mkdir(parents=True, exist_ok=True)
+    proc = spawn_detached(argv_for(spec["path"], models, out, labels, caps or {}), out / LOG)
+    (out / PID).write_text(str(proc.pid))
+    return name
+
+
+def _last_progress(log: Path) -> str:
+    try:
+        lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    prog = [ln for ln in lines if ln.startswith("[task ")]
+    err = [ln for ln in lines if ln.startswith("error:")]
+    return err[-1] if err else (prog[-1] if prog else (lines[-1] if lines else ""))
+
+
+def suite_view(name: str | None) -> dict:
+    """``{status, report, figure}`` of suite run ``name``: the latest progress line (task, run, epoch, suite ETA),
+    the suite report's Markdown once written, and its first per-task delta figure."""
+    from backend.evaluation.suite_report import delta_figure
+
+    view = {"status": "", "report": "", "figure": None}
+    if not name:
+        return view
+    if not is_plain_name(name):
+        view["status"] = f"**'{name}' is not a suite run name**"
+        return view
+    out = suites_root() / name
+    pid = _running(out)
+    line = _last_progress(out / LOG)
+    view["status"] = (f"**{name}**: running (pid {pid})" if pid else f"**{name}**: not running") + (
+        f" · `{line}`" if line else ""
+    )
+    if (out / "suite.md").exists():
+        view["report"] = (out / "suite.md").read_text(encoding="utf-8")
+    if (out / "suite.json").exists():
+        rep = json.loads((out / "suite.json").read_text(encoding="utf-8"))
+        if rep.get("comparisons"):
+            view["figure"] = delta_figure(rep["comparisons"][0])
+    return view
+
+
+def build() -> dict:
+    """The 'Task suites' section (inside the Reports tab)."""
+    import gradio as gr
+
+    choices = suite_choices()
+    runs = suite_runs()
+    with gr.Accordion("Task suites: several tasks, one verdict", open=True):
+        gr.Markdown(
+            "Fine-tune each model on every task of a suite and pool the tasks (`python -m backend evaluate --suite`): "
+            "models x tasks table, IQM and P(improvement) with stratified bootstrap CIs, a verdict over the suite. "
+            "Caps left at 0 keep the suite's settings."
+        )
+        with gr.Row():
+            suite = gr.Dropdown(choices=choices, value=choices[0][1] if choices else None, label="Suite",
+                                elem_id="suite-pick", scale=2)  # fmt: skip
+            models = gr.Textbox(label="Models (space-separated; the first is the reference)", elem_id="suite-models",
+                                placeholder="detour-tiny-en runs/my-run", scale=3)  # fmt: skip
+            labels = gr.Textbox(label="Labels (optional, one per model)", elem_id="suite-labels", scale=2)
+            name = gr.Textbox(label="Name", value="bio-ner", elem_id="suite-name", scale=1)
+        with gr.Row():
+            seeds = gr.Number(label="Seeds", value=0, precision=0, elem_id="suite-seeds")
+            epochs = gr.Number(label="Epochs", value=0, precision=0, elem_id="suite-epochs")
+            max_train = gr.Number(label="Max train examples", value=0, precision=0, elem_id="suite-max-train")
+            max_eval = gr.Number(label="Max eval examples", value=0, precision=0, elem_id="suite-max-eval")
+            run_btn = gr.Button("Run the suite", variant="primary", elem_id="suite-run")
+        msg = gr.Markdown("", elem_id="suite-msg")
+        pick = gr.Dropdown(choices=runs, value=runs[0] if runs else None, label="Suite run", elem_id="suite-runs",
+                           allow_custom_value=True)  # fmt: skip
+        v0 = suite_view(runs[0] if runs else None)
+        status = gr.Markdown(v0["status"], elem_id="suite-status")
+        report = gr.Markdown(v0["report"], elem_id="suite-report")
+        fig = gr.Plot(value=v0["figure"], label="Δ per task (95% CI)", elem_id="suite-fig")
+    timer = gr.Timer(5.0, active=True)
+
+    def show(n):
+        v = suite_view(n)
+        return v["status"], v["report"], v["figure"]
+
+    def run(s, m, lab, n, sd, ep, mt, me):
+        caps = {"seeds": sd, "epochs": ep, "max_train_examples": mt, "max_eval_examples": me}
+        try:
+            started = start_suite(s, m, lab, n, caps)
+        except DetourError as exc:
+            return f"**Not started:** {exc}", gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        v = suite_view(started)
+        return (f"Started `{started}` in `{suites_root() / started}`.", gr.update(choices=suite_runs(), value=started),
+                v["status"], v["report"], v["figure"])  # fmt: skip
+
+    pick.change(show, inputs=[pick], outputs=[status, report, fig], show_progress="hidden")
+    run_btn.click(run, inputs=[suite, models, labels, name, seeds, epochs, max_train, max_eval],
+                  outputs=[msg, pick, status, report, fig], api_name="suite_run")  # fmt: skip
+
+    def poll(n):
+        v = suite_view(n)
+        return v["status"], v["report"]
+
+    timer.tick(poll, inputs=[pick], outputs=[status, report], show_progress="hidden", queue=False,
+               api_visibility="private")  # fmt: skip
+    return {"suite": suite, "models": models, "run": run_btn, "status": status, "report": report, "pick": pick}
