@@ -47,9 +47,11 @@ def parse_axis(item: str) -> Axis:
     if "=" not in item:
         raise ConfigError("--grid", item, "expected KEY=V1,V2,..., e.g. phases.main.tokens=20000,40000")
     key, raw = item.split("=", 1)
-    values = [parse_override(f"{key}={v.strip()}")[1] for v in raw.split(",") if v.strip()]
-    if not values:
+    if not raw.strip():
         raise ConfigError("--grid", item, "give at least one value after '='")
+    if any(not v.strip() for v in raw.split(",")):  # 'a,,b' or 'a,': a value was meant there; never dropped
+        raise ConfigError("--grid", item, "an empty value between commas; write each value (null for none)")
+    values = [parse_override(f"{key}={v.strip()}")[1] for v in raw.split(",")]
     if len({repr(v) for v in values}) != len(values):
         raise ConfigError("--grid", item, "a value appears twice")
     if key.strip() in ("train.seed", "name"):

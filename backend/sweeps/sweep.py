@@ -153,6 +153,16 @@ def _evaluation(ev: dict | None) -> dict:
         raise ConfigError("--eval", task, "ner or classification")
     if task and not ev.get("data"):
         raise ConfigError("--eval-data", None, f"--eval {task} needs a data folder")
+    hparams = dict(ev.get("hparams") or {})
+    if hparams and not task:
+        raise ConfigError("--eval-set", hparams, "fine-tuning settings need --eval ner or --eval classification")
+    if task:  # a misspelt or bad setting is refused now, not after every cell has trained
+        from backend.evaluation.finetune import resolve_hparams
+
+        try:
+            resolve_hparams(task, **hparams)
+        except ConfigError as exc:
+            raise ConfigError(f"--eval-set {exc.key}", exc.value, exc.allowed) from None
     return {
         "task": task,
         "data": str(ev["data"]) if ev.get("data") else None,
@@ -181,10 +191,22 @@ def _same_sweep(a: dict, b: dict) -> bool:
 # ------------------------------------------------------------------------------------------------ launch / resume
 
 
+def check_out(out: str | Path) -> Path:
+    """The sweep folder ``--out`` names, refused before any planning or training when it cannot be one: a file, or
+    a folder inside a run's folder (its runs would nest in another run's files)."""
+    out = Path(out).expanduser().resolve()
+    if out.exists() and not out.is_dir():
+        raise SweepError(f"--out {out}: is a file, not a folder; choose a folder for the sweep")
+    for d in (out, *out.parents):
+        if (d / "config.yaml").is_file() and (d / "status.json").is_file():
+            raise SweepError(f"--out {out}: is inside the run folder {d}; choose a folder outside any run")
+    return out
+
+
 def launch(m: dict, out: str | Path | None = None) -> Path:
     """Write the sweep folder (or find the same sweep there) and queue every run that is not done or running.
     Rerunning with the same manifest resumes; a different sweep in the same folder is refused."""
-    out = Path(out).expanduser().resolve() if out else default_out(m["name"])
+    out = check_out(out) if out else default_out(m["name"])
     if (out / MANIFEST).exists():
         old = read_manifest(out)
         if not _same_sweep(old, m):
