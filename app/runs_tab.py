@@ -11,7 +11,7 @@ from backend.analysis import plots
 from backend.core.errors import DetourError
 from backend.core.paths import runs_dir
 from backend.engine.config import check_run_name
-from backend.engine.rundir import list_runs, read_log, read_metrics, read_status
+from backend.engine.rundir import list_runs, read_log, read_metrics, read_status, root_problem
 from backend.runs import jobs
 
 POLL_S = 2.0
@@ -122,7 +122,7 @@ def curves(names: list[str] | None, axis: str = "tokens_seen") -> tuple:
 def log_tail(name: str | None, lines: int = 40) -> str:
     """The end of the run's train.log, after its error in full when it has one (the table shows its start)."""
     if not name:
-        return ""
+        return root_problem() or ""  # a file where the runs folder belongs: said, not an empty tab
     try:
         d = run_path(name)
     except DetourError as exc:

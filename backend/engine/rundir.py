@@ -10,7 +10,7 @@ from pathlib import Path
 
 from backend.core import atomic, process, strict_yaml
 from backend.core.errors import ConfigError
-from backend.core.paths import OutsideRoot, read_text_confined, runs_dir, tail_text
+from backend.core.paths import RUNS_ENV, OutsideRoot, read_text_confined, runs_dir, tail_text
 from backend.core.process import pid_alive  # noqa: F401 (callers and tests read it here)
 from backend.engine.config import with_defaults
 
@@ -123,6 +123,18 @@ class RunInfo:
         if st == "running" and not runs_process(self.status):
             return "failed"
         return st
+
+
+def root_problem(root: str | Path | None = None) -> str | None:
+    """Why no run can be listed under ``root`` although it exists (a file where the runs folder belongs), or None:
+    the app says this line instead of an empty Runs table."""
+    root = Path(root) if root else runs_dir()
+    if root.exists() and not root.is_dir():
+        return (
+            f"the runs folder {root} is a file, not a folder: no run can be listed or written there; move the file "
+            f"away or point {RUNS_ENV} at a folder"
+        )
+    return None
 
 
 def list_runs(root: str | Path | None = None) -> list[RunInfo]:

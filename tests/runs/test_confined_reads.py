@@ -133,3 +133,14 @@ def test_the_app_panels_say_which_results_json_is_broken_and_list_the_others(tmp
     os.symlink(outside, tmp_path / "evals" / "b-link" / "results.json")
     text = throughput_panel.evaluations_markdown()
     assert "a-torn/results.json: not valid JSON" in text and "outside" in text and SECRET not in text
+
+
+def test_a_runs_folder_that_is_a_file_is_said_not_an_empty_tab(tmp_path, monkeypatch):
+    from app import runs_tab
+    from backend.core import paths
+
+    f = tmp_path / "runs-file"
+    f.write_text("")
+    monkeypatch.setenv(paths.RUNS_ENV, str(f))
+    assert runs_tab.runs_table() == []
+    assert "is a file, not a folder" in runs_tab.log_tail(runs_tab.default_run())
