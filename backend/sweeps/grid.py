@@ -113,6 +113,33 @@ def compute_tokens(cfg: dict) -> int:
     return total
 
 
+PACKING_KEYS = ("train.batch_size", "train.seq_len", "train.grad_accum")  # they set the tokens of one step
+
+
+def steps_budgets(cfg: dict) -> list[str]:
+    """The phases of ``cfg`` whose budget is written in optimizer steps (their tokens follow the batch)."""
+    ph = cfg["phases"]
+    if isinstance(ph, list):
+        return [f"phases[{i}].steps" for i, p in enumerate(ph) if p.get("steps") is not None]
+    if cfg["recipe"] in ("hybrid", "mask_schedule"):
+        return []
+    return [f"phases.{n}.steps" for n in ("warmup", "main", "decay") if ph[n].get("steps") is not None]
+
+
+def check_packing_axes(axes: list[Axis], cfgs: list[dict], allow_unmatched: bool) -> None:
+    """A grid over the batch size (or the sequence length, the accumulation) while a phase is budgeted in steps:
+    each value trains that phase on other tokens, so the cells are not matched; refused unless allowed."""
+    packing = [a.key for a in axes if a.key in PACKING_KEYS]
+    stepped = sorted({s for c in cfgs for s in steps_budgets(c)})
+    if packing and stepped and not allow_unmatched:
+        raise ConfigError(
+            "--grid",
+            packing[0],
+            f"{stepped[0]} is budgeted in steps, so each {packing[0]} trains it on other tokens and the cells would "
+            "not train the same compute; give that phase in tokens, or pass --allow-unmatched-budget",
+        )
+
+
 def budget_axes(axes: list[Axis], cells: list[Cell], tokens: dict[int, int]) -> list[str]:
     """Axes that *are* the budget: the tokens change along them and each of their values alone fixes the tokens."""
     out = []

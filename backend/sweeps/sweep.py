@@ -28,6 +28,7 @@ from backend.engine import rundir
 from backend.engine.config import load_config
 from backend.sweeps.grid import (
     check_matched,
+    check_packing_axes,
     compute_tokens,
     expand_cells,
     matched_sentence,
@@ -94,13 +95,15 @@ def plan_sweep(
         raise ConfigError("--name", name, "a plain folder name: letters, digits, '_', '-', '.'")
     seeds_ = seed_list(base["train"]["seed"], seeds)
     cells = expand_cells(axes)
-    tokens = {}
+    tokens, cfgs = {}, []
     for c in cells:
         for s in seeds_:
             cfg = run_config(base, c, s, name)  # validates every run now, before anything is queued
             cfg["name"] = f"{c.slug}-s{s}"
             c.runs[s] = cfg["name"]
         tokens[c.index] = compute_tokens(cfg)
+        cfgs.append(cfg)
+    check_packing_axes(axes, cfgs, allow_unmatched_budget)
     matched = check_matched(axes, cells, tokens, allow_unmatched_budget)
     ref = _reference(axes, reference)
     base.pop("_meta", None)

@@ -78,3 +78,14 @@ def test_an_empty_grid_value_is_refused_not_dropped(item):
     with pytest.raises(ConfigError, match="--grid"):
         parse_axis(item)
     assert [json.dumps(v) for v in parse_axis("train.lr=1e-4, 2e-4").values] == ["0.0001", "0.0002"]
+
+
+def test_a_batch_size_grid_with_a_phase_budgeted_in_steps_is_refused():
+    from backend.sweeps.sweep import plan_sweep
+
+    sets = ["phases.decay.steps=4", "train.seq_len=64"]
+    with pytest.raises(ConfigError, match="phases.decay.steps is budgeted in steps.*allow-unmatched-budget") as e:
+        plan_sweep(None, sets, ["train.batch_size=4,8"], 1)
+    assert e.value.key == "--grid"
+    m = plan_sweep(None, sets, ["train.batch_size=4,8"], 1, allow_unmatched_budget=True)
+    assert not m["matched"]["matched_budget"] or m["matched"]["budget_axes"]
