@@ -132,3 +132,19 @@ def test_refused_instead_of_silently_changed(phases, recipe, key, says):
     assert e.value.key == key and says in str(e.value)
     ok = [{**MLM, "shape": "warmup_constant", "warmup_tokens": 512}, {"objective": "clm", "tokens": 512}]
     assert load_config({"phases": ok, "recipe": "pair"}, SMALL)["phases"][0]["warmup_tokens"] == 512
+
+
+@pytest.mark.parametrize(
+    ("item", "says"),
+    [
+        ("train.lr=abc", "'train.lr': got 'abc'; expected a number"),
+        ("train.control_seed=9223372036854775807", "'train.control_seed'"),
+        ("eval.max_train_examples=0", "'eval.max_train_examples'"),
+    ],
+)
+def test_a_replication_plan_with_a_bad_value_is_refused_not_printed(capsys, item, says):
+    from backend.__main__ import main
+
+    assert main(["replicate", "--plan", "--set", item]) == 2
+    out = capsys.readouterr()
+    assert says in out.err and "plan" not in out.out.lower()
