@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from backend.analysis.cka import StreamingCKA
-from backend.analysis.cka_guard import MIN_TEXTS, check_n_texts, few_texts_note
+from backend.analysis.cka_guard import MIN_TEXTS, check_distinct, check_n_texts, few_texts_note
 from backend.analysis.hidden_states import (
     LAYER_CONVENTION,
     POOLINGS,
@@ -310,6 +310,7 @@ def cka_between(
     t0 = time.time()
     seed_list = _check_args(pooling, max_len, n_texts, batch_size, dtype, seed, seeds)
     pool, source_label = load_text_pool(texts)
+    check_distinct(list(pool), source_label)  # identical texts: CKA undefined at every layer, before any model
     if control is not None and len(control) != 2:
         raise DataError(f"control: give two models (mlm_seedA, mlm_seedB), got {len(control)}")
     models = _Models(dtype)
@@ -473,6 +474,7 @@ def cka_trajectory(
     if not points:
         raise ModelSpecError(f"run directory '{run_dir}': no complete checkpoint (nor final/) yet")
     pool, source_label = load_text_pool(texts)
+    check_distinct(list(pool), source_label)  # identical texts: CKA undefined at every layer, before any model
     ref = load_for_cka(reference, dtype)
     n_used = _n_used(pool, n_texts, source_label)
     raw = {s: sample_texts(pool, n_texts, s) for s in seed_list}

@@ -35,3 +35,15 @@ def few_texts_note(n: int, hidden_sizes: list[int | None]) -> list[str]:
         f"only {n} texts for hidden size {d}: linear CKA is biased towards 1 with fewer than {d / MAX_D_PER_TEXT:.0f} "
         "texts here; compare layers within this result, and use more texts before reading absolute values"
     ]
+
+
+def check_distinct(texts: list[str], source: str) -> None:
+    """Refuse texts with fewer than ``MIN_TEXTS`` distinct ones (whitespace normalised): identical texts give every
+    model the same representation for each, the centred Gram matrices are zero and CKA is undefined at every layer
+    (it came out as all null, exit 0)."""
+    distinct = len({" ".join(t.split()) for t in texts})
+    if distinct < MIN_TEXTS:
+        raise DataError(
+            f"texts '{source}': {len(texts)} text(s) but only {distinct} distinct; CKA compares how models tell texts "
+            f"apart, so it needs at least {MIN_TEXTS} different texts (identical ones leave it undefined)"
+        )
