@@ -8,7 +8,7 @@ from pathlib import Path
 
 from backend.core import atomic
 from backend.core.errors import DetourError
-from backend.core.paths import read_text_confined
+from backend.core.paths import is_plain_name, read_text_confined
 from backend.engine import rundir
 
 MANIFEST = "sweep.json"
@@ -49,6 +49,8 @@ def read_manifest(out: str | Path) -> dict:
         wrong = [k for k, t in _CELL.items() if not isinstance(c, dict) or not isinstance(c.get(k), t)]
         if wrong:
             raise SweepError(f"{p}: cell {i} is not a sweep cell ({', '.join(wrong)} missing or wrong); {fix}")
+        if bad_runs := [r for r in c["runs"].values() if not is_plain_name(r)]:  # never a path out of runs/
+            raise SweepError(f"{p}: cell {i} names a run {bad_runs[0]!r} that is not a plain folder name; {fix}")
     return m
 
 

@@ -24,6 +24,11 @@ from backend.sweeps.grid import parse_axis
         ('{"name": "x", "cel', "not valid JSON"),
         ("[]", "holds a JSON list"),
         ('{"name": "x", "base": {}, "axes": [], "seeds": [0], "executor": "queue", "cells": [{}]}', "cell 0"),
+        (
+            '{"name": "x", "base": {}, "axes": [], "seeds": [0], "executor": "queue", "cells": [{"index": 0, '
+            '"label": "a", "values": {}, "runs": {"0": "../../etc"}}]}',
+            "not a plain folder name",
+        ),
     ],
 )
 def test_a_broken_sweep_json_is_one_line_for_every_command(tmp_path, capsys, text, says):
