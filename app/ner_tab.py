@@ -4,11 +4,11 @@ the function behind ``python -m backend evaluate``)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from app import check_model_spec, check_path, evals_dir, md_escape, model_choices, warn
 from backend.core.errors import DetourError
+from backend.evaluation.results_file import read_results
 
 SLOTS = 4
 EXAMPLE = "Patients with type 2 diabetes received metformin at Massachusetts General Hospital."
@@ -72,8 +72,8 @@ def f1_table() -> list[list]:
         return rows
     for res_path in sorted(root.glob("*/results.json"), reverse=True):
         try:
-            res = json.loads(res_path.read_text())
-        except (OSError, json.JSONDecodeError):
+            res = read_results(res_path)
+        except DetourError:  # torn, foreign or a link out of its folder: not a row (the doctor names the file)
             continue
         primary = res.get("primary_metric", "f1")
         for e in res.get("models", []):

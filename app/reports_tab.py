@@ -7,13 +7,12 @@ The handlers are plain functions (tested without a browser); ``build(ctx)`` only
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from backend.core.errors import DetourError
-from backend.core.paths import is_plain_name, reports_dir
+from backend.core.paths import confined, is_plain_name, read_text_confined, reports_dir, tail_text
 from backend.replication.replicate import LOG_NAME
 
 POLL_S = 3.0
@@ -59,11 +58,9 @@ def report_dir(name: str | None) -> Path:
 
 def _tail(path: Path, n: int = LOG_LINES) -> str:
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 64_000))
-            raw = f.read().decode("utf-8", errors="replace")
+        raw = tail_text(path)  # a log that links out of the report folder is refused, never shown
+    except DetourError as exc:
+        return str(exc)
     except OSError:
         return ""
     lines = [ln.rstrip("\r").rsplit("\r", 1)[-1] for ln in raw.split("\n")]  # progress bars: their last state
@@ -98,6 +95,7 @@ def _served_copy(path: Path, name: str) -> str:
     """A copy in the system temp dir, which gradio always serves (the reports root may be outside its cwd)."""
     dst = Path(tempfile.gettempdir()) / "detour-reports" / name / path.name
     dst.parent.mkdir(parents=True, exist_ok=True)
+    path = confined(path)  # a file that links out of the report folder is never served
     if not dst.exists() or dst.stat().st_mtime < path.stat().st_mtime:
         shutil.copy2(path, dst)
     return str(dst)
@@ -117,13 +115,16 @@ def load_view(name: str | None) -> dict:
         view["summary"] = f"**{exc}**"
         return view
     md = d / "report.md"
-    if md.exists():
-        view["summary"] = md.read_text(encoding="utf-8")
-    else:
-        view["summary"] = "No report yet: it is written when the replication finishes (see the status and log)."
-    for key, _ in FIGURES:
-        view["figures"][key] = load_figure(d, key)
-    view["files"] = [_served_copy(d / f, name) for f in ("report.html", "report.json") if (d / f).exists()]
+    try:
+        if md.exists():
+            view["summary"] = read_text_confined(md, encoding="utf-8")
+        else:
+            view["summary"] = "No report yet: it is written when the replication finishes (see the status and log)."
+        for key, _ in FIGURES:
+            view["figures"][key] = load_figure(d, key)
+        view["files"] = [_served_copy(d / f, name) for f in ("report.html", "report.json") if (d / f).exists()]
+    except DetourError as exc:  # a file that links out of the report folder: one line, nothing of it shown
+        view["summary"] = f"**{exc}**"
     return view
 
 

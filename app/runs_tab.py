@@ -11,7 +11,7 @@ from backend.analysis import plots
 from backend.core.errors import DetourError
 from backend.core.paths import runs_dir
 from backend.engine.config import check_run_name
-from backend.engine.rundir import list_runs, read_metrics, read_status
+from backend.engine.rundir import list_runs, read_log, read_metrics, read_status, root_problem
 from backend.runs import jobs
 
 POLL_S = 2.0
@@ -52,7 +52,11 @@ def metrics_summary(run_dir: Path) -> dict:
     sig = (st.st_size, st.st_mtime_ns)
     hit = _summaries.get(p)
     if hit is None or hit[0] != sig:
-        hit = _summaries[p] = (sig, plots.metrics_summary(read_metrics(run_dir)))
+        try:
+            rows = read_metrics(run_dir)
+        except DetourError:  # a metrics.jsonl that links out of the run folder: not read (the log panel says why)
+            rows = []
+        hit = _summaries[p] = (sig, plots.metrics_summary(rows))
     return hit[1]
 
 
@@ -118,7 +122,7 @@ def curves(names: list[str] | None, axis: str = "tokens_seen") -> tuple:
 def log_tail(name: str | None, lines: int = 40) -> str:
     """The end of the run's train.log, after its error in full when it has one (the table shows its start)."""
     if not name:
-        return ""
+        return root_problem() or ""  # a file where the runs folder belongs: said, not an empty tab
     try:
         d = run_path(name)
     except DetourError as exc:
@@ -126,15 +130,11 @@ def log_tail(name: str | None, lines: int = 40) -> str:
     st = read_status(d)
     head = textwrap.fill(f"[{st.get('state')}] {st['error']}", LOG_WIDTH) + "\n\n" if st.get("error") else ""
     p = d / "train.log"
-    if not p.exists():
+    if not p.exists() and not p.is_symlink():
         return head + "(no train.log yet: the run is waiting in the queue)"
     try:
-        with open(p, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - 64_000))
-            text = f.read().decode("utf-8", errors="replace")
-    except OSError as exc:  # a folder, a permission: the rule's one line, never a raw error every poll
+        text = read_log(d)  # a log that links out of the run folder is refused, never shown
+    except (OSError, DetourError) as exc:  # a folder, a permission, a link out: one line, never a raw error
         return head + warn(exc)
     return head + "\n".join(text.splitlines()[-lines:])
 

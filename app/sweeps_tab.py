@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from backend.core.errors import DetourError
-from backend.core.paths import is_plain_name, sweeps_dir
+from backend.core.paths import is_plain_name, read_text_confined, sweeps_dir
 
 POLL_S = 3.0
 AXIS_KEYS = [
@@ -122,16 +122,19 @@ def view(name: str | None) -> dict:
     st = sweep_status(d)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(st["counts"].items()))
     status = f"**{st['name']}** ({st.get('state')}): {counts}. {st['summary']}"
-    rep_md = (
-        (d / "report.md").read_text()
-        if (d / "report.md").exists()
-        else "_No report yet: it is written when every cell has finished._"
-    )
     fig = None
-    if (d / "report.json").exists():
-        rep = json.loads((d / "report.json").read_text())
-        if rep.get("primary") in rep.get("tables", {}):
-            fig = figure(rep, rep["primary"])
+    try:  # a report file that links out of the sweep folder is one line, never shown
+        rep_md = (
+            read_text_confined(d / "report.md")
+            if (d / "report.md").exists()
+            else "_No report yet: it is written when every cell has finished._"
+        )
+        if (d / "report.json").exists():
+            rep = json.loads(read_text_confined(d / "report.json"))
+            if isinstance(rep, dict) and rep.get("primary") in rep.get("tables", {}):
+                fig = figure(rep, rep["primary"])
+    except (DetourError, OSError, ValueError) as exc:
+        rep_md = f"⚠ {exc}"
     return {"status": status, "table": status_table(name), "report": rep_md, "figure": fig}
 
 

@@ -4,12 +4,11 @@ below it, the newest evaluations' fine-tuning rate and seconds per seed."""
 
 from __future__ import annotations
 
-import json
-
 from backend.core.errors import DetourError
 from backend.core.paths import evals_dir, runs_dir
 from backend.engine.config import check_run_name
 from backend.engine.throughput import PART_LABELS, shares
+from backend.evaluation.results_file import read_results
 from backend.runs.doctor import diagnose, evaluation_throughput, hms
 
 
@@ -51,11 +50,12 @@ def evaluations_markdown(limit: int = 5) -> str:
     """The newest evaluations' fine-tuning throughput (``python -m backend evaluate``): seconds per seed and rate."""
     root = evals_dir()
     found = sorted(root.glob("*/results.json"), reverse=True)[:limit] if root.exists() else []
-    lines = []
+    lines, problems = [], []
     for path in found:
         try:
-            results = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+            results = read_results(path)
+        except DetourError as exc:  # torn, foreign or linked out: said under the table, the others still listed
+            problems.append(f"- ⚠ {exc}")
             continue
         for e in evaluation_throughput(results):
             if e["seeds_done"]:
@@ -64,11 +64,11 @@ def evaluations_markdown(limit: int = 5) -> str:
                              f"{e['seeds_done']}/{e['seeds']} | {e['seconds_per_seed']:.0f} | "
                              f"{e['examples_per_s']:.1f} | {tok} | {e['device']} |")  # fmt: skip
     if not lines:
-        return "No finished fine-tuning seed yet (NER tab, or `python -m backend evaluate`)."
+        return "\n".join(["No finished fine-tuning seed yet (NER tab, or `python -m backend evaluate`).", *problems])
     head = ["**Evaluation runs** (tokens/s: padded to max_len, an upper bound)", "",
             "| evaluation | task | model | seeds | s per seed | examples/s | tokens/s | device |",
             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    return "\n".join(head + lines)
+    return "\n".join(head + lines + ([""] + problems if problems else []))
 
 
 def build(run_dropdown) -> None:

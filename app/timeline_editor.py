@@ -114,6 +114,8 @@ def preset_rows(values: list, base: dict | None, to_config) -> tuple[list[list],
             p.pop("final_lr_ratio")
         if d["warmup_steps"]:
             p["warmup_tokens"] = d["warmup_steps"] * d["tokens"] // d["steps"]
+        elif p.get("shape") == "warmup_constant":  # no warm-up: constant (a warm-up shape without one is refused)
+            p["shape"] = "constant"
         fr = d["freeze"]
         if fr["layers"] or fr["embeddings"] or fr["head"]:
             p["freeze"] = {"layers": ",".join(map(str, fr["layers"])) or None, "embeddings": fr["embeddings"],

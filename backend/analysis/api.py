@@ -26,7 +26,7 @@ import torch
 
 from backend.analysis.baseline import ShuffledBaseline
 from backend.analysis.cka import DEFAULT_MEASURE, MEASURES, MIN_SAMPLES, StreamingSimilarity
-from backend.analysis.cka_guard import check_measure, check_n_texts, check_samples, few_samples_note
+from backend.analysis.cka_guard import check_distinct, check_measure, check_n_texts, check_samples, few_samples_note
 from backend.analysis.hidden_states import (
     LAYER_CONVENTION,
     POOLINGS,
@@ -357,6 +357,7 @@ def cka_between(
     t0 = time.time()
     seed_list = _check_args(pooling, max_len, n_texts, batch_size, dtype, seed, seeds, measure)
     pool, source_label = load_text_pool(texts)
+    check_distinct(list(pool), source_label)  # identical texts: CKA undefined at every layer, before any model
     if control is not None and len(control) != 2:
         raise DataError(f"control: give two models (mlm_seedA, mlm_seedB), got {len(control)}")
     models = _Models(dtype)
@@ -553,6 +554,7 @@ def cka_trajectory(
     if not points:
         raise ModelSpecError(f"run directory '{run_dir}': no complete checkpoint (nor final/) yet")
     pool, source_label = load_text_pool(texts)
+    check_distinct(list(pool), source_label)  # identical texts: CKA undefined at every layer, before any model
     ref = load_for_cka(reference, dtype)
     n_used = _n_used(pool, n_texts, source_label, measure, pooling)
     raw = {s: sample_texts(pool, n_texts, s) for s in seed_list}

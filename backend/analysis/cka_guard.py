@@ -60,3 +60,16 @@ def few_samples_note(n: int, hidden_sizes: list[int | None], measure: str, unit:
         f"{d / MAX_D_PER_SAMPLE:.0f} {unit} here (the shuffled baseline shows how high unrelated inputs score); "
         "use measure 'debiased' or more texts before reading absolute values"
     ]
+
+
+def check_distinct(texts: list[str], source: str) -> None:
+    """Refuse texts with fewer distinct ones than any measure needs (whitespace normalised): identical texts give every
+    model the same representation for each, the centred Gram matrices are zero and CKA is undefined at every layer
+    (it came out as all null, exit 0)."""
+    distinct = len({" ".join(t.split()) for t in texts})
+    need = max(MIN_SAMPLES.values())  # the most any measure's estimator needs
+    if distinct < need:
+        raise DataError(
+            f"texts '{source}': {len(texts)} text(s) but only {distinct} distinct; CKA compares how models tell texts "
+            f"apart, so it needs at least {need} different texts (identical ones leave it undefined)"
+        )

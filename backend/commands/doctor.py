@@ -17,11 +17,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from backend.core.errors import DetourError
     from backend.core.paths import runs_dir
+    from backend.evaluation.results_file import read_results
     from backend.runs.doctor import diagnose, evaluation_report, evaluation_throughput, report
 
     d = Path(args.run)
-    if (d / "results.json").exists():  # an evaluation's folder: fine-tuning rate and seconds per seed
-        results = json.loads((d / "results.json").read_text())
+    if (d / "results.json").exists() or (d / "results.json").is_symlink():  # an evaluation: rate, time per seed
+        results = read_results(d)  # checked: a torn or foreign file is one line naming it
         print(json.dumps(evaluation_throughput(results), indent=2) if args.json else evaluation_report(results))
         return 0
     if not (d / "metrics.jsonl").exists() and (runs_dir() / args.run / "metrics.jsonl").exists():

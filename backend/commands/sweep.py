@@ -121,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         m, out = sweep.read_manifest(args.resume), args.resume
     else:
+        if args.out:  # a file, or a folder inside a run: refused before planning validates every cell
+            sweep.check_out(args.out)
         slurm = {
             "partition": args.slurm_partition,
             "gpus_per_cell": args.gpus_per_cell,

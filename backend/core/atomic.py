@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from backend.core.paths import open_confined, read_text_confined
+
 
 def write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
@@ -63,20 +65,22 @@ def append_jsonl(path: str | Path, row: dict) -> None:
 
 
 def read_json(path: str | Path) -> Any:
-    """The JSON in ``path``, or None when it is missing or unreadable (not written yet, or not JSON)."""
+    """The JSON in ``path``, or None when it is missing or unreadable (not written yet, or not JSON). A file that
+    links out of its folder is refused (``paths.OutsideRoot``), never read."""
     try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError):
+        return json.loads(read_text_confined(path))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
-    """Read JSON lines, skipping a torn last line left by a hard kill."""
+    """Read JSON lines, skipping a torn last line left by a hard kill. A file that links out of its folder is
+    refused (``paths.OutsideRoot``), never read."""
     rows: list[dict] = []
     path = Path(path)
     if not path.exists():
         return rows
-    with open(path, encoding="utf-8") as f:
+    with open_confined(path, "r", encoding="utf-8") as f:
         for line in f:
             line = line.strip()
             if not line:

@@ -7,6 +7,8 @@ import os
 import re
 from pathlib import Path
 
+from backend.core.errors import DetourError
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ASSETS_DIR = REPO_ROOT / "assets"
 BUNDLED_MODELS_DIR = ASSETS_DIR / "models"
@@ -74,3 +76,45 @@ def shared_data(name: str) -> Path | None:
     """Path to a ``../shared/data`` set, or None when absent (tests skip with a reason)."""
     p = SHARED_DATA_DIR / name
     return p if p.exists() else None
+
+
+class OutsideRoot(DetourError):
+    """A file that links (itself, or a folder on its way) out of the folder it is read from: refused, never read."""
+
+
+def confined(path: str | Path, root: str | Path | None = None) -> Path:
+    """``path`` resolved, when it stays inside ``root`` (default: the folder that holds it); else ``OutsideRoot``.
+
+    Every file the app, the CLI or the doctor reads from a run, sweep, report, evaluation or hub-cache folder goes
+    through here: ``runs/X/train.log`` made a link to ``/etc/passwd`` is one refused line, never shown. A link that
+    stays inside (a hub snapshot's file -> ``../../blobs/...`` with the model's cache folder as root) is followed."""
+    path = Path(path)
+    base = Path(root) if root is not None else path.parent
+    try:
+        real, inside = path.resolve(), base.resolve()
+    except (OSError, RuntimeError) as exc:  # a link loop: Python 3.11 raises RuntimeError
+        raise OutsideRoot(f"{path}: its links go round in a loop ({exc}); remove the link") from None
+    if not real.is_relative_to(inside):
+        raise OutsideRoot(f"{path} links to {real}, outside {inside}; refused: remove the link or copy the file in")
+    return real
+
+
+def open_confined(path: str | Path, mode: str = "rb", root: str | Path | None = None, **kw):
+    """``open`` of a file that must stay inside ``root`` (see ``confined``)."""
+    return open(confined(path, root), mode, **kw)  # noqa: SIM115 (the caller closes it)
+
+
+def read_text_confined(path: str | Path, root: str | Path | None = None, **kw) -> str:
+    return confined(path, root).read_text(**kw)
+
+
+def read_bytes_confined(path: str | Path, root: str | Path | None = None) -> bytes:
+    return confined(path, root).read_bytes()
+
+
+def tail_text(path: str | Path, max_bytes: int = 64_000, root: str | Path | None = None) -> str:
+    """The last ``max_bytes`` of a log, decoded leniently, read only if it stays inside ``root``."""
+    with open_confined(path, "rb", root) as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - max_bytes))
+        return f.read().decode("utf-8", errors="replace")

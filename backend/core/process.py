@@ -107,6 +107,48 @@ def pid_alive(pid: int | None) -> bool:
     return True
 
 
+def boot_id() -> str:
+    """This boot of this machine: the kernel's random boot id (Linux), else psutil's boot time. A pid recorded under
+    another boot names nobody (pids restart from 1 after a reboot)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        import psutil
+
+        return f"boot-{psutil.boot_time():.0f}"
+
+
+def identity(pid: int | None = None) -> dict | None:
+    """Who ``pid`` (default: this process) is, in a form that survives pid reuse: its start time (psutil
+    ``create_time``, and the same counted from boot, which clock corrections do not move) and the boot id.
+    None when no such process runs."""
+    import psutil
+
+    pid = os.getpid() if pid is None else int(pid)
+    try:
+        started = psutil.Process(pid).create_time()
+    except (psutil.Error, ValueError):
+        return None
+    return {"started": started, "since_boot": round(started - psutil.boot_time(), 2), "boot": boot_id()}
+
+
+def is_process(pid: object, ident: object) -> bool:
+    """True only when ``pid`` runs and is the very process ``ident`` (from ``identity``) recorded: same boot, same
+    start. A pid without a recorded identity proves nothing (a hand-written or pre-identity status), and a pid
+    now held by another process -- after a reboot or pid reuse -- is not it."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or not isinstance(ident, dict):
+        return False
+    if ident.get("boot") != boot_id() or not pid_alive(pid):
+        return False
+    now = identity(pid)
+    if now is None:
+        return False
+    try:
+        return abs(float(now["since_boot"]) - float(ident["since_boot"])) < 0.015  # psutil's ticks: 1/100 s
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This environment for a ``python -m backend ...`` child: unbuffered, with the repository importable."""
     env = dict(os.environ)

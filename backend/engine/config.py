@@ -95,10 +95,34 @@ def parse_override(item: str) -> tuple[str, Any]:
         value = strict_yaml.load(raw) if raw.strip() else None
     except yaml.YAMLError:
         value = raw
-    # YAML 1.1 reads "1e-4" as a string: accept it as a float.
-    if isinstance(value, str) and re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", value):
-        value = float(value)
-    return key, value
+    known = BY_KEY.get(key)
+    if known is not None and known.kind in ("str", "path") and value is not None and not isinstance(value, str):
+        return key, raw.strip()  # the schema decides: name=007 is the text 007, not the number 7
+    if known is not None and known.kind not in ("int", "float"):  # name=1e5 stays the text
+        return key, value
+    return key, as_number(value)
+
+
+_NUMBER = re.compile(r"[-+]?(\d[\d_]*(\.[\d_]*)?|\.\d[\d_]*)([eE][-+]?\d+)?")
+
+
+def as_number(value: Any, integer: bool | None = None) -> Any:
+    """A number written as text that YAML 1.1 leaves a string (``1e-4``, ``2.5e6``, ``1_000``): the number it means,
+    decided once for a YAML file and ``--set`` alike. Exact: a whole number becomes an int (``1e23`` is 10**23, not
+    the float nearest it); ``integer=False`` keeps a float. Anything else is returned unchanged (then refused)."""
+    if not isinstance(value, str) or not _NUMBER.fullmatch(text := value.strip()):
+        return value
+    if integer is None and re.fullmatch(r"[-+]?[\d_]+", text):  # plain digits: YAML made them a string on purpose
+        return value
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        d = Decimal(text.replace("_", ""))
+    except InvalidOperation:
+        return value
+    if integer is not False and d == d.to_integral_value() and abs(d.adjusted()) < 100:
+        return int(d)
+    return float(d)
 
 
 def apply_override(cfg: dict, key: str, value: Any, scope: str | None = None) -> None:
@@ -175,6 +199,7 @@ def check_key(k: schema.Key, v):
             raise ConfigError(k.key, v, "a value is required here")
     if k.kind in ("int", "float"):
         integer = k.kind == "int"
+        v = as_number(v, integer)  # '1e-4' from YAML means what --set train.lr=1e-4 means
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ConfigError(k.key, v, f"expected {'an integer' if integer else 'a number'}")
         if isinstance(v, float) and not math.isfinite(v):  # NaN fails every comparison: the range check misses it
@@ -185,7 +210,11 @@ def check_key(k: schema.Key, v):
             k.hi is not None and (v > k.hi or (k.hi_open and v == k.hi))
         ):
             raise ConfigError(k.key, v, f"must be in {k.range_text()}")
+        if integer and isinstance(v, float) and abs(v) > 2**53:  # beyond this a float is not exactly the integer
+            raise ConfigError(k.key, v, f"too large to be exact as written: write the integer, in {k.range_text()}")
         return int(v) if integer else float(v)
+    if k.kind == "str" and isinstance(v, int | float) and not isinstance(v, bool):  # YAML's 'name: 2024' is text
+        v = str(v)
     if k.kind == "bool" and not isinstance(v, bool):
         raise ConfigError(k.key, v, "expected true or false")
     if k.kind == "autobool":  # the form's radio sends text: 'true' -> True
@@ -201,10 +230,13 @@ def check_key(k: schema.Key, v):
     if k.kind == "rates":
         if not isinstance(v, list) or not v:
             raise ConfigError(k.key, v, "expected a list of numbers in (0, 1), e.g. [0.3, 0.15, 0.05]")
+        v = [as_number(x, False) for x in v]
         for i, x in enumerate(v):
             if isinstance(x, bool) or not isinstance(x, int | float) or not 0 < x < 1:
                 raise ConfigError(f"{k.key}[{i}]", x, "expected a number in (0, 1)")
         return [float(x) for x in v]
+    if k.kind == "betas" and isinstance(v, list):
+        v = [as_number(b, False) for b in v]
     if k.kind == "betas" and not (
         isinstance(v, list) and len(v) == 2 and all(isinstance(b, (int, float)) and 0 <= b < 1 for b in v)
     ):
@@ -264,9 +296,10 @@ def validate_config(cfg: dict) -> dict:
             continue  # the list form: checked phase by phase below
         *parents, leaf = k.key.split(".")
         node = cfg
-        for p in parents:
-            if not isinstance(node.get(p), dict):
-                raise ConfigError(".".join(parents), node.get(p), "expected a mapping")
+        for i, p in enumerate(parents):
+            if not isinstance(node.get(p), dict):  # the key the user wrote: 'phases: 5' is phases, not phases.warmup
+                what = "a mapping or a list of phases" if parents[: i + 1] == ["phases"] else "a mapping"
+                raise ConfigError(".".join(parents[: i + 1]), node.get(p), f"expected {what}")
             node = node[p]
         node[leaf] = check_key(k, node.get(leaf, k.default))
     check_run_name(cfg["name"])
@@ -312,6 +345,11 @@ def validate_config(cfg: dict) -> dict:
                 "also train its MLM baseline",
             )
         check_phase_list(cfg)
+        if cfg["recipe"] == "pair" and not any(p["objective"] == "clm" for p in cfg["phases"]):
+            raise ConfigError(
+                "recipe", "pair", "a pair trains the list and its MLM baseline (each CLM phase made MLM), but this "
+                "list has no CLM phase: both runs would be the same; add a CLM phase or use recipe: custom"
+            )  # fmt: skip
     elif cfg["recipe"] == "custom":
         raise ConfigError("phases", ph, "recipe custom needs phases written as a list (see the README's Config)")
     elif cfg["recipe"] == "mask_schedule":
@@ -384,6 +422,7 @@ def check_phase_list(cfg: dict) -> None:
             raise ConfigError(f"{key}.warmup_steps", p["warmup_steps"], "give warmup_tokens or warmup_steps")
         for w in warm:
             p[w] = _number(p[w], f"{key}.{w}", integer=True, lo=0)
+        _check_phase_warmup(p, key, shape, warm, tps, t["total_tokens"])
         if p.get("final_lr_ratio") is not None:
             if shape not in schema.DECAY_SHAPES:
                 raise ConfigError(f"{key}.final_lr_ratio", p["final_lr_ratio"], "only a 1-sqrt or linear shape ends")
@@ -408,6 +447,32 @@ def check_phase_list(cfg: dict) -> None:
                 f"the phases add up to {planned:,.0f} tokens ({len(phases)} phases: tokens, steps x {tps} tokens per "
                 "step, fractions of this total); make them add up to it or leave train.total_tokens out",
             )
+
+
+def _check_phase_warmup(p: dict, key: str, shape: str, warm: list[str], tps: int, total: int | None) -> None:
+    """Refused rather than silently changed: ``warmup_constant`` with no warm-up (it would train constant) and a
+    warm-up longer than its phase (it would be cut to the phase), compared in optimizer steps as the trainer does."""
+    if shape == "warmup_constant" and not any(p[w] for w in warm):
+        raise ConfigError(
+            f"{key}.shape", shape, "a warm-up shape needs warmup_tokens or warmup_steps > 0; or use shape: constant"
+        )
+    if not warm or not p[warm[0]]:
+        return
+    if p.get("steps") is not None:
+        steps = p["steps"]
+    elif p.get("tokens") is not None:
+        steps = math.ceil(p["tokens"] / tps)
+    elif total is not None:
+        steps = math.ceil(round(p["fraction"] * total) / tps)
+    else:
+        return  # a fraction without train.total_tokens: refused below, naming it
+    w = warm[0]
+    warm_steps = p[w] if w == "warmup_steps" else math.ceil(p[w] / tps)
+    if warm_steps > steps:
+        raise ConfigError(
+            f"{key}.{w}", p[w], f"the warm-up ({warm_steps} steps of {tps} tokens) is longer than its phase "
+            f"({steps} steps); shorten it to at most the phase"
+        )  # fmt: skip
 
 
 def default_phase_name(index: int, objective: str) -> str:

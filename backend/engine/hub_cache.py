@@ -13,6 +13,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from backend.core.errors import DetourError, ModelSpecError
+from backend.core.paths import confined, read_text_confined
+
+CACHE_ENVS = "HF_HUB_CACHE, else HF_HOME/hub"
+
 # model types whose checkpoints are encoders trained with a masked-LM head (when config.json names no architecture)
 MLM_TYPES = {
     "albert",
@@ -62,41 +67,115 @@ def _is_masked_lm(config: dict) -> bool:
     return config.get("model_type") in MLM_TYPES
 
 
-_memo: dict[tuple, list[CachedModel]] = {}
+_memo: dict[tuple, tuple[list[CachedModel], list[str]]] = {}
 
 
-def cached_encoders() -> list[CachedModel]:
-    """Masked-LM models in the hub cache, by hub id; [] when there is no cache. Read again when the cache's
-    folder changes (a model downloaded since), else served from memory: the pickers ask on every focus."""
-    root = cache_dir()
-    try:
-        key = (str(root), root.stat().st_mtime_ns)
-    except OSError:
-        return []
-    if key in _memo:
-        return _memo[key]
-    from huggingface_hub import scan_cache_dir
-    from huggingface_hub.errors import CacheNotFound
+def _scan(root: Path) -> tuple[list[CachedModel], list[str]]:
+    """Each model folder of the cache scanned on its own: one that cannot be read (a snapshot linking to itself, a
+    missing config.json, a file where a folder belongs) is named in the second list and skipped; the rest stay."""
+    from huggingface_hub.errors import CorruptedCacheException
+    from huggingface_hub.utils._cache_manager import _scan_cached_repo  # what scan_cache_dir runs per folder
 
-    try:
-        info = scan_cache_dir(root)
-    except (CacheNotFound, OSError, ValueError):
-        return []
-    out = []
-    for repo in info.repos:
-        if repo.repo_type != "model" or not repo.revisions:
+    if not root.is_dir():
+        return [], [f"the Hugging Face cache {root} ({CACHE_ENVS}) is a file, not a folder: no cached model is listed"]
+    out, skipped = [], []
+    for repo_path in sorted(root.iterdir()):
+        if not repo_path.name.startswith("models--"):
             continue
-        newest = max(repo.revisions, key=lambda r: r.last_modified)
         try:
-            config = json.loads((newest.snapshot_path / "config.json").read_text())
-        except (OSError, ValueError):
+            repo = _scan_cached_repo(repo_path)
+            if not repo.revisions:
+                continue
+            newest = max(repo.revisions, key=lambda r: r.last_modified)
+            config = json.loads(read_text_confined(newest.snapshot_path / "config.json", root=repo_path))
+        except (CorruptedCacheException, OSError, ValueError, RuntimeError, DetourError) as exc:
+            why = " ".join(str(exc).split()) or type(exc).__name__
+            skipped.append(f"cached model folder {repo_path} skipped: {why}")
             continue
         if isinstance(config, dict) and _is_masked_lm(config):
             out.append(CachedModel(repo.repo_id, repo.size_on_disk_str, newest.snapshot_path))
     out.sort(key=lambda m: m.hub_id.lower())
-    _memo.clear()
-    _memo[key] = out
-    return out
+    return out, skipped
+
+
+def _scanned() -> tuple[list[CachedModel], list[str]]:
+    root = cache_dir()
+    try:
+        key = (str(root), root.stat().st_mtime_ns)
+    except OSError:
+        return [], []
+    if key not in _memo:
+        _memo.clear()
+        _memo[key] = _scan(root)
+    return _memo[key]
+
+
+def cached_encoders() -> list[CachedModel]:
+    """Masked-LM models in the hub cache, by hub id; [] when there is no cache. A model folder that cannot be read
+    is skipped (``cache_problems`` names it), never the whole list. Read again when the cache's folder changes (a
+    model downloaded since), else served from memory: the pickers ask on every focus."""
+    return _scanned()[0]
+
+
+def cache_problems() -> list[str]:
+    """One line per cached model folder that ``cached_encoders`` skipped, or for a cache that is a file."""
+    return _scanned()[1]
+
+
+def snapshot_of(hub_id: str) -> tuple[Path, Path] | None:
+    """(the model's cache folder, the snapshot ``refs/main`` names or else the newest), or None when the cache has
+    no folder for ``hub_id``."""
+    repo = cache_dir() / ("models--" + hub_id.replace("/", "--"))
+    if not repo.is_dir():
+        return None
+    snaps = repo / "snapshots"
+    try:
+        rev = read_text_confined(repo / "refs" / "main", root=repo).strip()
+    except (OSError, DetourError):
+        rev = ""
+    if rev and (snaps / rev).is_dir():
+        return repo, snaps / rev
+    try:
+        found = sorted((p for p in snaps.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    except OSError:
+        found = []
+    if not found:
+        raise ModelSpecError(
+            f"model '{hub_id}': its folder in the Hugging Face cache ({repo}) holds no snapshot (an interrupted "
+            f"download?); download it again: hf download {hub_id}"
+        )
+    return repo, found[-1]
+
+
+def check_snapshot(hub_id: str) -> Path | None:
+    """The cached snapshot of ``hub_id``, checked whole before anything loads it: config.json present, and weights
+    present and not truncated (their headers). None when the model is not in the cache (it is then fetched, or
+    ``not_available`` says why not). Every file must stay inside the model's cache folder."""
+    from backend.engine import model_files
+
+    found = snapshot_of(hub_id)
+    if found is None:
+        return None
+    repo, snap = found
+    again = f"download it again: hf download {hub_id}"
+    try:
+        config = confined(snap / "config.json", root=repo)
+    except DetourError as exc:
+        raise ModelSpecError(f"model '{hub_id}': {exc}") from None
+    if not config.is_file():
+        raise ModelSpecError(
+            f"model '{hub_id}': its cached snapshot {snap} has no config.json (an interrupted download?); {again}"
+        )
+    for f in snap.iterdir():
+        try:
+            confined(f, root=repo)
+        except DetourError as exc:
+            raise ModelSpecError(f"model '{hub_id}': {exc}") from None
+    try:
+        model_files.check_weights(snap, hub_id)
+    except ModelSpecError as exc:
+        raise ModelSpecError(f"{exc}; {again}") from None
+    return snap
 
 
 def strip_label(spec: str) -> str:
@@ -119,9 +198,11 @@ def is_cached(hub_id: str) -> bool:
 def not_available(hub_id: str) -> str:
     """The plain sentence for a hub id that is neither cached nor reachable."""
     names = ", ".join(m.hub_id for m in cached_encoders()[:5])
+    problems = "".join(f"; {p}" for p in cache_problems()[:2])
     return (
         f"model '{hub_id}': not in your Hugging Face cache ({cache_dir()}) and the hub is not reachable"
         + (" (HF_HUB_OFFLINE is set)" if offline() else "")
         + f"; download it where there is a network (hf download {hub_id}) or pick a model you have"
         + (f" (cached: {names})" if names else "")
+        + problems
     )

@@ -116,8 +116,19 @@ def _loading(source: ModelSource, problem: str):
         raise ModelSpecError(f"model '{source.spec}': {problem} ({exc})") from exc
 
 
+def _check_cached(source: ModelSource) -> None:
+    """A hub model in the cache is checked whole first (config.json, weights present and not truncated): a broken
+    snapshot is named here, not reported as "not in your cache" or as a SafetensorError inside a training run."""
+    if source.kind == "hub":
+        from backend.engine.hub_cache import check_snapshot
+
+        check_snapshot(source.spec)
+
+
 def load_config(source: ModelSource, trust_remote_code: bool = False):
     from transformers import AutoConfig
+
+    _check_cached(source)
 
     with _loading(source, "unreadable config.json"):
         return AutoConfig.from_pretrained(source.path, trust_remote_code=trust_remote_code)
@@ -156,6 +167,7 @@ def _load(
 ):
     if source.kind != "hub":  # a truncated or altered weight file is named here, not deep inside transformers
         model_files.check(source.path, source.spec)
+    _check_cached(source)
     if attn_implementation == "auto":
         attn_implementation = resolve_attn_implementation("auto", load_config(source, trust_remote_code))[0]
     with _loading(source, f"could not load weights from {source.path}"):

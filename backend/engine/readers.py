@@ -191,6 +191,12 @@ def csv_documents(path: Path, column: str) -> Iterator[str]:
     except Exception as exc:  # pandas raises many types for malformed files
         raise _unreadable(path, exc) from exc
     if column not in header:
+        if _looks_like_data(header):
+            shown = ", ".join(repr(str(h))[:60] for h in header[:3])
+            raise DataError(
+                f"data.text_column: column '{column}' not in {path.name}, whose header looks missing: its first row "
+                f"({shown}) reads like data, not column names; add a header row naming the columns (e.g. {column})"
+            )
         raise _no_column(path, column, header)
     try:
         with pd.read_csv(path, usecols=[column], dtype={column: str}, chunksize=TABLE_ROWS) as chunks:
@@ -233,6 +239,21 @@ def _cell_text(x) -> str | None:
 
 def _unreadable(path: Path, exc: Exception) -> DataError:
     return DataError(f"data.corpus: cannot read {path} as {path.suffix[1:]} ({type(exc).__name__}: {exc})")
+
+
+def _looks_like_data(header: list) -> bool:
+    """A CSV's first row that reads like a record rather than column names: a number, a sentence (several words or
+    long), or a cell pandas had to rename (``Unnamed: 0``, a repeated value's ``x.1``)."""
+    for h in map(str, header):
+        try:
+            float(h)
+            return True
+        except ValueError:
+            pass
+        if len(h.split()) > 3 or len(h) > 40 or h.startswith("Unnamed: "):
+            return True
+    names = set(map(str, header))
+    return any(re.fullmatch(r"(.+)\.\d+", h) and h.rsplit(".", 1)[0] in names for h in names)
 
 
 def _no_column(path: Path, column: str, columns: list) -> DataError:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend.core import atomic, strict_yaml
+from backend.core import atomic, process, strict_yaml
 from backend.core.errors import ConfigError
-from backend.core.paths import runs_dir
-from backend.core.process import pid_alive
+from backend.core.paths import RUNS_ENV, OutsideRoot, read_text_confined, runs_dir, tail_text
+from backend.core.process import pid_alive  # noqa: F401 (callers and tests read it here)
 from backend.engine.config import with_defaults
 
 STATES = ("queued", "running", "done", "failed", "cancelled")
@@ -28,30 +29,57 @@ def now() -> float:
     return time.time()
 
 
+PID_FIELDS = ("pid", "launched_pid", "claimed_by")  # each has a ``<field>_identity`` beside it (core.process.identity)
+
+
+def runs_process(st: dict, field: str = "pid") -> bool:
+    """The process ``st[field]`` names still runs and is proven to be the one recorded (same boot, same start
+    time): a reused pid, or one from before a reboot, is not it."""
+    return process.is_process(st.get(field), st.get(f"{field}_identity"))
+
+
+def _gone(st: dict, run_dir: str | Path) -> str:
+    pid = st.get("pid")
+    if isinstance(pid, int) and process.pid_alive(pid):
+        why = f"pid {pid} now belongs to another process (a reboot, or the pid was reused), so it is not this run's"
+        return f"the training process is gone: {why}; resume it: python -m backend train --run-dir {run_dir} --resume"
+    return (
+        f"the training process (pid {pid}) is gone without recording its end (killed, or the disk "
+        f"was full?); see train.log, then resume: python -m backend train --run-dir {run_dir} --resume"
+    )
+
+
 def read_status(run_dir: str | Path) -> dict:
-    """status.json; ``running`` only while its pid lives (a trainer killed, or one whose disk filled up before it
-    could record its end, reads ``failed`` with why), ``unknown`` when the file is missing, torn or not a mapping."""
+    """status.json; ``running`` only while its recorded process runs (a trainer killed, one whose disk filled up
+    before it could record its end, or a pid now held by another process reads ``failed``, resumable, with why and
+    the command), ``unknown`` when the file is missing, torn or not a mapping."""
     p = Path(run_dir) / "status.json"
     try:
-        st = json.loads(p.read_text())
+        st = json.loads(read_text_confined(p))
+    except OutsideRoot as exc:
+        return {"state": "unknown", "error": str(exc)}
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         st = None
     if not isinstance(st, dict):
         return {"state": "unknown", "error": f"no readable status.json in {run_dir}"}
-    if st.get("state") == "running" and not pid_alive(st.get("pid")):
+    if st.get("state") == "running" and not runs_process(st):
         st["state"] = "failed"
-        st["error"] = st.get("error") or (
-            f"the training process (pid {st.get('pid')}) is gone without recording its end (killed, or the disk "
-            f"was full?); see train.log, then resume: python -m backend train --run-dir {run_dir} --resume"
-        )
+        st["resumable"] = True
+        st["error"] = st.get("error") or _gone(st, run_dir)
     return st
 
 
 def write_status(run_dir: str | Path, **fields) -> dict:
-    """Merge ``fields`` into status.json (atomic) and stamp ``updated_at``."""
+    """Merge ``fields`` into status.json (atomic) and stamp ``updated_at``. A pid field (``PID_FIELDS``) this process
+    writes as its own gets its identity recorded beside it; any other pid gets one only when the caller passes
+    ``<field>_identity`` (the worker, for the trainer it just started), else none: it proves nothing."""
     st = read_status(run_dir)
     if st.get("state") == "unknown":
         st = {}
+    for field in PID_FIELDS:
+        if field in fields and f"{field}_identity" not in fields:
+            own = fields[field] is not None and fields[field] == os.getpid()
+            fields[f"{field}_identity"] = process.identity() if own else None
     st.update(fields)
     st["updated_at"] = now()
     atomic.write_json(Path(run_dir) / "status.json", st)
@@ -69,7 +97,7 @@ def read_config(run_dir: str | Path) -> dict:
 
     path = Path(run_dir) / "config.yaml"
     try:
-        raw = strict_yaml.load(path.read_text(encoding="utf-8"))  # duplicate keys refused
+        raw = strict_yaml.load(read_text_confined(path, encoding="utf-8"))  # duplicate keys refused
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(
             "config", str(path), f"unreadable ({type(exc).__name__}: {' '.join(str(exc).split())})"
@@ -92,9 +120,21 @@ class RunInfo:
     def state(self) -> str:
         st = self.status.get("state", "unknown")
         # A 'running' run whose process is gone died without saying so (kill -9, power loss).
-        if st == "running" and not pid_alive(self.status.get("pid")):
+        if st == "running" and not runs_process(self.status):
             return "failed"
         return st
+
+
+def root_problem(root: str | Path | None = None) -> str | None:
+    """Why no run can be listed under ``root`` although it exists (a file where the runs folder belongs), or None:
+    the app says this line instead of an empty Runs table."""
+    root = Path(root) if root else runs_dir()
+    if root.exists() and not root.is_dir():
+        return (
+            f"the runs folder {root} is a file, not a folder: no run can be listed or written there; move the file "
+            f"away or point {RUNS_ENV} at a folder"
+        )
+    return None
 
 
 def list_runs(root: str | Path | None = None) -> list[RunInfo]:
@@ -106,6 +146,13 @@ def list_runs(root: str | Path | None = None) -> list[RunInfo]:
         if d.is_dir() and not d.name.startswith(".") and (d / "config.yaml").exists():
             out.append(RunInfo(d.name, d, read_status(d)))
     return out
+
+
+def read_log(run_dir: str | Path, max_bytes: int = 64_000) -> str:
+    """The end of the run's ``train.log`` ("" when there is none yet); a log that links out of the run folder is
+    ``OutsideRoot`` (one line), never shown."""
+    p = Path(run_dir) / "train.log"
+    return tail_text(p, max_bytes) if p.exists() or p.is_symlink() else ""
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -135,7 +182,7 @@ def trained_so_far(run_dir: str | Path) -> dict | None:
 
 
 def checkpoint_state(ckpt: str | Path) -> dict:
-    return json.loads((Path(ckpt) / "trainer_state.json").read_text())
+    return json.loads(read_text_confined(Path(ckpt) / "trainer_state.json"))
 
 
 def saved_models(run_dir: str | Path) -> list[dict]:

@@ -14,6 +14,8 @@ from typing import Any
 from backend.core.paths import DEFAULT_MODEL
 from backend.engine.trackers import TRACKERS
 
+MAX_INT = 10**15  # any count without its own bound (tokens, steps, sizes): beyond every real run, exact as a float
+MAX_SEED = 2**32 - 1  # what every generator a seed reaches accepts (numpy's legacy seeds, torch after offsets)
 RECIPES = ("clm_detour", "mlm", "pair", "pretrain", "hybrid", "mask_schedule", "custom")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flex_attention", "flash_attention_2")
@@ -40,6 +42,10 @@ class Key:
     advanced: bool = False
     widget: str | None = None  # form widget when not implied by the kind: model | corpus | sci (a number as text)
     form_choices: tuple = ()  # the choices the form offers, when fewer than ``choices``
+
+    def __post_init__(self) -> None:  # an integer is bounded where it is used: none is unbounded
+        if self.kind == "int" and self.hi is None:
+            object.__setattr__(self, "hi", MAX_INT)
 
     def range_text(self) -> str:
         left, right = ("(" if self.lo_open else "["), (")" if self.hi_open else "]")
@@ -93,9 +99,9 @@ SCHEMA: list[Key] = [
     Key("train.precision", "auto", "choice",
         "auto (bf16 on CUDA and on CPUs with fast bf16, else fp32) | fp32 | bf16 | fp16",
         choices=PRECISIONS, label="Precision", form=21),
-    Key("train.seed", 0, "int", "masks and initialisation noise", lo=0),
+    Key("train.seed", 0, "int", "masks and initialisation noise", lo=0, hi=MAX_SEED),
     Key("train.data_seed", None, "int", "data order; null = train.seed (a seed-noise control keeps it)", lo=0,
-        optional=True, label="Data-order seed (blank = the run's seed)", form=33, advanced=True),
+        hi=MAX_SEED, optional=True, label="Data-order seed (blank = the run's seed)", form=33, advanced=True),
     Key("train.lr", 2.0e-4, "float", "peak learning rate", lo=0, lo_open=True, hi=1,
         label="Peak learning rate", form=12, widget="sci"),
     Key("train.betas", [0.9, 0.98], "betas", "AdamW betas"),

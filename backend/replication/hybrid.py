@@ -218,7 +218,10 @@ def _status(out: Path, state: str, step: str | None, **extra) -> None:
     reads both studies' folders alike."""
     import os
 
-    st = {"state": state, "current_step": step, "pid": os.getpid(), "steps_total": len(STAGES)}
+    from backend.core.process import identity
+
+    st = {"state": state, "current_step": step, "pid": os.getpid(), "pid_identity": identity()}
+    st["steps_total"] = len(STAGES)
     atomic.write_json(out / "status.json", {**st, "study": "hybrid-splits", "updated_at": time.time(), **extra})
 
 

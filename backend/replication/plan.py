@@ -196,6 +196,7 @@ def resolve_settings(
         s.setdefault("preset", "custom")
     for item in overrides:
         apply_override(s, *parse_override(item), scope="preset")
+    _check_values(s)  # train.lr=abc is refused here, not printed as a plan and found when training starts
     if seeds is not None:
         s["eval"]["seeds"] = seeds
     n_seeds = s["eval"]["seeds"]
@@ -233,6 +234,41 @@ def estimate(settings: dict) -> dict:
     ner_s = n_models * e["seeds"] * per_ft
     cka_s = 11 * len(c["seeds"]) * (c["n_texts"] * min(c["max_len"], 150) / 10000 + 0.4)
     return {"train_s": train_s, "ner_s": ner_s, "cka_s": cka_s, "report_s": 10, "total_s": train_s + ner_s + cka_s + 10}
+
+
+# a preset value -> the config key that checks it (the one schema: types, ranges, exact integers)
+SCHEMA_OF = {
+    "train.seq_len": "train.seq_len",
+    "train.batch_size": "train.batch_size",
+    "train.lr": "train.lr",
+    "train.precision": "train.precision",
+    "train.seed": "train.seed",
+    "train.control_seed": "train.seed",
+    "train.main_tokens": "phases.main.tokens",
+    "train.decay_fraction": "phases.decay.fraction",
+    **{f"logging.{k}": f"logging.{k}" for k in ("log_every", "eval_every", "eval_batches", "checkpoint_every")},
+}
+EVAL_HPARAMS = ("epochs", "lr", "batch_size", "max_len", "max_train_examples", "max_eval_examples")
+
+
+def _check_values(s: dict) -> None:
+    """Every preset value a run or a fine-tune uses, checked (and normalised) as the config and the evaluation check
+    it, naming the preset's key: a plan is printed only for settings that will train."""
+    import dataclasses
+
+    from backend.engine.config import check_key
+    from backend.engine.schema import BY_KEY
+    from backend.evaluation.finetune import resolve_hparams
+
+    for key, schema_key in SCHEMA_OF.items():
+        section, leaf = key.split(".")
+        if isinstance(s.get(section), dict) and leaf in s[section]:
+            s[section][leaf] = check_key(dataclasses.replace(BY_KEY[schema_key], key=key), s[section][leaf])
+    e = s.get("eval") or {}
+    try:
+        resolve_hparams("ner", **{k: e[k] for k in EVAL_HPARAMS if k in e})
+    except ConfigError as exc:
+        raise ConfigError(f"eval.{exc.key}", exc.value, exc.allowed) from None
 
 
 def train_configs(settings: dict, data_dir: Path) -> list[dict]:

@@ -50,7 +50,7 @@ from pathlib import Path
 
 from backend.core import atomic
 from backend.core.errors import DetourError
-from backend.core.process import FileLock, pid_alive, spawn_detached
+from backend.core.process import FileLock, identity, is_process, spawn_detached
 from backend.replication.plan import ReplicationCancelled, ReplicationError
 from backend.replication.steps import Context, Step, build_plan
 
@@ -91,7 +91,7 @@ def read_state(out: str | Path) -> dict:
         return {"state": "none"}
     if not isinstance(st, dict):  # a torn or foreign file: said, never an AttributeError in the Reports tab
         return {"state": "unknown", "error": f"{Path(out) / 'status.json'} is not a replication's status"}
-    if st.get("state") == "running" and not pid_alive(st.get("pid")):
+    if st.get("state") == "running" and not is_process(st.get("pid"), st.get("pid_identity")):
         st["state"] = "failed"
         st["error"] = st.get("error") or "the replication process died without saying why (see replicate.log)"
     return st
@@ -323,7 +323,13 @@ def replicate(
         _refuse_other_training(plan, markers, out)
         if read_settings(out) != json.loads(json.dumps(settings)):
             atomic.write_json(out / "settings.json", settings)
-        state = {"state": "running", "pid": os.getpid(), "preset": settings.get("preset"), "started_at": time.time()}
+        state = {
+            "state": "running",
+            "pid": os.getpid(),
+            "pid_identity": identity(),
+            "preset": settings.get("preset"),
+            "started_at": time.time(),
+        }
         state.update({"finished_at": None, "error": None, "steps_total": len(plan), "out": str(out)})
         tally = _Tally(out, state, logf)
         with _sigterm_interrupts():

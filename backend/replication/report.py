@@ -19,6 +19,7 @@ import plotly.io as pio
 from backend.analysis.figure_files import export_pngs
 from backend.core import atomic
 from backend.core.errors import DetourError
+from backend.core.paths import read_text_confined
 from backend.replication.figures import build_figures
 from backend.replication.render import render_html, summary_markdown
 from backend.replication.results import cka_results, ner_results, runs_info, step_rows, weight_results
@@ -124,6 +125,6 @@ def load_figure(out: str | Path, name: str) -> go.Figure | None:
     if not p.exists():
         return None
     try:
-        return pio.from_json(p.read_text())
+        return pio.from_json(read_text_confined(p, root=Path(out)))  # a link out of the report folder: refused
     except (ValueError, OSError):
         return None

@@ -33,6 +33,7 @@ from backend.core import faults
 from backend.core.errors import DetourError
 from backend.core.paths import runs_dir
 from backend.core.process import Busy, FileLock, holder_pid, pid_alive, spawn_detached
+from backend.core.process import identity as process_identity
 from backend.engine import rundir
 from backend.engine.config import default_config
 from backend.runs.gpus import pick_gpu, slots
@@ -154,24 +155,26 @@ def submit(
 
 
 def cancel(run_dir: str | Path) -> str:
-    """Stop a run: SIGTERM to a running trainer (it checkpoints and writes ``cancelled``), or mark a queued run
-    cancelled. Returns a one-line message."""
+    """Stop a run: SIGTERM to its trainer (it checkpoints and writes ``cancelled``) -- only to a process proven to be
+    it (the pid and the start time and boot recorded beside it), never to whoever holds that pid now -- or mark a
+    queued run cancelled. Returns a one-line message."""
     run_dir = Path(run_dir)
-    st = rundir.read_status(run_dir)
+    st = rundir.read_status(run_dir)  # a 'running' whose process is not the recorded one reads 'failed' here
     state = st.get("state")
-    pid = st.get("pid") if state == "running" else st.get("launched_pid")
-    if pid and pid_alive(pid):
+    field = "pid" if state == "running" else "launched_pid"
+    if rundir.runs_process(st, field):
+        pid = int(st[field])
         try:
-            os.kill(int(pid), signal.SIGTERM)
+            os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         return f"{run_dir.name}: sent SIGTERM to pid {pid}; it saves a checkpoint and stops"
     if state == "queued":
         rundir.write_status(run_dir, state="cancelled", finished_at=rundir.now(), error=None)
         return f"{run_dir.name}: removed from the queue (cancelled)"
-    if state == "failed" and not st.get("finished_at"):  # a dead pid's 'running', as read_status reports it
-        rundir.write_status(run_dir, state="failed", finished_at=rundir.now(), error=st.get("error"))
-        return f"{run_dir.name}: its process is gone; marked failed"
+    if state == "failed" and not st.get("finished_at"):  # a gone process's 'running', as read_status reports it
+        rundir.write_status(run_dir, state="failed", finished_at=rundir.now(), error=st.get("error"), resumable=True)
+        return f"{run_dir.name}: its process is gone (nothing was signalled); marked failed, resumable"
     raise JobError(f"{run_dir.name}: is {state}; only queued or running runs can be cancelled")
 
 
@@ -253,18 +256,19 @@ def train_argv(run_dir: Path, resume: bool) -> list[str]:
 
 
 def _occupied(info: rundir.RunInfo) -> bool:
-    """A run that holds a training slot: running with a live pid, or launched and not yet reporting."""
+    """A run that holds a training slot: running with its recorded process, or launched (by this worker or one
+    that died since: its trainer is an orphan that still trains) and not yet reporting."""
     st = info.status
-    if st.get("state") == "running" and pid_alive(st.get("pid")):
+    if st.get("state") == "running" and rundir.runs_process(st):
         return True
-    return st.get("state") == "queued" and pid_alive(st.get("launched_pid"))
+    return st.get("state") == "queued" and rundir.runs_process(st, "launched_pid")
 
 
 def queued_runs(root: Path) -> list[rundir.RunInfo]:
     runs = [r for r in rundir.list_runs(root) if r.status.get("state") == "queued"]
-    runs = [r for r in runs if not pid_alive(r.status.get("launched_pid"))]
+    runs = [r for r in runs if not rundir.runs_process(r.status, "launched_pid")]
     # runs prepared by `python -m backend train CONFIG` are trained by that process itself
-    runs = [r for r in runs if not pid_alive(r.status.get("claimed_by"))]
+    runs = [r for r in runs if not rundir.runs_process(r.status, "claimed_by")]
     return sorted(runs, key=lambda r: (r.status.get("queued_at") or r.status.get("created_at") or 0, r.name))
 
 
@@ -364,7 +368,10 @@ def _serve(
                     info.path, state="failed", error=f"could not start training: {faults.user_message(exc) or exc}"
                 )
                 continue
-            _write_status(info.path, launched_pid=proc.pid, launched_at=rundir.now(), gpu=gpu)
+            ident = process_identity(proc.pid)  # who it is, so a reused pid is never taken for it
+            _write_status(
+                info.path, launched_pid=proc.pid, launched_pid_identity=ident, launched_at=rundir.now(), gpu=gpu
+            )
             held.append(gpu)
             mine[info.path] = proc
             busy += 1

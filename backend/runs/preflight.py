@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from backend.core.errors import ConfigError, DataError
+from backend.core.errors import ConfigError, DataError, ModelSpecError
 from backend.detour.attention import check_causal_supported
 from backend.detour.budget import check_step_fits
 from backend.detour.recipe import build_phases, first_causal_phase, split_pair
@@ -30,7 +30,12 @@ from backend.engine.trackers import check_installed
 def tokenizer_for(cfg: dict):
     m = cfg["model"]
     spec = m["tokenizer"] or m["name"]
-    return load_tokenizer(resolve_tokenizer(spec), trust_remote_code=m["trust_remote_code"])
+    try:
+        return load_tokenizer(resolve_tokenizer(spec), trust_remote_code=m["trust_remote_code"])
+    except ModelSpecError as exc:
+        if not m["tokenizer"]:
+            raise
+        raise ModelSpecError(f"model.tokenizer: {exc}") from exc  # the key the user wrote, not model.name
 
 
 def check(cfg: dict, check_data: bool = True) -> dict:

@@ -47,9 +47,11 @@ def parse_axis(item: str) -> Axis:
     if "=" not in item:
         raise ConfigError("--grid", item, "expected KEY=V1,V2,..., e.g. phases.main.tokens=20000,40000")
     key, raw = item.split("=", 1)
-    values = [parse_override(f"{key}={v.strip()}")[1] for v in raw.split(",") if v.strip()]
-    if not values:
+    if not raw.strip():
         raise ConfigError("--grid", item, "give at least one value after '='")
+    if any(not v.strip() for v in raw.split(",")):  # 'a,,b' or 'a,': a value was meant there; never dropped
+        raise ConfigError("--grid", item, "an empty value between commas; write each value (null for none)")
+    values = [parse_override(f"{key}={v.strip()}")[1] for v in raw.split(",")]
     if len({repr(v) for v in values}) != len(values):
         raise ConfigError("--grid", item, "a value appears twice")
     if key.strip() in ("train.seed", "name"):
@@ -109,6 +111,33 @@ def compute_tokens(cfg: dict) -> int:
     for _, c in split_pair(cfg):
         total += sum(p.steps for p in build_phases(c)) * tokens_per_step(c)
     return total
+
+
+PACKING_KEYS = ("train.batch_size", "train.seq_len", "train.grad_accum")  # they set the tokens of one step
+
+
+def steps_budgets(cfg: dict) -> list[str]:
+    """The phases of ``cfg`` whose budget is written in optimizer steps (their tokens follow the batch)."""
+    ph = cfg["phases"]
+    if isinstance(ph, list):
+        return [f"phases[{i}].steps" for i, p in enumerate(ph) if p.get("steps") is not None]
+    if cfg["recipe"] in ("hybrid", "mask_schedule"):
+        return []
+    return [f"phases.{n}.steps" for n in ("warmup", "main", "decay") if ph[n].get("steps") is not None]
+
+
+def check_packing_axes(axes: list[Axis], cfgs: list[dict], allow_unmatched: bool) -> None:
+    """A grid over the batch size (or the sequence length, the accumulation) while a phase is budgeted in steps:
+    each value trains that phase on other tokens, so the cells are not matched; refused unless allowed."""
+    packing = [a.key for a in axes if a.key in PACKING_KEYS]
+    stepped = sorted({s for c in cfgs for s in steps_budgets(c)})
+    if packing and stepped and not allow_unmatched:
+        raise ConfigError(
+            "--grid",
+            packing[0],
+            f"{stepped[0]} is budgeted in steps, so each {packing[0]} trains it on other tokens and the cells would "
+            "not train the same compute; give that phase in tokens, or pass --allow-unmatched-budget",
+        )
 
 
 def budget_axes(axes: list[Axis], cells: list[Cell], tokens: dict[int, int]) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from backend.core import atomic
 from backend.core.errors import DetourError
-from backend.core.process import pid_alive
+from backend.core.paths import is_plain_name, read_text_confined
 from backend.engine import rundir
 
 MANIFEST = "sweep.json"
@@ -19,11 +19,39 @@ class SweepError(DetourError):
     pass
 
 
+_FIELDS = {"name": str, "base": dict, "axes": list, "seeds": list, "cells": list, "executor": str}
+_CELL = {"index": int, "label": str, "values": dict, "runs": dict}
+
+
 def read_manifest(out: str | Path) -> dict:
+    """``sweep.json``, checked: one ``SweepError`` line naming the file and what is wrong with it (missing, a link
+    out of the sweep folder, torn, not a sweep's manifest) instead of a KeyError or a JSONDecodeError later."""
     p = Path(out) / MANIFEST
-    if not p.exists():
+    if not p.exists() and not p.is_symlink():
         raise SweepError(f"{out}: not a sweep folder (no {MANIFEST})")
-    return json.loads(p.read_text())
+    fix = "restore it, or move the folder away and plan the sweep again (finished runs are never retrained in place)"
+    try:
+        text = read_text_confined(p, encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SweepError(f"{p}: unreadable ({getattr(exc, 'strerror', None) or exc}); {fix}") from None
+    try:
+        m = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SweepError(
+            f"{p}: not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno}: torn or edited?); {fix}"
+        ) from None
+    if not isinstance(m, dict):
+        raise SweepError(f"{p}: holds a JSON {type(m).__name__}, not a sweep manifest (an object with cells); {fix}")
+    bad = [k for k, t in _FIELDS.items() if not isinstance(m.get(k), t)]
+    if bad:
+        raise SweepError(f"{p}: not a sweep manifest: {', '.join(bad)} missing or of the wrong type; {fix}")
+    for i, c in enumerate(m["cells"]):
+        wrong = [k for k, t in _CELL.items() if not isinstance(c, dict) or not isinstance(c.get(k), t)]
+        if wrong:
+            raise SweepError(f"{p}: cell {i} is not a sweep cell ({', '.join(wrong)} missing or wrong); {fix}")
+        if bad_runs := [r for r in c["runs"].values() if not is_plain_name(r)]:  # never a path out of runs/
+            raise SweepError(f"{p}: cell {i} names a run {bad_runs[0]!r} that is not a plain folder name; {fix}")
+    return m
 
 
 def write_manifest(out: Path, m: dict) -> None:
@@ -45,11 +73,7 @@ def cell_states(out: str | Path, m: dict | None = None) -> dict[str, str]:
         if not (d / "config.yaml").exists():
             states[r] = "missing"
             continue
-        st = rundir.read_status(d)
-        state = st.get("state", "queued")
-        if state == "running" and not pid_alive(st.get("pid")):
-            state = "failed"
-        states[r] = state
+        states[r] = rundir.read_status(d).get("state", "queued")  # a 'running' whose process is gone reads failed
     return states
 
 

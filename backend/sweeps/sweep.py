@@ -28,6 +28,7 @@ from backend.engine import rundir
 from backend.engine.config import load_config
 from backend.sweeps.grid import (
     check_matched,
+    check_packing_axes,
     compute_tokens,
     expand_cells,
     matched_sentence,
@@ -95,13 +96,15 @@ def plan_sweep(
         raise ConfigError("--name", name, "a plain folder name: letters, digits, '_', '-', '.'")
     seeds_ = seed_list(base["train"]["seed"], seeds)
     cells = expand_cells(axes)
-    tokens = {}
+    tokens, cfgs = {}, []
     for c in cells:
         for s in seeds_:
             cfg = run_config(base, c, s, name)  # validates every run now, before anything is queued
             cfg["name"] = f"{c.slug}-s{s}"
             c.runs[s] = cfg["name"]
         tokens[c.index] = compute_tokens(cfg)
+        cfgs.append(cfg)
+    check_packing_axes(axes, cfgs, allow_unmatched_budget)
     matched = check_matched(axes, cells, tokens, allow_unmatched_budget)
     ref = _reference(axes, reference)
     base.pop("_meta", None)
@@ -159,6 +162,18 @@ def _evaluation(ev: dict | None) -> dict:
         from backend.evaluation.suite import load_suite
 
         suite = load_suite(suite)["path"]
+    hparams = dict(ev.get("hparams") or {})
+    if hparams and not task and not suite:
+        raise ConfigError(
+            "--eval-set", hparams, "fine-tuning settings need --eval ner, --eval classification or --eval-suite"
+        )
+    if task:  # a misspelt or bad setting is refused now, not after every cell has trained
+        from backend.evaluation.finetune import resolve_hparams
+
+        try:
+            resolve_hparams(task, **hparams)
+        except ConfigError as exc:
+            raise ConfigError(f"--eval-set {exc.key}", exc.value, exc.allowed) from None
     return {
         "suite": suite,
         "task": task,
@@ -199,10 +214,22 @@ def _same_sweep(a: dict, b: dict) -> bool:
 # ------------------------------------------------------------------------------------------------ launch / resume
 
 
+def check_out(out: str | Path) -> Path:
+    """The sweep folder ``--out`` names, refused before any planning or training when it cannot be one: a file, or
+    a folder inside a run's folder (its runs would nest in another run's files)."""
+    out = Path(out).expanduser().resolve()
+    if out.exists() and not out.is_dir():
+        raise SweepError(f"--out {out}: is a file, not a folder; choose a folder for the sweep")
+    for d in (out, *out.parents):
+        if (d / "config.yaml").is_file() and (d / "status.json").is_file():
+            raise SweepError(f"--out {out}: is inside the run folder {d}; choose a folder outside any run")
+    return out
+
+
 def launch(m: dict, out: str | Path | None = None) -> Path:
     """Write the sweep folder (or find the same sweep there) and queue every run that is not done or running.
     Rerunning with the same manifest resumes; a different sweep in the same folder is refused."""
-    out = Path(out).expanduser().resolve() if out else default_out(m["name"])
+    out = check_out(out) if out else default_out(m["name"])
     if (out / MANIFEST).exists():
         old = read_manifest(out)
         if not _same_sweep(old, m):

@@ -69,3 +69,10 @@ def test_every_loader_refuses_non_finite_weights(nan_model, tiny_modernbert_dir,
     assert r.returncode == 2 and "weights are not finite" in r.stderr, (r.returncode, r.stderr)
     assert not (texts_file.parent / "c.json").exists()
     assert torch.isfinite(load_encoder(str(tiny_modernbert_dir)).embeddings.tok_embeddings.weight).all()
+
+
+@pytest.mark.parametrize("texts", [["The same sentence about cells."] * 8, ["a b", "a  b", "a\nb", "c", "d"] * 2])
+def test_cka_on_identical_texts_is_refused_before_any_model_loads(texts):
+    # models that do not exist: the texts are refused first, with a line, not an all-null result and exit 0
+    with pytest.raises(DataError, match="distinct; CKA compares how models tell texts apart"):
+        cka_between("no/such-model-a", "no/such-model-b", texts)

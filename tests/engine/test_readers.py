@@ -266,3 +266,18 @@ def test_table_readers_hold_a_few_rows_not_the_file(tmp_path, monkeypatch, kind)
     assert n == len(texts)
     assert peak < 1_500_000 and max(arrow) < 3_000_000, (peak, max(arrow))
     assert _peak_bytes(lambda: readers.whole_documents(f, "text"))[2] > 7_000_000  # the test can fail
+
+
+def test_a_headerless_csv_says_its_header_looks_missing(tmp_path):
+    (tmp_path / "nohead.csv").write_text(
+        "The heart pumps blood through the body.,1\nCells divide by mitosis in most tissues.,0\n"
+    )
+    with pytest.raises(DataError, match="header looks missing.*add a header row naming the columns"):
+        list(readers.documents(tmp_path / "nohead.csv", "text"))
+    (tmp_path / "twice.csv").write_text("x,x\n")  # a repeated value: pandas renames the second 'x.1'
+    with pytest.raises(DataError, match="header looks missing"):
+        list(readers.documents(tmp_path / "twice.csv", "text"))
+    (tmp_path / "header.csv").write_text("id,body,a.b,a.c\n1,hello,2,3\n")  # real names: the columns are listed
+    with pytest.raises(DataError, match="columns found: id, body, a.b, a.c") as err:
+        list(readers.documents(tmp_path / "header.csv", "text"))
+    assert "header looks missing" not in str(err.value)

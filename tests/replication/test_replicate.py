@@ -398,7 +398,8 @@ def test_reports_tab_launches_the_quick_preset_detached(tmp_path, monkeypatch):
     assert kw["start_new_session"] is True and kw["stdin"] is process.subprocess.DEVNULL
     assert Path(kw["stdout"].name) == tmp_path / "reports" / "quick" / "replicate.log"  # a file, never a pipe
     # while it runs, a second launch is refused
-    (tmp_path / "reports" / "quick" / "status.json").write_text(json.dumps({"state": "running", "pid": os.getpid()}))
+    running = {"state": "running", "pid": os.getpid(), "pid_identity": process.identity()}
+    (tmp_path / "reports" / "quick" / "status.json").write_text(json.dumps(running))
     with pytest.raises(DetourError, match="already running"):
         reports_tab.launch_quick("quick")
 

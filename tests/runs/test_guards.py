@@ -235,3 +235,23 @@ def test_a_heldout_file_inside_the_training_corpus_is_refused_with_the_overlap(t
         check(cfg)
     (tmp_path / "own.txt").write_text("Text that is nowhere in the corpus, long enough to fill a held-out row. " * 20)
     check(tiny_train_cfg(tiny_modernbert_dir, "h", recipe="mlm", data__heldout_file=str(tmp_path / "own.txt")))
+
+
+def test_a_heldout_file_of_corpus_text_rewrapped_into_other_lines_is_refused(tiny_modernbert_dir, tmp_path):
+    import textwrap
+
+    from backend.core.errors import DataError
+    from backend.runs.preflight import check
+
+    demo = REPO_ROOT / "assets" / "demo" / "bio_corpus.txt"
+    paragraphs = [" ".join(p.split()) for p in demo.read_text().split("\n\n") if len(p.split()) > 40]
+    # the corpus reads paragraphs; these are the same words cut at 50 columns, one document per line, double-spaced
+    held = "\n".join(textwrap.fill(p, 50).replace(" ", "  ") for p in paragraphs[:2])
+    (tmp_path / "rewrapped.txt").write_text(held)
+    cfg = tiny_train_cfg(tiny_modernbert_dir, "h", recipe="mlm", data__heldout_file=str(tmp_path / "rewrapped.txt"))
+    with pytest.raises(DataError, match="are also in the training corpus.*whatever the line breaks"):
+        check(cfg)
+    # a held-out text that only shares a common phrase here and there is fine
+    own = "The results of this study suggest that further work is needed. " + "Quiet lakes hold cold water. " * 40
+    (tmp_path / "own.txt").write_text(own)
+    check(tiny_train_cfg(tiny_modernbert_dir, "h", recipe="mlm", data__heldout_file=str(tmp_path / "own.txt")))

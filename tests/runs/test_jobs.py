@@ -6,6 +6,7 @@ The real trainer is driven end to end by tests/ui/test_app_client.py.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from backend.core import atomic, process
 from backend.core.atomic import write_yaml
 from backend.engine import rundir
 from backend.engine.config import default_config, load_config
@@ -215,3 +217,95 @@ def test_command_preview_and_seeds():
     cfgs = jobs.expand_seeds(cfg, [0, 1])
     assert [c["name"] for c in cfgs] == ["exp1-s0", "exp1-s1"] and [c["train"]["seed"] for c in cfgs] == [0, 1]
     assert jobs.expand_seeds(cfg, [7])[0]["name"] == "exp1"
+
+
+# --- a pid is proven before it is trusted (status records its start time and the boot) ---------------------
+
+
+@pytest.fixture
+def stranger():
+    """An unrelated process (``sleep``) whose pid a stale status could name after a reboot or pid reuse."""
+    proc = subprocess.Popen(["sleep", "60"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_running_status_whose_pid_is_another_process_reads_gone_and_is_never_signalled(tmp_path, stranger):
+    run = make_run(tmp_path / "runs", "reused", 1.0)
+    theirs = process.identity(stranger.pid)
+    rundir.write_status(run, state="running", pid=stranger.pid, started_at=time.time())  # no identity: unproven
+    st = rundir.read_status(run)
+    assert st["state"] == "failed" and st["resumable"] is True
+    assert "belongs to another process" in st["error"] and f"--run-dir {run} --resume" in st["error"]
+    assert rundir.list_runs(run.parent)[0].state == "failed"
+
+    # the identity of the trainer that once had this pid: same pid, another start (pid reuse)
+    old = {**theirs, "since_boot": theirs["since_boot"] - 50, "started": theirs["started"] - 50}
+    rundir.write_status(run, state="running", pid=stranger.pid, pid_identity=old)
+    assert rundir.read_status(run)["state"] == "failed"
+    msg = jobs.cancel(run)
+    assert "nothing was signalled" in msg
+    time.sleep(0.2)
+    assert stranger.poll() is None, "Cancel killed a process that is not the run's trainer"
+    assert rundir.read_status(run)["state"] == "failed" and rundir.read_status(run)["finished_at"]
+
+    # another boot: the same pid and start time name nobody
+    rundir.write_status(run, state="running", pid=stranger.pid, pid_identity={**theirs, "boot": "another-boot"})
+    assert rundir.read_status(run)["state"] == "failed"
+
+    # a queued run whose launched pid is a stranger is not counted as launched: the worker would start it
+    rundir.write_status(run, state="queued", launched_pid=stranger.pid, finished_at=None)
+    assert jobs.cancel(run).endswith("removed from the queue (cancelled)")
+    assert stranger.poll() is None
+
+
+def test_the_recorded_process_itself_reads_running_and_is_proven(tmp_path):
+    run = make_run(tmp_path / "runs", "mine", 1.0)
+    rundir.write_status(run, state="running", pid=os.getpid())
+    st = rundir.read_status(run)
+    assert st["state"] == "running" and st["pid_identity"]["boot"] == process.boot_id()
+    assert rundir.runs_process(st)
+    rundir.write_status(run, pid=None)  # clearing the pid clears its identity: none is left to vouch for another
+    assert atomic.read_json(run / "status.json")["pid_identity"] is None
+
+
+WORKER = r"""
+import os, sys
+sys.path.insert(0, os.environ["REPO"])
+from pathlib import Path
+from backend.runs import jobs
+root, script = Path(sys.argv[1]), sys.argv[2]
+launch = lambda d, resume: [sys.executable, script, str(d)] + (["--resume"] if resume else [])
+jobs.run_worker(root, max_concurrent=1, poll_s=0.05, launch=launch)
+"""
+
+
+def test_a_new_worker_counts_the_trainer_a_killed_worker_left_running(tmp_path, monkeypatch):
+    monkeypatch.setenv("REPO", str(Path(__file__).resolve().parents[2]))
+    monkeypatch.setenv("FAKE_SECONDS", "2.5")
+    root = tmp_path / "runs"
+    make_run(root, "a", 1.0)
+    make_run(root, "b", 2.0)
+    script, worker = tmp_path / "fake_trainer.py", tmp_path / "worker.py"
+    script.write_text(FAKE_TRAINER)
+    worker.write_text(WORKER)
+    first = subprocess.Popen([sys.executable, str(worker), str(root), str(script)], start_new_session=True)
+    deadline = time.time() + 60
+    while rundir.read_status(root / "a").get("launched_pid") is None:
+        assert time.time() < deadline and first.poll() is None
+        time.sleep(0.02)
+    os.kill(first.pid, signal.SIGKILL)  # the worker dies; its trainer (own session) trains on, an orphan
+    first.wait()
+    orphan = rundir.read_status(root / "a")["launched_pid"]
+    assert process.pid_alive(orphan)
+
+    launch = lambda d, resume: [sys.executable, str(script), str(d)]  # noqa: E731
+    jobs.run_worker(root, max_concurrent=1, poll_s=0.05, launch=launch)
+    while process.pid_alive(orphan) and time.time() < deadline:
+        time.sleep(0.05)
+    ev = events(root)
+    t = {(e[0], e[1]): float(e[2]) for e in ev}
+    assert [e[1] for e in ev if e[0] == "start"] == ["a", "b"]  # the orphan was not started twice
+    assert t[("start", "b")] >= t[("end", "a")], f"two trainers at once under --max-concurrent 1: {ev}"
+    assert rundir.read_status(root / "b")["state"] == "done"

@@ -282,6 +282,6 @@ def test_cancel_of_a_run_whose_process_is_gone_marks_it_failed(tmp_path):
     from backend.runs import jobs
 
     write_status(tmp_path, state="running", pid=DEAD_PID, finished_at=None)
-    assert "its process is gone; marked failed" in jobs.cancel(tmp_path)
+    assert "its process is gone (nothing was signalled); marked failed" in jobs.cancel(tmp_path)
     on_disk = json.loads((tmp_path / "status.json").read_text())
     assert on_disk["state"] == "failed" and "is gone" in on_disk["error"] and on_disk["finished_at"]

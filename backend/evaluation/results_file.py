@@ -1,0 +1,50 @@
+"""The one checking reader of an evaluation's ``results.json``: the doctor, the app's NER and throughput panels and
+the sweep measurements read it here, and a torn, foreign or linked-out file is one line naming it and what is
+wrong, never an AttributeError in whoever reads it next. Only the file's shape is checked (what the readers index);
+what the fields mean stays with ``backend.evaluation.runner``, which writes it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from backend.core.errors import DetourError
+from backend.core.paths import read_text_confined
+
+NAME = "results.json"
+
+
+class ResultsFileError(DetourError):
+    pass
+
+
+def read_results(path: str | Path) -> dict:
+    """The evaluation results in ``path`` (a results.json, or the evaluation folder holding one), checked."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / NAME
+    fix = "run the evaluation again into this folder (finished seeds are kept), or choose another folder"
+    try:
+        text = read_text_confined(path, encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsFileError(f"{path}: unreadable ({getattr(exc, 'strerror', None) or exc})") from None
+    try:
+        res = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultsFileError(
+            f"{path}: not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno}: torn or edited?); {fix}"
+        ) from None
+    if not isinstance(res, dict):
+        raise ResultsFileError(f"{path}: holds a JSON {type(res).__name__}, not an evaluation's results; {fix}")
+    shape = {"task": str, "hparams": dict, "models": list}
+    bad = [k for k, t in shape.items() if not isinstance(res.get(k), t)]
+    if bad:
+        raise ResultsFileError(f"{path}: not an evaluation's results: {', '.join(bad)} missing or wrong; {fix}")
+    for i, m in enumerate(res["models"]):
+        if (
+            not isinstance(m, dict)
+            or not isinstance(m.get("runs"), list)
+            or not all(isinstance(r, dict) for r in m["runs"])
+        ):
+            raise ResultsFileError(f"{path}: model {i} is not an evaluated model (no list of runs); {fix}")
+    return res

@@ -1,0 +1,96 @@
+"""A sweep's files and arguments are checked before anything is read into a KeyError or trained in vain: a torn or
+foreign sweep.json is one line naming it, ``--out`` a file or inside a run folder is refused before planning, and a
+misspelt ``--eval-set`` key or an empty ``--grid`` value is refused at planning."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from backend.__main__ import main
+from backend.core.atomic import write_yaml
+from backend.core.errors import ConfigError
+from backend.engine import rundir
+from backend.engine.config import default_config
+from backend.sweeps.grid import parse_axis
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("{}", "not a sweep manifest: name, base, axes, seeds, cells, executor missing"),
+        ('{"name": "x", "cel', "not valid JSON"),
+        ("[]", "holds a JSON list"),
+        ('{"name": "x", "base": {}, "axes": [], "seeds": [0], "executor": "queue", "cells": [{}]}', "cell 0"),
+        (
+            '{"name": "x", "base": {}, "axes": [], "seeds": [0], "executor": "queue", "cells": [{"index": 0, '
+            '"label": "a", "values": {}, "runs": {"0": "../../etc"}}]}',
+            "not a plain folder name",
+        ),
+    ],
+)
+def test_a_broken_sweep_json_is_one_line_for_every_command(tmp_path, capsys, text, says):
+    out = tmp_path / "sw"
+    out.mkdir()
+    (out / "sweep.json").write_text(text)
+    for flag in ("--status", "--report", "--resume", "--cancel"):
+        assert main(["sweep", flag, str(out)]) == 2, flag
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {out / 'sweep.json'}: ") and says in err and "Traceback" not in err, err
+
+
+def test_a_sweep_json_that_links_out_of_its_folder_is_refused(tmp_path, capsys):
+    out = tmp_path / "sw"
+    out.mkdir()
+    (tmp_path / "elsewhere.json").write_text("{}")
+    os.symlink(tmp_path / "elsewhere.json", out / "sweep.json")
+    assert main(["sweep", "--status", str(out)]) == 2
+    assert "outside" in capsys.readouterr().err
+
+
+def test_out_a_file_or_inside_a_run_folder_is_refused_before_planning(tmp_path, capsys):
+    f = tmp_path / "a-file"
+    f.write_text("")
+    assert main(["sweep", "--grid", "train.lr=1e-4,2e-4", "--out", str(f)]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    write_yaml(run / "config.yaml", default_config())
+    rundir.write_status(run, state="done")
+    assert main(["sweep", "--grid", "train.lr=1e-4,2e-4", "--out", str(run / "sweep")]) == 2
+    assert f"inside the run folder {run}" in capsys.readouterr().err
+    assert not (run / "sweep").exists()
+
+
+@pytest.mark.parametrize("setting", ["epoch=2", "max_train_exmples=100"])
+def test_a_misspelt_eval_setting_is_refused_at_planning(tmp_path, capsys, setting):
+    args = ["sweep", "--grid", "train.lr=1e-4,2e-4", "--eval", "ner", "--eval-data", str(tmp_path)]
+    assert main([*args, "--eval-set", setting, "--out", str(tmp_path / "sw")]) == 2
+    err = capsys.readouterr().err
+    assert f"--eval-set {setting.split('=')[0]}" in err and "unknown fine-tuning setting" in err
+    assert not (tmp_path / "sw").exists()
+
+
+def test_an_eval_setting_without_a_task_is_refused(tmp_path, capsys):
+    assert main(["sweep", "--grid", "train.lr=1e-4,2e-4", "--eval-set", "epochs=2", "--out", str(tmp_path / "s")]) == 2
+    assert "need --eval" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("item", ["train.lr=1e-4,,2e-4", "train.lr=1e-4,", "train.lr=", "train.lr= , "])
+def test_an_empty_grid_value_is_refused_not_dropped(item):
+    with pytest.raises(ConfigError, match="--grid"):
+        parse_axis(item)
+    assert [json.dumps(v) for v in parse_axis("train.lr=1e-4, 2e-4").values] == ["0.0001", "0.0002"]
+
+
+def test_a_batch_size_grid_with_a_phase_budgeted_in_steps_is_refused():
+    from backend.sweeps.sweep import plan_sweep
+
+    sets = ["phases.decay.steps=4", "train.seq_len=64"]
+    with pytest.raises(ConfigError, match="phases.decay.steps is budgeted in steps.*allow-unmatched-budget") as e:
+        plan_sweep(None, sets, ["train.batch_size=4,8"], 1)
+    assert e.value.key == "--grid"
+    m = plan_sweep(None, sets, ["train.batch_size=4,8"], 1, allow_unmatched_budget=True)
+    assert not m["matched"]["matched_budget"] or m["matched"]["budget_axes"]
