@@ -64,12 +64,23 @@ def prepare_runs(
     for w in facts.get("warnings", []):
         warn(w)
     out = _claim_names(root, [c["name"] for _, c in runs], cfg["name"])
+    try:
+        _write_prepared(runs, out, cfg["name"], command, claim)
+    except BaseException:  # a full disk (or a kill) mid-write: no half-made folder keeps the name taken
+        for d in out:
+            shutil.rmtree(d, ignore_errors=True)
+        raise
+    return out
+
+
+def _write_prepared(runs: list, out: list[Path], pair: str, command: list[str] | None, claim: bool) -> None:
+    """config.yaml and a ``queued`` status.json in each claimed folder."""
     for (role, c), d in zip(runs, out, strict=True):
         c["_meta"] = {
             **c.get("_meta", {}),
             "command": command or [sys.executable, "-m", "backend", "train", "--run-dir", str(d)],
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "pair": cfg["name"] if role else None,
+            "pair": pair if role else None,
             "role": role,
             "version": __version__,
             "host": socket.gethostname(),
@@ -78,7 +89,6 @@ def prepare_runs(
         write_status(
             d, state="queued", error=None, created_at=time.time(), pid=None, claimed_by=os.getpid() if claim else None
         )
-    return out
 
 
 def _claim_names(root: Path, names: list[str], asked: str) -> list[Path]:
