@@ -135,3 +135,45 @@ def main_decides(fn: Callable[[], T]) -> T:
 
 class LaunchPeerError(DetourError):
     """Another process of the same launch refused or failed: this one stops with its reason."""
+
+
+PEER_FAILED = "detour/peer-failed"
+
+
+def _store():
+    """The launch's key-value store (the one the process group rendezvoused through), or None without one."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return None
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except (RuntimeError, ValueError):
+        return None
+
+
+def tell_peers(reason: str) -> None:
+    """A failing process leaves its one line where the others look when their next collective breaks: gloo only
+    says "Connection closed by peer", which named neither the process nor why. Best effort: the first reason stays."""
+    store = _store()
+    if store is None:
+        return
+    machines, _ = machines_and_local(world_size())
+    where = f"process rank {os.environ.get('RANK', '?')}" + (
+        f" (machine {os.environ.get('GROUP_RANK', '?')})" if machines > 1 else ""
+    )
+    try:
+        store.compare_set(PEER_FAILED, "", f"{where}: {reason}")
+    except RuntimeError:
+        pass
+
+
+def peer_failure() -> str | None:
+    """The reason another process of this launch left, if it said one."""
+    store = _store()
+    if store is None:
+        return None
+    try:
+        return store.get(PEER_FAILED).decode() if store.check([PEER_FAILED]) else None
+    except RuntimeError:
+        return None

@@ -282,7 +282,12 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
         error = fault or f"{type(exc).__name__}: {exc}"
         if not fault and (number := faults.machine_fault(exc)):  # wrapped by a library: still say what to do
             error += f" (on the disk holding {run_dir}: {faults.hint(number)})"
-        log(traceback.format_exc(), terminal=False)  # the traceback goes to train.log; the terminal gets one line
+        if rank0 or bug:  # the traceback goes to train.log (rank 0's); every terminal gets one line
+            log(traceback.format_exc(), terminal=False)
+        if world > 1 and (peer := launch.peer_failure()) and not isinstance(exc, DetourError):
+            error, bug = f"another process of this launch failed: {peer}", False  # its break is ours, not a bug
+        elif world > 1:
+            launch.tell_peers(error)  # the others' next collective breaks: they say why, not "closed by peer"
         if bug:
             error += " (a bug: see train.log for the traceback)"
     end = dict(state=state, error=error, finished_at=time.time(), resumable=state != "done")

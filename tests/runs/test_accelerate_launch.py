@@ -103,9 +103,12 @@ def test_one_process_says_so_in_train_log(tiny_modernbert_dir, isolated_runs_dir
     )
 
 
-def _two_machines(port: int, train: tuple[str, ...], timeout: int) -> list[tuple[int | None, str]]:
+def _two_machines(
+    port: int, train: tuple[str, ...], timeout: int, env1: dict | None = None
+) -> list[tuple[int | None, str]]:
     """Two ``accelerate launch`` processes on this machine standing for two machines (machine ranks 0 and 1, one
-    process each, gloo over 127.0.0.1): (exit code or None if still running at ``timeout``, output) for each."""
+    process each, gloo over 127.0.0.1): (exit code or None if still running at ``timeout``, output) for each.
+    ``env1``: what differs on machine 1."""
     flags = ["--multi_gpu", "--num_machines", "2", "--num_processes", "2", "--main_process_ip", "127.0.0.1"]
     procs = [
         subprocess.Popen(
@@ -123,12 +126,12 @@ def _two_machines(port: int, train: tuple[str, ...], timeout: int) -> list[tuple
                 *train,
             ],
             cwd=REPO_ROOT,
-            env=_env(),
+            env={**_env(), **(env1 if r == 1 else {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
-        )  # fmt: skip
+        )
         for r in (0, 1)
     ]
     deadline = time.monotonic() + timeout
@@ -179,3 +182,26 @@ def test_two_machines_train_one_run_with_the_single_machine_weights_and_a_refusa
         assert code not in (0, None), out[-3000:]
         assert "a run named 'two' already exists; try 'two-2'" in out, out[-3000:]
     assert read_status(two)["state"] == "done"  # the finished run is untouched
+
+
+@pytest.mark.slow
+def test_a_process_that_fails_on_one_machine_stops_the_other_with_its_reason(
+    tiny_modernbert_dir, isolated_runs_dir, tmp_path
+):
+    """Machine 1's cache folder lies under a file (its disk, its mistake): its process fails opening the token
+    store. Machine 0's next collective breaks ("Connection closed by peer"); it stops at once and the run's status
+    names machine 1's reason, as one line, not a bug."""
+    (tmp_path / "a-file").write_text("x")
+    cfg = str(config_file(tmp_path, tiny_modernbert_dir, "split"))
+    started = time.monotonic()
+    ends = _two_machines(free_port(), (cfg,), timeout=300, env1={"DETOUR_CACHE_DIR": str(tmp_path / "a-file" / "c")})
+    assert time.monotonic() - started < 300, "a process waited for one that had failed"
+    for code, out in ends:
+        assert code not in (0, None), ends[0][1][-2000:] + ends[1][1][-3000:]
+        assert 'Traceback (most recent call last):\n  File "/' not in out.split("ChildFailedError")[0], out[-4000:]
+    st = read_status(isolated_runs_dir / "split")
+    assert st["state"] == "failed" and "(a bug" not in st["error"], st
+    assert st["error"].startswith(
+        "another process of this launch failed: process rank 1 (machine 1): not a directory"
+    ), st
+    assert "error: run split failed: another process of this launch failed: process rank 1" in ends[0][1]
