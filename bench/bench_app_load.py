@@ -65,9 +65,10 @@ def start_app(runs: Path, env: dict, log: Path) -> tuple[subprocess.Popen, str]:
         cwd=REPO, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}/"
-    for _ in range(240):
+    deadline = time.time() + 600  # a busy shared machine: importing torch, transformers and gradio takes minutes
+    while time.time() < deadline:
         try:
-            with urllib.request.urlopen(url, timeout=2):
+            with urllib.request.urlopen(url, timeout=5):
                 return proc, url
         except OSError:
             if proc.poll() is not None:
