@@ -8,9 +8,12 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from http.cookies import SimpleCookie
 
 import gradio as gr
-import httpx
 import pytest
 
 from app.main import AppContext, start
@@ -33,18 +36,37 @@ def lab_app():
     demo.close()
 
 
-def login(url: str, user: str, password: str) -> httpx.Response:
-    return httpx.post(url + "login", data={"username": user, "password": password}, timeout=30)
+def login(url: str, user: str, password: str) -> tuple[int, str, dict[str, str]]:
+    """POST /login as the login form does: (status, body, the cookies it set)."""
+    data = urllib.parse.urlencode({"username": user, "password": password}).encode()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url + "login", data=data), timeout=30) as r:
+            jar = SimpleCookie()
+            for header in r.headers.get_all("set-cookie") or []:
+                jar.load(header)
+            return r.status, r.read().decode(), {k: m.value for k, m in jar.items()}
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(), {}
+
+
+def config_status(url: str, cookies: dict[str, str] | None = None) -> int:
+    """What GET /config answers with these cookies (the page's first request after the login)."""
+    headers = {"Cookie": "; ".join(f"{k}={v}" for k, v in (cookies or {}).items())} if cookies else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url + "config", headers=headers), timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
 
 
 def test_a_wrong_password_is_refused_and_the_right_one_opens_the_app(lab_app):
-    assert httpx.get(lab_app + "config", timeout=30).status_code == 401  # nothing without a login
-    wrong = login(lab_app, USER, "wrong-password")
-    assert wrong.status_code == 400 and "Incorrect credentials" in wrong.text and not wrong.cookies
-    assert login(lab_app, "someone-else", PASSWORD).status_code == 400
-    ok = login(lab_app, USER, PASSWORD)
-    assert ok.status_code == 200
-    assert httpx.get(lab_app + "config", cookies=ok.cookies, timeout=30).status_code == 200
+    assert config_status(lab_app) == 401  # nothing without a login
+    code, body, cookies = login(lab_app, USER, "wrong-password")
+    assert code == 400 and "Incorrect credentials" in body and not cookies
+    assert login(lab_app, "someone-else", PASSWORD)[0] == 400
+    code, _, cookies = login(lab_app, USER, PASSWORD)
+    assert code == 200 and cookies
+    assert config_status(lab_app, cookies) == 200
 
 
 def test_a_session_cookie_from_another_app_is_refused(lab_app):
@@ -56,13 +78,13 @@ def test_a_session_cookie_from_another_app_is_refused(lab_app):
         server_name="127.0.0.1", server_port=free_port(), auth=(USER, PASSWORD), prevent_thread_lock=True
     )
     try:
-        theirs = login(other_url, USER, PASSWORD)
-        assert theirs.status_code == 200 and theirs.cookies
-        assert httpx.get(other_url + "config", cookies=theirs.cookies, timeout=30).status_code == 200
-        assert httpx.get(lab_app + "config", cookies=theirs.cookies, timeout=30).status_code == 401
-        ours = login(lab_app, USER, PASSWORD).cookies
-        renamed = {name: theirs.cookies[theirs_name] for name, theirs_name in zip(ours, theirs.cookies, strict=True)}
-        assert httpx.get(lab_app + "config", cookies=renamed, timeout=30).status_code == 401
+        code, _, theirs = login(other_url, USER, PASSWORD)
+        assert code == 200 and theirs and config_status(other_url, theirs) == 200
+        assert config_status(lab_app, theirs) == 401
+        ours = login(lab_app, USER, PASSWORD)[2]
+        assert set(ours).isdisjoint(theirs)  # each app names its cookie with its own random id
+        renamed = dict(zip(sorted(ours), [theirs[k] for k in sorted(theirs)], strict=True))
+        assert config_status(lab_app, renamed) == 401
     finally:
         other.close()
 
