@@ -2,7 +2,11 @@
 
 ``accelerate launch --cpu --num_processes 2`` started one process and said nothing; ``--multi_gpu`` on a CPU
 started two that each trained alone on one run folder. The README now gives the command below; it is run here
-as written, and train.log says the world size and the tokens per step per process count."""
+as written, and train.log says the world size and the tokens per step per process count.
+
+Issue 30: the command as written with a config (a name in it, or ``--set name=``) now works (one process makes the
+run folder); two launchers on this machine stand for two machines (gloo over 127.0.0.1), and a process that is
+refused or fails stops the others with its reason."""
 
 from __future__ import annotations
 
