@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from bench_fillmask_load import free_port, stats  # noqa: E402
-from common import save  # noqa: E402
+from common import cpu_name, save  # noqa: E402
 
 USER, PASSWORD = "detour", "bench-load-password"
 FILL_TEXT = "The patient was treated with [MASK] for the infection."
@@ -231,7 +231,7 @@ def main() -> int:
             f"training tokens/s: {result['training_tokens_per_s_without_load']:.0f} without load, "
             f"{result['training_tokens_per_s_with_load']:.0f} with it ({result['load_seconds']:.0f} s of load)",
             f"load average (1/5/15 min) at start {result['load_average_at_start']}, at end "
-            f"{result['load_average_at_end']}",
+            f"{result['load_average_at_end']}; {result['cpus']} CPUs ({cpu_name()}), shared with other work",
         ]
     )
     save("app_load", result, table)
