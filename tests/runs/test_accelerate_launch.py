@@ -130,7 +130,7 @@ def _two_machines(
                 *train,
             ],
             cwd=REPO_ROOT,
-            env={**_env(), **(env1 if r == 1 else {})},
+            env={**_env(), **((env1 or {}) if r == 1 else {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
