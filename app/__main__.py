@@ -1,8 +1,8 @@
 """``python -m app``: the Detour Lab browser app.
 
-Safe defaults: binds 127.0.0.1 (``--host`` to change), no public link unless ``--share``, optional password from
-``DETOUR_PASSWORD`` (user ``detour`` or ``DETOUR_USER``), uploads capped (``--max-upload``), analytics off, no
-network calls at start.
+Safe defaults: binds 127.0.0.1 (``--host`` to change), no public link unless ``--share``, a password from
+``DETOUR_PASSWORD`` (user ``detour`` or ``DETOUR_USER``; required for any host but this machine's and for
+``--share``), uploads capped (``--max-upload``), analytics off, no network calls at start.
 """
 
 from __future__ import annotations
@@ -38,24 +38,42 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def public_without_password(host: str, share: bool, auth) -> str | None:
+    """Why this launch is refused, or None. The app starts trainings and reads files under its roots: reachable from
+    other machines (a lab server's ``--host 0.0.0.0``, a public ``--share`` link) it needs a password."""
+    if auth or (host in LOOPBACK and not share):
+        return None
+    where = (
+        "a public gradio.live link (--share)" if share else f"--host {host} makes the app reachable from other machines"
+    )
+    return (
+        f"{where} without a password: set DETOUR_PASSWORD (user DETOUR_USER, default 'detour') first, "
+        "or serve on 127.0.0.1 only"
+    )
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.runs_dir:
         os.environ["DETOUR_RUNS_DIR"] = str(Path(args.runs_dir).resolve())
+    password = os.environ.get("DETOUR_PASSWORD")
+    auth = (os.environ.get("DETOUR_USER", "detour"), password) if password else None
+    if refusal := public_without_password(args.host, args.share, auth):
+        print(f"error: {refusal}", file=sys.stderr)
+        return 2
     if args.max_concurrent is not None and args.max_concurrent < 1:
         print("error: --max-concurrent must be >= 1", file=sys.stderr)
         return 2
-    from app.main import AppContext, parse_size, start
+    from app.main import AppContext, parse_size, start  # gradio and the tabs: after the quick refusals
 
     try:
         max_upload = parse_size(args.max_upload)
     except ValueError:
         print(f"error: --max-upload {args.max_upload!r}: expected a size like 50mb", file=sys.stderr)
         return 2
-    password = os.environ.get("DETOUR_PASSWORD")
-    auth = (os.environ.get("DETOUR_USER", "detour"), password) if password else None
-    if (args.share or args.host not in ("127.0.0.1", "localhost", "::1")) and not auth:
-        print("warning: reachable from other machines without a password; set DETOUR_PASSWORD", file=sys.stderr)
     ctx = AppContext(max_concurrent=args.max_concurrent, max_upload_bytes=max_upload)
     start(args.host, args.port, args.share, ctx, auth=auth, block=True)
     return 0

@@ -33,6 +33,18 @@ THEME = gr.themes.Soft(
 )
 
 
+# Many users on one server. Each event has its own slots: light ones (fill-mask, NER tagging, the Runs tab's reads)
+# up to 4 at once each; heavy ones share a group with limit 1: ``concurrency_id="analysis"`` (CKA, weight change,
+# trajectories, the NER evaluation's fine-tuning) and ``"detour"`` (the Detour tab's model passes). So a CKA waits
+# behind another CKA, never in front of a fill-mask; a waiting request sees its place in the output's progress
+# ("queue: 2/3"). ``max_size``: past 200 waiting requests a new one is told the queue is full, instead of waiting
+# without end. ``GRADIO_DEFAULT_CONCURRENCY_LIMIT`` is not read: these are set here on purpose.
+QUEUE = {"default_concurrency_limit": 4, "max_size": 200, "status_update_rate": "auto"}
+HEAVY = {
+    "analysis": ("cka", "weight_change", "trajectory", "ner_evaluate"),
+    "detour": ("detour_masks", "detour_surprise", "detour_scrub", "detour_trace"),
+}
+
 # (title, id, module): every tab module builds itself with ``build(ctx)`` inside its gr.Tab
 TABS = (
     ("Launch", "launch", launch_tab),
@@ -120,6 +132,6 @@ def start(
     warm_imports()
     runs_tab.ensure_worker_if_queued(ctx.max_concurrent)
     demo = build_app(ctx)
-    demo.queue(default_concurrency_limit=4)
+    demo.queue(**QUEUE)
     _, url, _ = demo.launch(prevent_thread_lock=not block, **launch_kwargs(host, port, share, ctx, auth))
     return demo, url

@@ -21,6 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    from backend.runs import launch
     from backend.runs.train import prepare_runs, train_run
 
     if args.run_dir:
@@ -44,8 +45,11 @@ def run(args) -> int:
     cfg = load_config(args.config, overrides)
     command = [sys.executable, "-m", "backend", "train"] + sys.argv[2:] if sys.argv[1:2] == ["train"] else None
     root = Path(args.runs_dir) if args.runs_dir else None
-    dirs = prepare_runs(
-        cfg, root=root, command=command, claim=True, warn=lambda w: print(f"warning: {w}", file=sys.stderr)
+    # under a launcher only the global main process makes the run folders; the others train in them
+    dirs = launch.main_decides(
+        lambda: prepare_runs(
+            cfg, root=root, command=command, claim=True, warn=lambda w: print(f"warning: {w}", file=sys.stderr)
+        )
     )
     worst = 0
     for d in dirs:

@@ -64,12 +64,23 @@ def prepare_runs(
     for w in facts.get("warnings", []):
         warn(w)
     out = _claim_names(root, [c["name"] for _, c in runs], cfg["name"])
+    try:
+        _write_prepared(runs, out, cfg["name"], command, claim)
+    except BaseException:  # a full disk (or a kill) mid-write: no half-made folder keeps the name taken
+        for d in out:
+            shutil.rmtree(d, ignore_errors=True)
+        raise
+    return out
+
+
+def _write_prepared(runs: list, out: list[Path], pair: str, command: list[str] | None, claim: bool) -> None:
+    """config.yaml and a ``queued`` status.json in each claimed folder."""
     for (role, c), d in zip(runs, out, strict=True):
         c["_meta"] = {
             **c.get("_meta", {}),
             "command": command or [sys.executable, "-m", "backend", "train", "--run-dir", str(d)],
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "pair": cfg["name"] if role else None,
+            "pair": pair if role else None,
             "role": role,
             "version": __version__,
             "host": socket.gethostname(),
@@ -78,7 +89,6 @@ def prepare_runs(
         write_status(
             d, state="queued", error=None, created_at=time.time(), pid=None, claimed_by=os.getpid() if claim else None
         )
-    return out
 
 
 def _claim_names(root: Path, names: list[str], asked: str) -> list[Path]:
@@ -272,7 +282,12 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
         error = fault or f"{type(exc).__name__}: {exc}"
         if not fault and (number := faults.machine_fault(exc)):  # wrapped by a library: still say what to do
             error += f" (on the disk holding {run_dir}: {faults.hint(number)})"
-        log(traceback.format_exc(), terminal=False)  # the traceback goes to train.log; the terminal gets one line
+        if rank0 or bug:  # the traceback goes to train.log (rank 0's); every terminal gets one line
+            log(traceback.format_exc(), terminal=False)
+        if world > 1 and (peer := launch.peer_failure()) and not isinstance(exc, DetourError):
+            error, bug = f"another process of this launch failed: {peer}", False  # its break is ours, not a bug
+        elif world > 1:
+            launch.tell_peers(error)  # the others' next collective breaks: they say why, not "closed by peer"
         if bug:
             error += " (a bug: see train.log for the traceback)"
     end = dict(state=state, error=error, finished_at=time.time(), resumable=state != "done")

@@ -285,3 +285,18 @@ def test_cancel_of_a_run_whose_process_is_gone_marks_it_failed(tmp_path):
     assert "its process is gone (nothing was signalled); marked failed" in jobs.cancel(tmp_path)
     on_disk = json.loads((tmp_path / "status.json").read_text())
     assert on_disk["state"] == "failed" and "is gone" in on_disk["error"] and on_disk["finished_at"]
+
+
+def test_a_full_disk_at_start_leaves_no_folder_that_blocks_the_name(small_fs, tiny_modernbert_dir):
+    """Issue 32: ``mkdir`` claims the name on a full disk (a folder takes no data block on tmpfs), then config.yaml
+    cannot be written; the half-made folder went with the error, so once space is freed the same name starts."""
+    root = small_fs("runs", "1m")
+    _fill(root)
+    cfg = tiny_train_cfg(tiny_modernbert_dir, "fresh", recipe="mlm")
+    with pytest.raises(OSError) as exc:
+        prepare_runs(cfg, root=root)
+    assert exc.value.errno in faults.NO_SPACE
+    assert not (root / "fresh").exists() and list_runs(root) == []
+    (root / "filler").unlink()
+    (run,) = prepare_runs(cfg, root=root)
+    assert run == root / "fresh" and read_status(run)["state"] == "queued"

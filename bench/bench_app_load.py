@@ -1,0 +1,242 @@
+"""Many users on one app: 20 concurrent clients against the app as on a lab server (password on), one run training.
+
+    python bench/bench_app_load.py [--clients 20] [--rounds 3] [--duration 240] [--baseline 30]
+
+The app runs in its own process on 127.0.0.1 only (loopback), with ``DETOUR_PASSWORD`` set, a temporary runs folder
+and a temporary evaluations folder. Before it starts, a tiny NER model is fine-tuned there (``python -m backend
+evaluate``, 1 epoch, 16 sentences: latency, not quality, is measured) so that NER tagging has a model. Through the
+app's Launch action one run trains (the detached worker, as for a user); its tokens/s is measured over ``--baseline``
+seconds with no client, then during the load. Each client logs in (gradio_client with the password) and does
+``--rounds`` rounds of: fill-mask, NER tagging, listing runs (the Runs tab's refresh), reading the run's curves.
+Bounded twice: the rounds, and ``--duration`` seconds after which no client starts another action; a request
+waits at most ``PATIENCE`` seconds. The run is
+cancelled at the end and the app stopped.
+
+Writes bench/results/app_load.json and app_load.md: p50/p95/max latency per action, the errors (each one named),
+the training's tokens/s without and with the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from bench_fillmask_load import free_port, stats  # noqa: E402
+from common import cpu_name, save  # noqa: E402
+
+USER, PASSWORD = "detour", "bench-load-password"
+FILL_TEXT = "The patient was treated with [MASK] for the infection."
+NER_TEXT = "Patients with type 2 diabetes received metformin at Massachusetts General Hospital."
+ACTIONS = ("fill_mask", "ner_tag", "list_runs", "curves")
+# gradio_client's own default is 5 s for a login or a config read; a browser waits far longer. With 20 clients opening
+# the app at the same moment on 2 busy cores, 19 of 20 logins took more than 5 s (first run of this benchmark), so a
+# request may take up to this long before it counts as an error; the latencies say how long it really took.
+PATIENCE = 120.0
+
+
+def tiny_model(tmp: Path) -> str:
+    """A tiny random ModernBERT with the bundled tokenizer: the same small model for fill-mask, NER and the run."""
+    from tests.conftest import TINY_MODERNBERT, save_tiny_model
+
+    return str(save_tiny_model(tmp / "tiny-model", {**TINY_MODERNBERT, "hidden_size": 128, "num_hidden_layers": 4}))
+
+
+def fine_tune_ner(model: str, evals: Path, env: dict) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "backend", "evaluate", "--models", model, "--task", "ner", "--seeds", "1",
+         "--epochs", "1", "--max-train-examples", "16", "--max-eval-examples", "16", "--out", str(evals / "bench")],
+        cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def start_app(runs: Path, env: dict, log: Path) -> tuple[subprocess.Popen, str]:
+    import urllib.request
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port), "--runs-dir", str(runs)],
+        cwd=REPO, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.time() + 600  # a busy shared machine: importing torch, transformers and gradio takes minutes
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return proc, url
+        except OSError:
+            if proc.poll() is not None:
+                raise SystemExit(log.read_text()) from None
+            time.sleep(0.5)
+    proc.kill()
+    raise SystemExit("the app did not start")
+
+
+def tokens_rate(runs: Path, name: str, seconds: float) -> float:
+    """The run's tokens/s over ``seconds``, from what the trainer records (status.json's tokens_seen)."""
+    from backend.engine.rundir import read_status
+
+    t0, n0 = time.time(), read_status(runs / name).get("tokens_seen", 0)
+    time.sleep(seconds)
+    t1, n1 = time.time(), read_status(runs / name).get("tokens_seen", 0)
+    return (n1 - n0) / (t1 - t0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clients", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the four actions per client")
+    ap.add_argument("--duration", type=float, default=240.0, help="no action starts after this many seconds")
+    ap.add_argument("--baseline", type=float, default=30.0, help="seconds of training measured with no client")
+    args = ap.parse_args()
+
+    from gradio_client import Client
+
+    from app import launch_tab
+    from backend.engine.config import default_config
+    from backend.engine.rundir import read_status
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-app-load-"))
+    runs, evals = tmp / "runs", tmp / "evals"
+    runs.mkdir()
+    env = dict(os.environ, DETOUR_RUNS_DIR=str(runs), DETOUR_EVALS_DIR=str(evals), DETOUR_ALLOWED_ROOTS=str(tmp),
+               DETOUR_UPLOADS_DIR=str(tmp / "uploads"), DETOUR_CACHE_DIR=str(tmp / "cache"),
+               DETOUR_PASSWORD=PASSWORD, GRADIO_ANALYTICS_ENABLED="False")  # fmt: skip
+    os.environ.update({k: env[k] for k in ("DETOUR_RUNS_DIR", "DETOUR_EVALS_DIR", "DETOUR_ALLOWED_ROOTS")})
+    model = tiny_model(tmp)
+    fine_tune_ner(model, evals, env)
+    app, url = start_app(runs, env, tmp / "app.log")
+    result: dict = {"clients": args.clients, "rounds": args.rounds, "duration_limit_s": args.duration,
+                    "model": "tiny random ModernBERT (hidden 128, 4 layers), bundled tokenizer",
+                    "python": platform.python_version(), "cpus": os.cpu_count(), "password": "on",
+                    "host": "127.0.0.1", "load_average_at_start": os.getloadavg()}  # fmt: skip
+    name = "bench-run"
+    try:
+        c0 = Client(url, auth=(USER, PASSWORD), verbose=False)
+        c0.predict(FILL_TEXT, 5, model, None, None, None, False, False, False, False, api_name="/fill_mask")
+        c0.predict(NER_TEXT, None, None, None, None, api_name="/ner_tag")  # both models loaded once, not measured
+        cfg = default_config()
+        cfg.update(name=name, recipe="clm_detour")
+        cfg["model"]["name"] = model
+        cfg["train"].update(seq_len=64, batch_size=8, precision="fp32")
+        cfg["phases"]["main"]["tokens"] = 50_000_000  # far more than the benchmark lasts; cancelled at the end
+        cfg["logging"].update(log_every=1, eval_every=50, eval_batches=2, checkpoint_every=100_000)
+        msg = c0.predict(*launch_tab.config_to_values(cfg), api_name="/launch")[3]
+        assert "queued" in msg, msg
+        deadline = time.time() + 180
+        while (read_status(runs / name).get("tokens_seen") or 0) == 0 and time.time() < deadline:
+            time.sleep(0.5)
+        result["training_tokens_per_s_without_load"] = tokens_rate(runs, name, args.baseline)
+
+        lat: dict[str, list[float]] = {a: [] for a in ("open_app", *ACTIONS)}
+        errors: list[str] = []
+        lock = threading.Lock()
+        stop_at = time.time() + args.duration
+
+        def call(client, action: str) -> None:
+            if action == "fill_mask":
+                client.predict(FILL_TEXT, 5, model, None, None, None, False, False, False, False,
+                               api_name="/fill_mask")  # fmt: skip
+            elif action == "ner_tag":
+                out = client.predict(NER_TEXT, None, None, None, None, api_name="/ner_tag")
+                if "entities" not in str(out[-1]):
+                    raise RuntimeError(f"ner_tag answered {out[-1]!r}")
+            elif action == "list_runs":
+                out = client.predict(None, name, "tokens_seen", api_name="/runs_refresh")
+                if name not in str(out[0]):
+                    raise RuntimeError("the runs table does not list the training run")
+            else:
+                client.predict([name], "tokens_seen", api_name="/curves")
+
+        def session(i: int) -> None:
+            t = time.perf_counter()
+            try:  # opening the app: log in, read its config and API (what a browser's first page load asks for)
+                client = Client(url, auth=(USER, PASSWORD), verbose=False, httpx_kwargs={"timeout": PATIENCE})
+            except Exception as exc:
+                with lock:
+                    errors.append(f"client {i}: open: {type(exc).__name__}: {exc}")
+                return
+            with lock:
+                lat["open_app"].append(time.perf_counter() - t)
+            for _ in range(args.rounds):
+                for action in ACTIONS:
+                    if time.time() > stop_at:
+                        return
+                    t = time.perf_counter()
+                    try:
+                        call(client, action)
+                    except Exception as exc:
+                        with lock:
+                            errors.append(f"client {i} {action}: {type(exc).__name__}: {exc}")
+                        continue
+                    with lock:
+                        lat[action].append(time.perf_counter() - t)
+
+        st0 = read_status(runs / name)
+        t_load = time.time()
+        threads = [threading.Thread(target=session, args=(i,)) for i in range(args.clients)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        elapsed = time.time() - t_load
+        st1 = read_status(runs / name)
+        result["load_seconds"] = elapsed
+        result["latency"] = {a: stats(v) for a, v in lat.items()}
+        result["calls"] = sum(len(v) for v in lat.values())
+        result["errors"] = errors
+        result["training_tokens_per_s_with_load"] = (st1.get("tokens_seen", 0) - st0.get("tokens_seen", 0)) / elapsed
+        result["run_state_after_load"] = st1.get("state")
+        result["load_average_at_end"] = os.getloadavg()
+        c0.predict(name, api_name="/cancel")
+    finally:
+        from backend.runs import jobs
+
+        try:
+            jobs.cancel(runs / name)
+        except Exception:
+            pass
+        app.send_signal(signal.SIGTERM)
+        try:
+            app.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            app.kill()
+
+    rows = [
+        f"| {a} | {s['n']} | {s['p50_ms']:.0f} | {s['p95_ms']:.0f} | {s['max_ms']:.0f} |"
+        for a, s in result["latency"].items()
+        if s.get("n")
+    ]
+    table = "\n".join(
+        [
+            f"App under load: {args.clients} concurrent clients (password on, 127.0.0.1), one run training. Command: "
+            f"`python bench/bench_app_load.py --clients {args.clients} --rounds {args.rounds}`",
+            "",
+            "| action | calls | p50 ms | p95 ms | max ms |",
+            "|---|---|---|---|---|",
+            *rows,
+            "",
+            f"errors: {len(result['errors'])}" + "".join(f"\n- {e}" for e in result["errors"][:20]),
+            f"training tokens/s: {result['training_tokens_per_s_without_load']:.0f} without load, "
+            f"{result['training_tokens_per_s_with_load']:.0f} with it ({result['load_seconds']:.0f} s of load)",
+            f"load average (1/5/15 min) at start {result['load_average_at_start']}, at end "
+            f"{result['load_average_at_end']}; {result['cpus']} CPUs ({cpu_name()}), shared with other work",
+        ]
+    )
+    save("app_load", result, table)
+    return 0 if not result["errors"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
