@@ -15,14 +15,19 @@ fp32 on a CPU without native bf16. Achieved FLOP/s are compared with the matmul 
 measured in the same run (a bf16 peak is never used as the yardstick of an fp32 run, or the reverse).
 --rounds N alternates the two sides N times per objective (Trainer then ours, ours then Trainer, ...) and reports
 the median of the per-round ratios: on a shared machine the load moves within minutes, and a ratio of two
-measurements taken a minute apart is the load's as much as the code's. The load average is recorded.
-Results: bench/results/train.json + .md
+measurements taken a minute apart is the load's as much as the code's. The load average is recorded, and so are the
+CPU's speed flags (AVX2, AVX-512, AVX512-BF16, AMX: ``machine.cpu_flags``), so that results of the two CPU kinds
+are never compared as one.
+SIGTERM and Ctrl-C end the bench (within a training step): the training loop's own handler, which asks a run to
+stop at the next step and then returns, is replaced by the bench's after each of its runs.
+Results: bench/results/<--name, default train>.json + .md (--results DIR writes elsewhere)
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -34,8 +39,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import matmul_peak, save  # noqa: E402
+from common import RESULTS, matmul_peak, save  # noqa: E402
 
+from backend.core.machine import cpu_speed_flags  # noqa: E402
 from backend.engine.config import load_config  # noqa: E402
 from backend.engine.models import load_masked_lm, load_tokenizer  # noqa: E402
 from backend.engine.precision import cpu_bf16_probe, resolve_precision  # noqa: E402
@@ -43,6 +49,18 @@ from backend.engine.rundir import read_metrics  # noqa: E402
 from backend.engine.throughput import flops_per_token  # noqa: E402
 from backend.engine.tokenstore import open_corpus  # noqa: E402
 from backend.runs.train import prepare_runs, train_run  # noqa: E402
+
+
+def _end_on_signals() -> None:
+    """SIGTERM / SIGINT end the bench: SystemExit(143) / KeyboardInterrupt wherever it is (the HF Trainer too)."""
+
+    def end(signum, frame):
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, end)
 
 
 def ours(model: str, objective: str, steps: int, precision: str, root: Path, compile_: bool = False) -> float:
@@ -67,7 +85,11 @@ def ours(model: str, objective: str, steps: int, precision: str, root: Path, com
         ],
     )
     (run,) = prepare_runs(cfg, root=root)
-    train_run(run)
+    train_run(run)  # installs its stop flag: a signal makes the run stop at the next step and return
+    flag = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    _end_on_signals()
+    if getattr(flag, "signal", None):
+        raise SystemExit(f"bench_train: stopped by {flag.signal}")
     rows = [r for r in read_metrics(run) if r["type"] == "train"][1:-1]  # skip warm-up and the phase-end row
     return sum(r["tokens_per_s"] for r in rows) / len(rows)
 
@@ -115,7 +137,10 @@ def main() -> None:
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     p.add_argument("--compile", action="store_true", help="also measure both sides with torch.compile")
     p.add_argument("--rounds", type=int, default=3, help="interleaved Trainer/ours measurements per objective")
+    p.add_argument("--name", default="train", help="result file name (bench/results/NAME.json + .md)")
+    p.add_argument("--results", type=Path, default=RESULTS, help="folder of the result files")
     a = p.parse_args()
+    _end_on_signals()
     load_start = os.getloadavg()
     if a.steps < 15:
         p.error("--steps must be at least 15: tokens/s is averaged over logged steps 10, 15, ... (step 5 compiles)")
@@ -188,7 +213,8 @@ def main() -> None:
     table = "\n".join(
         [
             f"Training throughput, {a.model}, batch 16 x 256, {precision} ({why}), {torch.get_num_threads()} "
-            f"threads on {probe['cpu']}; {precision} matmul peak {peak:.0f} GFLOP/s; {a.rounds} interleaved rounds, "
+            f"threads on {probe['cpu']} (flags: {', '.join(cpu_speed_flags()) or 'none of AVX2/AVX-512/AMX'}); "
+            f"{precision} matmul peak {peak:.0f} GFLOP/s; {a.rounds} interleaved rounds, "
             f"speedup = median of the rounds' ratios; 1-min load average {load_start[0]:.1f} at the start, "
             f"{os.getloadavg()[0]:.1f} at the end",
             "",
@@ -198,7 +224,7 @@ def main() -> None:
             *rows,
         ]
     )
-    save("train", payload, table)
+    save(a.name, payload, table, a.results)
 
 
 if __name__ == "__main__":
