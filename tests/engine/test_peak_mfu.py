@@ -60,3 +60,13 @@ def test_an_old_run_above_100_percent_is_called_unreliable():
     text = throughput.format_mfu(9.85, 1.5e8, "measured fp32 512x512 matmul")
     assert text.startswith("MFU unreliable") and "985" not in text and max(_percentages(text)) <= 100
     assert throughput.format_mfu(0.452, 1.5e11, "best of 5 probes") == "MFU 45.2% of 150 GFLOP/s (best of 5 probes)"
+
+
+def test_the_doctor_never_sells_compile_to_an_fp32_cpu_run_with_a_bf16_figure():
+    from backend.runs.doctor import findings
+
+    cfg = {"train": {"compile": False, "seq_len": 256}, "logging": {}}
+    fp32 = dict(findings(cfg, {"device": "cpu", "precision": "fp32"}, None))
+    bf16 = dict(findings(cfg, {"device": "cpu", "precision": "bf16"}, None))
+    assert "1.2x" not in fp32["compile is off"] and "not measured" in fp32["compile is off"]
+    assert "about 1.2x in bf16" in bf16["compile is off"]
