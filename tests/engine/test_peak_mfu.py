@@ -70,3 +70,14 @@ def test_the_doctor_never_sells_compile_to_an_fp32_cpu_run_with_a_bf16_figure():
     bf16 = dict(findings(cfg, {"device": "cpu", "precision": "bf16"}, None))
     assert "1.2x" not in fp32["compile is off"] and "not measured" in fp32["compile is off"]
     assert "about 1.2x in bf16" in bf16["compile is off"]
+
+
+def test_the_probe_leaves_the_seeded_generator_where_it_was():
+    """Training seeds torch before it measures the peak: the probe's random operands must not shift what follows."""
+    import torch
+
+    torch.manual_seed(0)
+    expected = torch.rand(4)
+    torch.manual_seed(0)
+    throughput.probe_cpu_peak("fp32", probes=1)
+    assert torch.equal(torch.rand(4), expected)
