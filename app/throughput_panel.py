@@ -7,9 +7,9 @@ from __future__ import annotations
 from backend.core.errors import DetourError
 from backend.core.paths import evals_dir, runs_dir
 from backend.engine.config import check_run_name
-from backend.engine.throughput import PART_LABELS, shares
+from backend.engine.throughput import PART_LABELS, format_mfu, shares
 from backend.evaluation.results_file import read_results
-from backend.runs.doctor import diagnose, evaluation_throughput, hms
+from backend.runs.doctor import diagnose, evaluation_throughput, hms, phase_peak
 
 
 def panel_markdown(name: str | None) -> str:
@@ -27,14 +27,13 @@ def panel_markdown(name: str | None) -> str:
     if not doc["phases"]:
         return f"{name}: no training steps logged yet."
     m = doc["machine"]
-    lines = [f"**{name}** ({doc['state']})" + (f" on {m.get('device')}, {m.get('precision')}, peak "
-             f"{m.get('peak_flops', 0) / 1e9:,.0f} GFLOP/s ({m.get('peak_source')})" if m else ""), "",
-             "| phase | objective | tok/s | MFU | " + " | ".join(PART_LABELS.values()) + " |",
+    lines = [f"**{name}** ({doc['state']})" + (f" on {m.get('device')}, {m.get('precision')}" if m else ""), "",
+             "| phase | objective | tok/s | MFU (of the peak, where from) | " + " | ".join(PART_LABELS.values()) + " |",
              "|---|---|---|---|" + "---|" * len(PART_LABELS)]  # fmt: skip
     for p in doc["phases"]:
         sh = shares(p["split"]) if p["split"] else {}
         cells = [f"{100 * sh[k]:.0f}%" if k in sh else "-" for k in PART_LABELS]
-        mfu = f"{100 * p['mfu']:.1f}%" if p["mfu"] is not None else "-"
+        mfu = format_mfu(p["mfu"], *phase_peak(p, m)).removeprefix("MFU ") if p["mfu"] is not None else "-"
         lines.append(
             f"| {p['phase']} | {p['objective']} | {p['tokens_per_s']:,.0f} | {mfu} | " + " | ".join(cells) + " |"
         )

@@ -11,18 +11,25 @@ every token under bidirectional attention: the same arithmetic, not the same obj
 --compile adds this engine with ``train.compile=true`` and the Trainer with ``torch_compile=True``
 (steady-state tokens/s: the first logged steps, which include compiling, are skipped for both).
 --precision auto (the default) measures what training would use on this machine (``train.precision: auto``):
-fp32 on a CPU without native bf16. Achieved FLOP/s are compared with the matmul peak *of that precision*,
-measured in the same run (a bf16 peak is never used as the yardstick of an fp32 run, or the reverse).
+fp32 on a CPU without native bf16. Achieved FLOP/s are compared with the matmul peak *of that precision* (a bf16
+peak is never used as the yardstick of an fp32 run, or the reverse): the one training uses
+(``engine/throughput.peak_flops``: the best of this machine's probes, cached, raised by any faster run), so the
+fraction cannot exceed 100%. --first ours opens round 0 with this engine instead of the Trainer.
 --rounds N alternates the two sides N times per objective (Trainer then ours, ours then Trainer, ...) and reports
 the median of the per-round ratios: on a shared machine the load moves within minutes, and a ratio of two
-measurements taken a minute apart is the load's as much as the code's. The load average is recorded.
-Results: bench/results/train.json + .md
+measurements taken a minute apart is the load's as much as the code's. The load average is recorded, and so are the
+CPU's speed flags (AVX2, AVX-512, AVX512-BF16, AMX: ``machine.cpu_flags``), so that results of the two CPU kinds
+are never compared as one.
+SIGTERM and Ctrl-C end the bench (within a training step): the training loop's own handler, which asks a run to
+stop at the next step and then returns, is replaced by the bench's after each of its runs.
+Results: bench/results/<--name, default train>.json + .md (--results DIR writes elsewhere)
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -34,15 +41,28 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import matmul_peak, save  # noqa: E402
+from common import RESULTS, save  # noqa: E402
 
+from backend.core.machine import cpu_speed_flags  # noqa: E402
 from backend.engine.config import load_config  # noqa: E402
 from backend.engine.models import load_masked_lm, load_tokenizer  # noqa: E402
 from backend.engine.precision import cpu_bf16_probe, resolve_precision  # noqa: E402
 from backend.engine.rundir import read_metrics  # noqa: E402
-from backend.engine.throughput import flops_per_token  # noqa: E402
+from backend.engine.throughput import bounded_mfu, flops_per_token, peak_flops  # noqa: E402
 from backend.engine.tokenstore import open_corpus  # noqa: E402
 from backend.runs.train import prepare_runs, train_run  # noqa: E402
+
+
+def _end_on_signals() -> None:
+    """SIGTERM / SIGINT end the bench: SystemExit(143) / KeyboardInterrupt wherever it is (the HF Trainer too)."""
+
+    def end(signum, frame):
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, end)
 
 
 def ours(model: str, objective: str, steps: int, precision: str, root: Path, compile_: bool = False) -> float:
@@ -67,7 +87,11 @@ def ours(model: str, objective: str, steps: int, precision: str, root: Path, com
         ],
     )
     (run,) = prepare_runs(cfg, root=root)
-    train_run(run)
+    train_run(run)  # installs its stop flag: a signal makes the run stop at the next step and return
+    flag = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    _end_on_signals()
+    if getattr(flag, "signal", None):
+        raise SystemExit(f"bench_train: stopped by {flag.signal}")
     rows = [r for r in read_metrics(run) if r["type"] == "train"][1:-1]  # skip warm-up and the phase-end row
     return sum(r["tokens_per_s"] for r in rows) / len(rows)
 
@@ -115,15 +139,19 @@ def main() -> None:
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     p.add_argument("--compile", action="store_true", help="also measure both sides with torch.compile")
     p.add_argument("--rounds", type=int, default=3, help="interleaved Trainer/ours measurements per objective")
+    p.add_argument("--first", default="hf", choices=["hf", "ours"], help="the side that opens round 0")
+    p.add_argument("--name", default="train", help="result file name (bench/results/NAME.json + .md)")
+    p.add_argument("--results", type=Path, default=RESULTS, help="folder of the result files")
     a = p.parse_args()
+    _end_on_signals()
     load_start = os.getloadavg()
     if a.steps < 15:
         p.error("--steps must be at least 15: tokens/s is averaged over logged steps 10, 15, ... (step 5 compiles)")
     config = load_masked_lm(a.model).config
     precision, why = resolve_precision(a.precision, "cpu")
     probe = cpu_bf16_probe()
-    slow = precision == "bf16" and probe["bf16_speedup"] < 1  # a 2048^2 bf16 matmul would take ~10 s here
-    peak = matmul_peak(torch.bfloat16 if precision == "bf16" else torch.float32, n=512 if slow else 2048)
+    peak_rate, peak_source = peak_flops(precision, "cpu")
+    peak = peak_rate / 1e9
     modes = [False, True] if a.compile else [False]
     rows: list[str] = []
     payload = {
@@ -135,6 +163,7 @@ def main() -> None:
         "precision_reason": why,
         "cpu_bf16_probe": probe,
         "matmul_peak_gflops": {precision: peak},
+        "matmul_peak_source": peak_source,
         "results": {},
     }
     with tempfile.TemporaryDirectory() as tmp:
@@ -144,7 +173,8 @@ def main() -> None:
             rounds = []
             for r in range(a.rounds):  # alternate who goes first: both sides meet the same load
                 pair = {}
-                for side in ("hf", "ours") if r % 2 == 0 else ("ours", "hf"):
+                order = ("hf", "ours") if a.first == "hf" else ("ours", "hf")
+                for side in order if r % 2 == 0 else order[::-1]:
                     if side == "hf":
                         pair[side] = hf_trainer(
                             a.model, objective, a.steps, precision, Path(tmp) / f"hf-{objective}-{r}"
@@ -167,7 +197,10 @@ def main() -> None:
                 t_hf_same = (
                     hf_trainer(a.model, objective, a.steps, precision, Path(tmp) / f"hf-{key}", True) if comp else t_hf
                 )
-                gflops = flops * t_ours / 1e9
+                fraction, (peak_rate, peak_source) = bounded_mfu(
+                    flops * t_ours, (peak_rate, peak_source), precision, "cpu", f"bench_train {key}"
+                )
+                gflops, peak = flops * t_ours / 1e9, peak_rate / 1e9
                 payload["results"][key] = {
                     "ours_tokens_per_s": t_ours,
                     "trainer_tokens_per_s": t_hf,
@@ -176,19 +209,22 @@ def main() -> None:
                     "trainer_compiled_tokens_per_s": t_hf_same if comp else None,
                     "speedup_vs_compiled_trainer": t_ours / t_hf_same if comp else None,
                     "ours_gflops": gflops,
-                    f"fraction_of_{precision}_peak": gflops / peak,
+                    f"fraction_of_{precision}_peak": fraction,
+                    "peak_gflops": peak,
+                    "peak_source": peak_source,
                     "flops_per_token": flops,
                 }
                 vs_comp = f"{t_hf_same:,.0f} ({t_ours / t_hf_same:.2f}x)" if comp else "-"
                 rows.append(
                     f"| {key} | {t_ours:,.0f} | {t_hf:,.0f} | {ratio:.2f}x | {vs_comp} | {gflops:.1f} | "
-                    f"{100 * gflops / peak:.0f}% |"
+                    f"{100 * fraction:.0f}% |"
                 )
     payload["loadavg"] = {"start": load_start, "end": os.getloadavg()}
     table = "\n".join(
         [
             f"Training throughput, {a.model}, batch 16 x 256, {precision} ({why}), {torch.get_num_threads()} "
-            f"threads on {probe['cpu']}; {precision} matmul peak {peak:.0f} GFLOP/s; {a.rounds} interleaved rounds, "
+            f"threads on {probe['cpu']} (flags: {', '.join(cpu_speed_flags()) or 'none of AVX2/AVX-512/AMX'}); "
+            f"{precision} matmul peak {peak:.0f} GFLOP/s ({peak_source}); {a.rounds} interleaved rounds, "
             f"speedup = median of the rounds' ratios; 1-min load average {load_start[0]:.1f} at the start, "
             f"{os.getloadavg()[0]:.1f} at the end",
             "",
@@ -198,7 +234,7 @@ def main() -> None:
             *rows,
         ]
     )
-    save("train", payload, table)
+    save(a.name, payload, table, a.results)
 
 
 if __name__ == "__main__":

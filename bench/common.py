@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from backend.core.machine import cpu_name  # noqa: E402
+from backend.core.machine import cpu_name, cpu_speed_flags  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -18,17 +18,19 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def machine() -> dict:
     return {
         "cpu": cpu_name(),
+        # AVX2 / AVX-512 / AVX512-BF16 / AMX: two "AMD EPYC" hosts differ in these, and with them in every rate
+        "cpu_flags": cpu_speed_flags(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d %H:%M"),
     }
 
 
-def save(name: str, payload: dict, table: str) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"{name}.json"
+def save(name: str, payload: dict, table: str, results: Path = RESULTS) -> Path:
+    results.mkdir(parents=True, exist_ok=True)
+    out = results / f"{name}.json"
     out.write_text(json.dumps({"machine": machine(), **payload}, indent=2) + "\n")
-    (RESULTS / f"{name}.md").write_text(table + "\n")
+    (results / f"{name}.md").write_text(table + "\n")
     print(table)
     print(f"\n-> {out}")
     return out

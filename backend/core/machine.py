@@ -28,3 +28,14 @@ def cpu_flags() -> frozenset[str]:
     except OSError:
         pass
     return frozenset()
+
+
+# The flags that decide how fast a CPU trains: fp32 vector width (AVX2 / AVX-512) and native bf16 (AVX512-BF16, AMX).
+SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+
+
+def cpu_speed_flags() -> list[str]:
+    """Which of ``SPEED_FLAGS`` this CPU has: two "AMD EPYC" hosts may differ in exactly these, so a measured rate
+    (a benchmark result, a cached matmul peak) is kept with them and never compared across them."""
+    flags = cpu_flags()
+    return [f for f in SPEED_FLAGS if f in flags]

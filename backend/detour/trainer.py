@@ -262,13 +262,15 @@ def _log_train(s: _State, phase: Phase, done: int, lr: float) -> None:
     rate = (done * s.tps - s.tokens_last) / max(now - s.t_last, 1e-9)
     s.t_last, s.tokens_last = now, done * s.tps
     split = s.split.take()
-    mfu = rate * s.flops[phase.name] / (s.peak[0] * s.world)
+    mfu, s.peak = throughput.bounded_mfu(
+        rate * s.flops[phase.name] / s.world, s.peak, s.precision, s.device, f"run {s.run_dir.name} at step {done}"
+    )  # a beaten peak is raised: MFU <= 1
     s.emit({"type": "train", "step": done, "phase": phase.name, "objective": phase.objective,
             "loss": acc["loss"] / acc["n"], "lr": lr, "tokens_seen": done * s.tps, "tokens_per_s": rate,
             "grad_norm": float(s.grad_norm), "data_hash": s.data_hash.hexdigest()[:16], "mfu": mfu,
-            "time_split": split})  # fmt: skip
+            "peak_flops": s.peak[0], "peak_source": s.peak[1], "time_split": split})  # fmt: skip
     s.log(f"step {done}/{s.total_steps} {phase.name} ({phase.objective}): loss {acc['loss'] / acc['n']:.4f}, "
-          f"{rate:,.0f} tok/s, MFU {100 * mfu:.1f}%; {throughput.format_split(split)}")  # fmt: skip
+          f"{rate:,.0f} tok/s, {throughput.format_mfu(mfu, *s.peak)}; {throughput.format_split(split)}")  # fmt: skip
     s.rates.setdefault(phase.objective, []).append(rate)
     s.log_acc, s.data_hash = {"loss": 0.0, "n": 0}, hashlib.sha1()
     if s.main:

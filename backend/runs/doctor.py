@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 
 from backend.engine.rundir import read_config, read_metrics, read_status
-from backend.engine.throughput import PART_LABELS, PARTS, format_split, last_rate, shares
+from backend.engine.throughput import PART_LABELS, PARTS, format_mfu, format_split, last_rate, shares
 
 # Thresholds of the findings: a share of the wall time above these is worth a setting.
 DATA_SHARE = 0.15
@@ -24,8 +24,9 @@ CHECKPOINT_STALL_S = 1.0
 # bench/results/attention_cpu.md: flex_attention vs sdpa, CLM forward, detour-tiny-en, seq 2048 (window 64): 1.47x;
 # at 512 tokens no gain (0.97x). The GPU kernels differ, the saving (blocks outside the window skipped) is the same.
 FLEX_SPEEDUP = {2048: 1.47, 512: 0.97}
-# bench/results/train.run1.json (AVX512-BF16 CPU, bf16): train.compile 6,501 vs 5,420 tok/s MLM.
-COMPILE_SPEEDUP_CPU = 1.2
+# train.compile's measured gain on a CPU, per precision (a bf16 figure is never the yardstick of an fp32 run):
+# bench/results/train.run1.json (AVX512-BF16 CPU, bf16): 6,501 vs 5,420 tok/s MLM.
+COMPILE_SPEEDUP_CPU = {"bf16": (1.2, "bench/results/train.run1.json, a CPU with AVX512-BF16")}
 
 
 def _phase_stats(rows: list[dict], tokens_before: float) -> dict:
@@ -34,6 +35,7 @@ def _phase_stats(rows: list[dict], tokens_before: float) -> dict:
     rates = [r["tokens_per_s"] for r in rows][1:] or [r["tokens_per_s"] for r in rows]
     mfus = [r["mfu"] for r in rows if r.get("mfu") is not None]
     mfus = mfus[1:] or mfus
+    peak = next((r for r in reversed(rows) if r.get("peak_flops")), {})  # the peak the newest MFU was taken against
     split = {k: 0.0 for k in (*PARTS, "other", "wall", "n_eval", "n_checkpoint")}
     for r in rows:
         for k, v in (r.get("time_split") or {}).items():
@@ -47,6 +49,8 @@ def _phase_stats(rows: list[dict], tokens_before: float) -> dict:
         "logged": len(rows),
         "tokens_per_s": statistics.median(rates),
         "mfu": statistics.median(mfus) if mfus else None,
+        "peak_flops": peak.get("peak_flops"),
+        "peak_source": peak.get("peak_source"),
         "split": split if split["wall"] else None,
         "effective_tokens_per_s": tokens / split["wall"] if split["wall"] and tokens > 0 else None,
     }
@@ -138,18 +142,32 @@ def findings(cfg: dict, machine: dict, split: dict | None) -> list[tuple[str, st
                     "(measured in bench/results/attention_cpu.md: 1.47x at 2048, none at 512)",
                     "model.attn_implementation=flex_attention (or auto)"))  # fmt: skip
     compiled = (meta.get("compile") or {}).get("resolved", train.get("compile"))
-    if compiled is False:
-        where = "on a GPU, where it also fuses the kernels" if device == "cuda" else (
-            f"about {COMPILE_SPEEDUP_CPU}x on a bf16 CPU (bench/results/train.run1.json); the first steps pay the "
-            "compiling (~45 s, then cached)")  # fmt: skip
-        out.append((0.15, "compile is off", f"train.compile=true: {where}"))
     precision = machine.get("precision") or (meta.get("precision") or {}).get("resolved")
+    if compiled is False:
+        gain = COMPILE_SPEEDUP_CPU.get(precision) if device == "cpu" else None
+        if device == "cuda":
+            out.append((0.15, "compile is off", "train.compile=true: on a GPU, where it also fuses the kernels"))
+        elif gain:
+            out.append((gain[0] - 1, "compile is off", f"train.compile=true: about {gain[0]}x in {precision} on a "
+                        f"CPU ({gain[1]}); the first steps pay the compiling (~45 s, then cached)"))  # fmt: skip
+        else:
+            out.append((0.01, "compile is off", f"train.compile=true may help; its gain in {precision} on a CPU is "
+                        "not measured (python bench/bench_train.py --compile measures it on this machine); the first "
+                        "steps pay the compiling (~45 s, then cached)"))  # fmt: skip
     if device == "cuda" and precision == "fp32" and machine.get("bf16_supported"):
         out.append((0.5, "precision fp32 on a GPU with bf16", "train.precision=bf16 (or auto): ~10x the matmul peak"))
     elif device == "cpu" and precision == "fp32" and (machine.get("bf16_speedup") or 0) >= 1.25:
         out.append((0.4, f"precision fp32 on a CPU whose bf16 matmuls run {machine['bf16_speedup']:.1f}x faster",
                     "train.precision=auto (picks bf16 here)"))  # fmt: skip
     return [(f, fix) for _, f, fix in sorted(out, key=lambda t: -t[0])]
+
+
+def phase_peak(phase: dict, machine: dict) -> tuple[float | None, str | None]:
+    """(FLOP/s, source) a phase's MFU was taken against: its rows' peak, else (runs from before peaks were bounded)
+    the machine row's."""
+    if phase.get("peak_flops"):
+        return phase["peak_flops"], phase.get("peak_source")
+    return machine.get("peak_flops"), machine.get("peak_source")
 
 
 def hms(seconds: float | None) -> str:
@@ -164,13 +182,12 @@ def report(d: dict) -> str:
     m = d["machine"]
     lines = [f"run {d['run']} ({d['state']})"]
     if m:
-        lines.append(f"machine: {m.get('device')} x{m.get('world', 1)}, {m.get('precision')}, peak "
-                     f"{m.get('peak_flops', 0) / 1e9:,.0f} GFLOP/s per process ({m.get('peak_source')}); "
+        lines.append(f"machine: {m.get('device')} x{m.get('world', 1)}, {m.get('precision')}, "
                      f"{m.get('parameters', 0) / 1e6:.1f}M parameters")  # fmt: skip
     if not d["phases"]:
         lines.append("no training steps logged yet")
     for p in d["phases"]:
-        mfu = f"MFU {100 * p['mfu']:.1f}%" if p["mfu"] is not None else "MFU unknown"
+        mfu = format_mfu(p["mfu"], *phase_peak(p, m))
         split = f"; {format_split(p['split'])}" if p["split"] else " (no time split: a run from before the doctor)"
         lines.append(f"phase {p['phase']} ({p['objective']}), steps {p['steps'][0]}-{p['steps'][1]}: "
                      f"{p['tokens_per_s']:,.0f} tok/s, {mfu}{split}")  # fmt: skip

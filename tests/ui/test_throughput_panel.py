@@ -31,7 +31,7 @@ def test_panel_shows_rates_split_and_findings(isolated_runs_dir):
     _write_run(isolated_runs_dir, "r", cfg, machine, rows, {"state": "running", "tokens_seen": 10_000,
                                                              "total_tokens": 20_000})  # fmt: skip
     md = throughput_panel.panel_markdown("r")
-    assert "| main | clm | 500 | 20.0% | 75% | 25% |" in md  # data 75%, fwd+bwd 25%
+    assert "| main | clm | 500 | 20.0% of 800 GFLOP/s (measured) | 75% | 25% |" in md  # data 75%, fwd+bwd 25%
     assert "75% of the step waits for data" in md and "ETA at the measured rate: **0m08s**" in md
     assert "python -m backend doctor r" in md
     assert throughput_panel.panel_markdown(None).startswith("Pick a run")
