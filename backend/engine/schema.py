@@ -106,7 +106,8 @@ SCHEMA: list[Key] = [
         optional=True, label="LR warm-up tokens (blank = 10% of main)", form=13),
     Key("train.total_tokens", None, "int", "the run's token budget when phases is a list: phases given as a "
         "fraction take their share of it, and the list's budgets must add up to it (null = the sum of the list)",
-        lo=1, optional=True),
+        lo=1, optional=True, label="Total tokens (a timeline list's fractions are of it; blank = the list's sum)",
+        form=11),
     Key("train.max_grad_norm", 1.0, "float", "gradient clipping; null = none", lo=0, optional=True),
     Key("train.fsdp", False, "bool", "shard the model across GPUs (accelerate launch)"),
     Key("train.compile", "auto", "autobool",

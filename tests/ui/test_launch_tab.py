@@ -185,3 +185,24 @@ def test_a_good_corpus_is_checked_once_and_demo_is_not_pending(tiny_modernbert_d
     res = launch_tab.validate_form(values)
     assert res["ok"] and not res["corpus_pending"] and launch_tab.CHECKING_CORPUS not in res["message"]
     assert not launch_tab.validate_form(form(tiny_modernbert_dir))["corpus_pending"]  # demo: bundled, fine
+
+
+def test_a_page_opened_later_proposes_a_free_name_and_replace_is_asked_once(tiny_modernbert_dir, isolated_runs_dir):
+    """The app is built before the runs exist (it stays up for days); each page load proposes a name still free,
+    and 'Replace a saved config' unticks after it replaced one."""
+    from app import main
+
+    demo = main.build_app()
+    fns = {f.api_name: f for f in demo.fns.values() if getattr(f, "api_name", None)}
+    taken = launch_tab.default_config()["name"]
+    (isolated_runs_dir / taken).mkdir(parents=True)
+    (isolated_runs_dir / f"{taken}-detour").mkdir()
+    load = fns["proposed_name"]
+    assert load.fn(taken) == f"{taken}-2" and "load" in {t[1] for t in load.targets}
+    assert load.fn("mine") == "mine"  # a free name typed or loaded is kept
+    save = fns["save_config"]
+    values = form(tiny_modernbert_dir)
+    *_, replace_after = save.fn(*values, None, False)
+    assert replace_after is not False  # a first save leaves the box as it was
+    *_, msg, _, replace_after = save.fn(*values, None, True)
+    assert "replaced" in msg and replace_after is False
