@@ -396,8 +396,18 @@ def _kept_note(cfg: dict) -> str:
     kept = hidden_settings(cfg)
     if not kept:
         return ""
-    shown = ", ".join(f"`{k}={v}`" for k, v in kept.items())
+    shown = ", ".join(_setting_text(k, v) for k, v in kept.items())
     return f" (with {len(kept)} setting(s) of the loaded config the form does not show: {shown})"
+
+
+def _setting_text(key: str, value) -> str:
+    """A kept setting as the status line shows it: a phase list as the timeline it is, a value as YAML writes it
+    (never a Python dict or list)."""
+    if key == "phases" and isinstance(value, list):
+        names = " → ".join(f"{p.get('name') or p.get('objective', '?')}" for p in value if isinstance(p, dict))
+        return f"a timeline of {len(value)} phases ({md_escape(names)}: see the Timeline accordion)"
+    text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
+    return f"`{key}={text}`"
 
 
 def hidden_settings(cfg: dict) -> dict:

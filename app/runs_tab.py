@@ -116,10 +116,18 @@ def curves(names: list[str] | None, axis: str = "tokens_seen") -> tuple:
     )
 
 
+NO_RUNS = (
+    "No runs yet. Make one on the Launch tab: the defaults train the bundled model (a few minutes on a laptop; "
+    "recipe 'pair' trains a CLM-detour run and its MLM sibling), then press 'Launch (queue)'. It shows here as it "
+    "queues, and this page follows it. From a terminal: python -m backend train --name my-run"
+)
+
+
 def log_tail(name: str | None, lines: int = 40) -> str:
-    """The end of the run's train.log, after its error in full when it has one (the table shows its start)."""
+    """The end of the run's train.log, after its error in full when it has one (the table shows its start); with no
+    run at all, what to do first."""
     if not name:
-        return ""
+        return "" if run_infos() else NO_RUNS
     try:
         d = run_path(name)
     except DetourError as exc:

@@ -16,6 +16,10 @@ from backend.runs.doctor import diagnose, evaluation_throughput, hms
 def panel_markdown(name: str | None) -> str:
     """Markdown for one run; a plain sentence where there is nothing to diagnose yet."""
     if not name:
+        from backend.engine.rundir import list_runs
+
+        if not list_runs(runs_dir()):
+            return "No runs yet: launch one on the **Launch** tab; its diagnosis shows here as it trains."
         return "Pick a run to see where its time goes."
     try:
         check_run_name(name)

@@ -42,10 +42,16 @@ class Key:
     form_choices: tuple = ()  # the choices the form offers, when fewer than ``choices``
 
     def range_text(self) -> str:
-        left, right = ("(" if self.lo_open else "["), (")" if self.hi_open else "]")
-        lo = "-inf" if self.lo is None else _num_text(self.lo)
-        hi = "inf" if self.hi is None else _num_text(self.hi)
-        return f"{left}{lo}, {hi}{right}"
+        """The allowed range as the bound that is really checked: 'in [0, 1]', '>= 0', '> 0' ('inf' is never
+        written: an infinite value is refused, so '[0, inf]' would name a value that fails)."""
+        if self.lo is not None and self.hi is not None:
+            left, right = ("(" if self.lo_open else "["), (")" if self.hi_open else "]")
+            return f"in {left}{_num_text(self.lo)}, {_num_text(self.hi)}{right}"
+        if self.lo is not None:
+            return f"{'>' if self.lo_open else '>='} {_num_text(self.lo)}"
+        if self.hi is not None:
+            return f"{'<' if self.hi_open else '<='} {_num_text(self.hi)}"
+        return "finite"
 
 
 def _num_text(x: float) -> str:

@@ -134,7 +134,7 @@ MLM = {"objective": "mlm", "tokens": 512, "mlm_probability": 0.3}
     [
         ([], [], "phases", "empty list"),
         ([{"objective": "mlm", "mlm_probability": 0.3}], [], "phases[0]", "an empty phase"),
-        ([{**MLM, "tokens": 0}], [], "phases[0].tokens", "(0, inf]"),
+        ([{**MLM, "tokens": 0}], [], "phases[0].tokens", "must be > 0"),
         ([{"objective": "mlm", "tokens": 512}], [], "phases[0].mlm_probability", "needs its masking rate"),
         ([{"objective": "clm", "tokens": 512, "mlm_probability": 0.3}], [], "phases[0].mlm_probability", "CLM"),
         ([MLM, {"objective": "prefix", "tokens": 5}], [], "phases[1].objective", "allowed: clm"),

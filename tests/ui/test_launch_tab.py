@@ -206,3 +206,19 @@ def test_a_page_opened_later_proposes_a_free_name_and_replace_is_asked_once(tiny
     assert replace_after is not False  # a first save leaves the box as it was
     *_, msg, _, replace_after = save.fn(*values, None, True)
     assert "replaced" in msg and replace_after is False
+
+
+def test_a_loaded_timeline_reads_as_a_timeline_not_a_python_dict(tiny_modernbert_dir, tmp_path):
+    import yaml
+
+    cfg = launch_tab.default_config()
+    cfg.update(name="tl", recipe="custom")
+    cfg["model"]["name"] = str(tiny_modernbert_dir)
+    cfg["phases"] = [{"name": "warm", "objective": "mlm", "tokens": 4096, "mlm_probability": 0.3},
+                     {"name": "detour", "objective": "clm", "tokens": 8192}]  # fmt: skip
+    path = tmp_path / "uploads" / "configs" / "tl.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(cfg))
+    values, msg, base = launch_tab.load_config_file(str(path))
+    assert values is not None, msg
+    assert "a timeline of 2 phases (warm → detour" in msg and "{" not in msg and "'objective'" not in msg

@@ -138,3 +138,13 @@ def test_one_run_has_one_rate_in_the_table_and_the_panel(isolated_runs_dir):
     table = dict(zip(runs_tab.TABLE_COLUMNS, runs_tab.runs_table()[0], strict=True))
     assert table["tok/s"] == "1k"  # the median interval, the warm-up left out (the mean of rates said 65 here)
     assert "| whole run | | 1,000 |" in panel_markdown("rate")
+
+
+def test_no_runs_yet_says_what_to_do(isolated_runs_dir):
+    from app.throughput_panel import panel_markdown
+
+    assert runs_tab.runs_table() == [] and "Launch" in runs_tab.log_tail(None)
+    assert "No runs yet" in runs_tab.poll_update([], None, "tokens_seen", None)["log"]
+    assert "Launch" in panel_markdown(None)
+    make_run(isolated_runs_dir, "one")
+    assert runs_tab.log_tail(None) == "" and "Pick a run" in panel_markdown(None)
