@@ -178,7 +178,7 @@ def check_key(k: schema.Key, v):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ConfigError(k.key, v, f"expected {'an integer' if integer else 'a number'}")
         if isinstance(v, float) and not math.isfinite(v):  # NaN fails every comparison: the range check misses it
-            raise ConfigError(k.key, v, f"expected a finite number, {k.range_text()}")
+            raise ConfigError(k.key, v, f"expected a finite number {k.range_text()}")
         if integer and isinstance(v, float) and not v.is_integer():
             raise ConfigError(k.key, v, "expected an integer")
         if (k.lo is not None and (v < k.lo or (k.lo_open and v == k.lo))) or (
