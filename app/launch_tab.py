@@ -396,7 +396,7 @@ def _kept_note(cfg: dict) -> str:
     kept = hidden_settings(cfg)
     if not kept:
         return ""
-    shown = ", ".join(_setting_text(k, v) for k, v in kept.items())
+    shown = ", ".join(_setting_text(k, cfg["phases"] if k == "phases" else v) for k, v in kept.items())
     return f" (with {len(kept)} setting(s) of the loaded config the form does not show: {shown})"
 
 
@@ -406,6 +406,8 @@ def _setting_text(key: str, value) -> str:
     if key == "phases" and isinstance(value, list):
         names = " → ".join(f"{p.get('name') or p.get('objective', '?')}" for p in value if isinstance(p, dict))
         return f"a timeline of {len(value)} phases ({md_escape(names)}: see the Timeline accordion)"
+    if isinstance(value, str):  # flattened already (a list shows as YAML would write it)
+        return f"`{key}={value}`"
     text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
     return f"`{key}={text}`"
 

@@ -127,7 +127,7 @@ def log_tail(name: str | None, lines: int = 40) -> str:
     """The end of the run's train.log, after its error in full when it has one (the table shows its start); with no
     run at all, what to do first."""
     if not name:
-        return "" if run_infos() else NO_RUNS
+        return "" if run_infos() else textwrap.fill(NO_RUNS, LOG_WIDTH)  # the panel does not wrap
     try:
         d = run_path(name)
     except DetourError as exc:

@@ -18,6 +18,17 @@ from pathlib import Path
 import psutil
 
 
+def _anon_mb() -> float | None:
+    """RssAnon (heap, tensors) apart from RssFile (mapped libraries, the token store's pages: reclaimable)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=300)
@@ -49,7 +60,7 @@ def main() -> None:
 
     def sample() -> None:
         while not done.is_set():
-            samples.append((time.time(), proc.memory_info().rss))
+            samples.append((time.time(), proc.memory_info().rss, _anon_mb()))
             time.sleep(0.25)
 
     t = threading.Thread(target=sample, daemon=True)
@@ -63,16 +74,21 @@ def main() -> None:
     for r in rows:
         if r.get("type") != "train":
             continue
-        before = [rss for ts, rss in samples if ts <= r["time"]]
+        before = [(rss, anon) for ts, rss, anon in samples if ts <= r["time"]]
         per_step.append(
-            {"step": r["step"], "phase": r["phase"], "rss_mb": round(before[-1] / 2**20, 1) if before else None}
+            {
+                "step": r["step"],
+                "phase": r["phase"],
+                "rss_mb": round(before[-1][0] / 2**20, 1) if before else None,
+                "anon_mb": before[-1][1] if before else None,
+            }
         )
     evals = [r["step"] for r in rows if r.get("type") == "eval"]
     out = {
         "state": st["state"],
         "wall_s": round(time.time() - t0, 1),
         "evals_at": evals,
-        "peak_rss_mb": round(max(s for _, s in samples) / 2**20, 1),
+        "peak_rss_mb": round(max(s for _, s, _ in samples) / 2**20, 1),
         "per_step": per_step,
     }
     Path(args.out).write_text(json.dumps(out, indent=1))

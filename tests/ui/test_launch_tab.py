@@ -202,8 +202,10 @@ def test_a_page_opened_later_proposes_a_free_name_and_replace_is_asked_once(tiny
     assert load.fn("mine") == "mine"  # a free name typed or loaded is kept
     save = fns["save_config"]
     values = form(tiny_modernbert_dir)
-    *_, replace_after = save.fn(*values, None, False)
-    assert replace_after is not False  # a first save leaves the box as it was
+    *_, msg, _, replace_after = save.fn(*values, None, False)
+    assert msg.startswith("saved") and replace_after is False
+    *_, msg, _, replace_after = save.fn(*values, None, False)
+    assert "already exists" in msg and replace_after is not False  # refused: the box is left for the user to tick
     *_, msg, _, replace_after = save.fn(*values, None, True)
     assert "replaced" in msg and replace_after is False
 
