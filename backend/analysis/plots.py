@@ -233,7 +233,7 @@ def _fmt_int(n) -> str:
     for unit, div in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
         if n >= div:
             return f"{n / div:.3g}{unit}"
-    return f"{int(n)}"
+    return f"{round(n)}"  # rounded as the doctor prints it (5.6 tok/s is 6 in both)
 
 
 # --- analysis ---------------------------------------------------------------------------------

@@ -148,3 +148,7 @@ def test_no_runs_yet_says_what_to_do(isolated_runs_dir):
     assert "Launch" in panel_markdown(None)
     make_run(isolated_runs_dir, "one")
     assert runs_tab.log_tail(None) == "" and "Pick a run" in panel_markdown(None)
+
+
+def test_a_small_rate_is_rounded_as_the_panel_rounds_it():
+    assert plots._fmt_int(5.6) == "6" == f"{5.6:,.0f}" and plots._fmt_int(1500) == "1.5k"
