@@ -6,7 +6,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app import check_model_spec, check_path, labelled, labelled_choices, md_escape, model_choices, newest_pair, warn
+from app import (
+    check_model_spec,
+    check_path,
+    labelled,
+    labelled_choices,
+    md_escape,
+    model_choices,
+    newest_pair,
+    trained_runs,
+    warn,
+)
 from backend.analysis import plots
 from backend.analysis.measures import DEFAULT_MEASURE, MEASURES, SHORT
 from backend.core.errors import DetourError
@@ -165,6 +175,13 @@ def default_models() -> tuple[str | None, str | None, str]:
     return a, b, ""
 
 
+def run_choices(choices: list[str] | None = None) -> list[str]:
+    """The trajectory's choices: the runs among the models the tabs offer (a bundled or cached hub model has no
+    checkpoints to follow)."""
+    runs = {r.name for r in trained_runs()}
+    return [c for c in (model_choices() if choices is None else choices) if c in runs]
+
+
 def default_run(a: str | None, runs: list[str]) -> str | None:
     """The trajectory's default run: model A when it is a run (the newest detour run), else the newest run."""
     return a if a in runs else (runs[0] if runs else None)
@@ -300,7 +317,7 @@ def build(ctx) -> dict:
 
     choices = model_choices()
     a0, b0, note0 = default_models()
-    runs = [c for c in choices if c != DEFAULT_MODEL]
+    runs = run_choices(choices)
     shown = labelled_choices(choices)  # a run still training says so
     with gr.Accordion("What CKA, divergence and the seed-noise control mean", open=not runs, elem_id="an-explain"):
         gr.Markdown(EXPLAIN)
@@ -394,7 +411,7 @@ def build(ctx) -> dict:
         names = model_choices()
         ch = labelled_choices(names)
         da, db, note_ = default_models()
-        run_ch = [c for c in names if c != DEFAULT_MODEL]
+        run_ch = run_choices(names)
         if not b_ and a_ == DEFAULT_MODEL:  # the page's state when it was built with nothing to compare
             a_ = None
         a_ = a_ or da

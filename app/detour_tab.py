@@ -150,6 +150,14 @@ NO_RUNS = (
 EMPTY_SLIDER = {"minimum": 0, "maximum": 1, "value": 0, "step": 1}  # Gradio refuses a slider with min == max
 
 
+def run_hint(runs: list[str], shown: str | None) -> str:
+    """The run section's note when the lists are read again: how to make a run while there is none; the note
+    cleared once a run exists; any other message (a loaded run's models) kept."""
+    if not runs:
+        return NO_RUNS
+    return "" if shown == NO_RUNS else (shown or "")
+
+
 def _ticks(points: list[dict]) -> list[int]:
     """The slider position of each saved model: its tokens seen (the start model at 0)."""
     ticks, last = [], 0
@@ -229,8 +237,20 @@ def scrub(run: str | None, tokens, masked_text: str, text: str, top_k=5) -> tupl
         f"phase **{point['phase']}** ({(point['objective'] or '?').upper()}), step {point['step']}, "
         f"{point['tokens_seen']:,} tokens seen")  # fmt: skip
     took = time.perf_counter() - t0
-    msg = f"**{md_escape(point['label'])}** ({i + 1} of {len(pts)}): {phase}. Computed in {took:.1f} s." + problem
-    return fig, bars, surprise_html([surprise]), msg
+    asked = int(float(tokens or 0))
+    near = "" if asked == _ticks(pts)[i] else f" (the saved model nearest to {asked:,} tokens)"
+    msg = f"**{md_escape(point['label'])}** ({i + 1} of {len(pts)}){near}: {phase}. Computed in {took:.1f} s."
+    return fig, bars, surprise_html([surprise]), msg + problem
+
+
+def snapped(run: str | None, tokens) -> int | None:
+    """The slider position of the saved model ``scrub`` shows for ``tokens`` (None when there is none): the slider
+    is moved there, so the tokens it shows are the model's."""
+    try:
+        pts = run_checkpoints(_run_dir(run))["points"]
+    except DetourError:
+        return None
+    return _ticks(pts)[nearest_point(pts, tokens)] if pts else None
 
 
 def trace(run: str | None, text: str) -> tuple:
@@ -290,7 +310,7 @@ def build(ctx) -> dict:
                             allow_custom_value=True, elem_id="dt-run")  # fmt: skip
         r_load = gr.Button("Load its saved models", variant="primary", elem_id="dt-run-btn")
     r_slider = gr.Slider(0, 1, value=0, step=1, label=SLIDER_LABEL, elem_id="dt-scrub")
-    r_info = gr.Markdown("", elem_id="dt-run-msg")
+    r_info = gr.Markdown(NO_RUNS if not runs else "", elem_id="dt-run-msg")  # a fresh install: how to make a run
     with gr.Row():
         r_masked = gr.Textbox(value=EXAMPLE_MASKED, label="Fill-mask sentence (one [MASK])", max_lines=2)
         r_text = gr.Textbox(value=EXAMPLE_TEXT, label="Text for the per-token surprise", max_lines=3)
@@ -315,23 +335,33 @@ def build(ctx) -> dict:
     r_load.click(on_load, inputs=[r_run], outputs=[r_slider, r_info], api_name="detour_run").then(
         scrub, **scrub_io, **busy
     )
-    r_slider.release(scrub, **scrub_io, api_name="detour_scrub", trigger_mode="always_last", **busy)
+    # dragging, arrow keys and a typed value all scrub (.input); letting go (pointer up, or leaving the number box)
+    # also moves the slider onto the saved model shown, so its tokens are the model's
+    r_slider.input(scrub, **scrub_io, api_name="detour_scrub", trigger_mode="always_last", **busy)
+
+    def on_release(run, tokens, masked, text):
+        tick = snapped(run, tokens)
+        return (*scrub(run, tokens, masked, text), gr.skip() if tick is None else tick)
+
+    r_slider.release(on_release, inputs=scrub_io["inputs"], outputs=[*scrub_io["outputs"], r_slider],
+                     api_name="detour_scrub_release", trigger_mode="always_last", **busy)  # fmt: skip
     t_btn.click(trace, inputs=[r_run, r_text], outputs=[t_plot, t_msg], api_name="detour_trace", **busy)
 
     def lists(model, *picks):
         """Every list read again (page load, tab select, the button). Empty picks get the defaults, so a pair that
         finished after the page was built is what the surprise and the scrub show; a choice made is kept."""
-        *slots, run = picks
+        *slots, run, info = picks
         c = model_choices()
         runs_now, d, shown = run_choices(c), default_picks(c, SLOTS), labelled_choices(c)
         return [
             gr.update(choices=shown, value=model or d[0]),
             *[gr.update(choices=shown, value=v) for v in fill_empty_picks(slots, c)],
             gr.update(choices=labelled_choices(runs_now), value=run or default_run(d, runs_now)),
+            run_hint(runs_now, info),
         ]
 
     outs = [m_model, *s_models, r_run]
-    keep_fresh(lists, outs, inputs=outs, button=refresh)
+    keep_fresh(lists, [*outs, r_info], inputs=[*outs, r_info], button=refresh)
     for d in (m_model, *s_models):
         d.focus(lambda: gr.update(choices=labelled_choices(model_choices())), outputs=[d], queue=False,
                 api_visibility="private")  # fmt: skip

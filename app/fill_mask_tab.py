@@ -25,10 +25,10 @@ def predict(text: str, specs: list[str | None], trust: list[bool], top_k: int = 
     notes = []
     for i, spec in chosen:
         try:
-            resolved = check_model_spec(spec, f"model {i + 1}")
+            resolved = check_model_spec(spec, f"slot {i + 1}")  # the error names the slot once
             res = fill_mask([resolved], text, top_k=int(top_k), trust_remote_code=bool(trust[i]))[0]
         except DetourError as exc:
-            notes.append(warn(f"slot {i + 1}: {exc}"))
+            notes.append(warn(exc) if str(exc).startswith(f"slot {i + 1}") else warn(f"slot {i + 1}: {exc}"))
             continue
         res["model"] = spec if len(spec) <= 40 else "…" + spec[-39:]
         results[i] = res

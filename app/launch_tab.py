@@ -100,6 +100,15 @@ def default_values() -> list:
     return config_to_values(cfg)
 
 
+def proposed_name(name: str | None) -> str:
+    """The name the form proposes when a page opens: the one it shows, or the next free one when runs took it."""
+    name = (name or "").strip() or default_config()["name"]
+    try:
+        return _free_name(name)
+    except (DetourError, OSError):  # a name that is no folder name: the form's check says why
+        return name
+
+
 def _free_name(name: str) -> str:
     from backend.engine.rundir import suggest_name
 
@@ -387,8 +396,20 @@ def _kept_note(cfg: dict) -> str:
     kept = hidden_settings(cfg)
     if not kept:
         return ""
-    shown = ", ".join(f"`{k}={v}`" for k, v in kept.items())
+    shown = ", ".join(_setting_text(k, cfg["phases"] if k == "phases" else v) for k, v in kept.items())
     return f" (with {len(kept)} setting(s) of the loaded config the form does not show: {shown})"
+
+
+def _setting_text(key: str, value) -> str:
+    """A kept setting as the status line shows it: a phase list as the timeline it is, a value as YAML writes it
+    (never a Python dict or list)."""
+    if key == "phases" and isinstance(value, list):
+        names = " → ".join(f"{p.get('name') or p.get('objective', '?')}" for p in value if isinstance(p, dict))
+        return f"a timeline of {len(value)} phases ({md_escape(names)}: see the Timeline accordion)"
+    if isinstance(value, str):  # flattened already (a list shows as YAML would write it)
+        return f"`{key}={value}`"
+    text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
+    return f"`{key}={text}`"
 
 
 def hidden_settings(cfg: dict) -> dict:
@@ -475,6 +496,7 @@ def build(ctx) -> dict:
                         "phases.decay.fraction",
                         "phases.main.mlm_probability",
                         "phases.decay.mlm_probability",
+                        "train.total_tokens",
                     ],
                 ),
                 ("Optimisation", ["train.lr", "train.warmup_tokens", "train.batch_size", "train.seq_len"]),
@@ -589,7 +611,8 @@ def build(ctx) -> dict:
         from app import timeline_editor
 
         timeline = timeline_editor.build_launch(inputs, values, base, values_to_config, comps["recipe"],
-                                                revalidate=(on_change, validate_kw))  # fmt: skip
+                                                revalidate=(on_change, validate_kw),
+                                                total=comps["train.total_tokens"])  # fmt: skip
 
     def on_launch(*vals):
         *vals, loaded, last = vals
@@ -612,12 +635,22 @@ def build(ctx) -> dict:
             gr.update(value=str(path) if path else None, visible=bool(path)),
             msg,
             gr.update(choices=saved_configs()),
+            False if path else gr.skip(),  # a replace is asked for once: the next save of that name asks again
         )
 
     save_btn.click(
-        on_save, inputs=[*inputs, base, overwrite], outputs=[saved_file, status, load_saved], api_name="save_config"
+        on_save,
+        inputs=[*inputs, base, overwrite],
+        outputs=[saved_file, status, load_saved, overwrite],
+        api_name="save_config",
     )
     keep_fresh(lambda: gr.update(choices=saved_configs()), [load_saved])  # a config saved since the page was built
+    # the form was built with the app: a page opened after runs were made proposes a name still free
+    from gradio.context import Context
+
+    if Context.root_block is not None:
+        Context.root_block.load(proposed_name, inputs=[comps["name"]], outputs=[comps["name"]], queue=False,
+                                show_progress="hidden", api_name="proposed_name")  # fmt: skip
     load_saved.focus(lambda: gr.update(choices=saved_configs()), outputs=[load_saved], queue=False,
                      api_visibility="private")  # fmt: skip
 

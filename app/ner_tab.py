@@ -51,10 +51,10 @@ def tag(text: str, model_dirs: list[str | None]) -> tuple[list, str]:
             out.append(None)
             continue
         try:
-            spans = predict_entities(check_path(d, f"NER model {i + 1}"), text)
+            spans = predict_entities(check_path(d, f"slot {i + 1}"), text)  # the error names the slot once
         except DetourError as exc:
             out.append(None)
-            notes.append(warn(f"slot {i + 1}: {exc}"))
+            notes.append(warn(exc) if str(exc).startswith(f"slot {i + 1}") else warn(f"slot {i + 1}: {exc}"))
             continue
         out.append(spans)
         n = sum(1 for _, lab in spans if lab)
@@ -62,6 +62,19 @@ def tag(text: str, model_dirs: list[str | None]) -> tuple[list, str]:
     if not any(d for d in model_dirs):
         return out, "⚠ choose at least one fine-tuned model (run an evaluation below if there is none)"
     return out, " · ".join(notes)
+
+
+NO_MODELS = (
+    "**No fine-tuned NER model yet.** Open **Run an evaluation** below, pick one or more models (the bundled one "
+    "works), keep the quick settings and press **Run evaluation**: each model is fine-tuned on the NER demo set, "
+    "then appears in the slots above and in the F1 table. From a terminal: `python -m backend evaluate --task ner "
+    "--models MODEL`."
+)
+
+
+def next_step(choices: list | None = None) -> str:
+    """What a page with nothing to tag says to do (empty once a fine-tuned model exists)."""
+    return NO_MODELS if not (finetuned_choices() if choices is None else choices) else ""
 
 
 def f1_table() -> list[list]:
@@ -104,6 +117,12 @@ def flag_text(flags: list[str]) -> str:
 F1_HEADERS = ["evaluation", "task", "model", "metric", "mean %", "std %", "seeds ok", "status"]
 
 
+def eval_labels(choices: list[str], specs: list[str]) -> list[str]:
+    """What the evaluation calls each model: a hub model by its hub id (``org/name``: two orgs' models of one name
+    stay apart), a bundled model, a run or a folder by its folder's name."""
+    return [spec if not Path(spec).exists() else Path(choice).name for choice, spec in zip(choices, specs, strict=True)]
+
+
 def run_evaluation(models: list[str], seeds: str, epochs, max_train, progress=None) -> str:
     """Fine-tune the chosen models on the bundled NER demo (or the runner's default data) across seeds;
     ``progress(event)`` gets the runner's progress events."""
@@ -118,7 +137,7 @@ def run_evaluation(models: list[str], seeds: str, epochs, max_train, progress=No
             specs,
             task="ner",
             seeds=seed_list,
-            labels=[Path(m).name for m in models if m],
+            labels=eval_labels([m for m in models if m], specs),
             epochs=int(epochs),
             max_train_examples=int(max_train) if max_train else None,
             progress=progress,
@@ -247,6 +266,7 @@ def build(ctx) -> dict:
                     )
                 )
     msg = gr.Markdown("")
+    hint = gr.Markdown(next_step, elem_id="ner-next-step")  # a fresh install: what to do first
     gr.Markdown("### Evaluations (test F1, mean over seeds)")
     table = gr.Dataframe(value=f1_table() or None, headers=F1_HEADERS, interactive=False)
     with gr.Accordion("Run an evaluation (NER demo set)", open=False, elem_id="ner-eval"):
@@ -299,9 +319,10 @@ def build(ctx) -> dict:
             *[gr.update(choices=ch, value=v) for v in values],
             gr.update(choices=model_choices()),
             f1_table() or None,
+            next_step(ch),
         ]
 
-    list_outs = [*slots, ev_models, table]
+    list_outs = [*slots, ev_models, table, hint]
     keep_fresh(lists, list_outs, inputs=slots, button=refresh)
 
     def on_eval(models, seeds, epochs, max_train, *picks):

@@ -166,7 +166,7 @@ def quick_measurement() -> dict:
     """The quick preset's time: ``{"seconds", "how", "load", "cpus"}``. ``how`` is "measured" (the step times of the
     newest finished quick replication on this machine, with the mean machine load its steps recorded, weighted by
     their time; None for a report written before loads were kept) or "estimated" (the plan's estimate)."""
-    from backend.replication.plan import PRESETS, estimate
+    from backend.replication.plan import PRESETS, estimate, machine_train_rate
     from backend.replication.replicate import read_markers, read_state
 
     for name in list_reports():
@@ -182,7 +182,15 @@ def quick_measurement() -> dict:
                 load = sum(t * mc["load_1m"] for t, mc in loaded) / weight if weight > 0 else None
                 cpus = next((mc.get("cpus") for _, mc in loaded if mc.get("cpus")), None)
                 return {"seconds": took, "how": "measured", "load": load, "cpus": cpus}
-    return {"seconds": estimate(PRESETS["quick"])["total_s"], "how": "estimated", "load": None, "cpus": None}
+    rate = machine_train_rate(PRESETS["quick"])  # this machine's rate, as the Launch form's estimate
+    how = "estimated from this machine's rate" if rate else "estimated"
+    return {
+        "seconds": estimate(PRESETS["quick"], rate)["total_s"],
+        "how": how,
+        "load": None,
+        "cpus": None,
+        "rate": rate,
+    }
 
 
 def quick_duration() -> tuple[float, str]:
@@ -211,6 +219,10 @@ def time_note() -> str:
             cpus = f" on {m['cpus']} CPUs" if m["cpus"] else ""
             under = f" under a machine load of {m['load']:.1f}{cpus}"
         return f"The last quick replication here took {int(seconds) // 60} min {int(seconds) % 60:02d} s{under}."
+    if m.get("rate"):
+        return (f"The plan estimates {_minutes(seconds)}: training at this machine's last measured "
+                f"{m['rate']:,.0f} tokens/s for the base, fine-tuning and CKA at the plan's rates (`--plan` prints "
+                "the breakdown).")  # fmt: skip
     return f"The plan estimates {_minutes(seconds)} on 2 CPU cores (`--plan` prints the breakdown)."
 
 

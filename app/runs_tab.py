@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 from app import run_folder, throughput_panel, timeline_editor, warn
+from app.throughput_panel import panel_markdown
 from backend.analysis import plots
 from backend.core.errors import DetourError
 from backend.core.paths import runs_dir
@@ -119,10 +120,18 @@ def curves(names: list[str] | None, axis: str = "tokens_seen") -> tuple:
     )
 
 
+NO_RUNS = (
+    "No runs yet. Make one on the Launch tab: the defaults train the bundled model (a few minutes on a laptop; "
+    "recipe 'pair' trains a CLM-detour run and its MLM sibling), then press 'Launch (queue)'. It shows here as it "
+    "queues, and this page follows it. From a terminal: python -m backend train --name my-run"
+)
+
+
 def log_tail(name: str | None, lines: int = 40) -> str:
-    """The end of the run's train.log, after its error in full when it has one (the table shows its start)."""
+    """The end of the run's train.log, after its error in full when it has one (the table shows its start); with no
+    run at all, what to do first."""
     if not name:
-        return root_problem() or ""  # a file where the runs folder belongs: said, not an empty tab
+        return root_problem() or ("" if run_infos() else textwrap.fill(NO_RUNS, LOG_WIDTH))
     try:
         d = run_path(name)
     except DetourError as exc:
@@ -196,8 +205,14 @@ def poll_update(selected, log_name, axis: str, state: dict | None, force: bool =
         *[_size(runs_dir() / log_name / f) if log_name in names else -1 for f in ("train.log", "status.json")],
     ]
     out["log"] = log_tail(log_name) if force or log_sig != state.get("log_sig") else None
-    out["state"] = {"names": names, "rows": rows, "plot_sig": plot_sig, "log_sig": log_sig,
-                    "log_auto": log_name if follow else None}  # fmt: skip
+    # the doctor's panel follows the picked run's metrics, the timeline the plotted runs (their configs and status)
+    panel_sig = [log_name, *[_size(runs_dir() / log_name / "metrics.jsonl") if log_name in names else -1]]
+    out["panel"] = panel_markdown(log_name) if force or panel_sig != state.get("panel_sig") else None
+    timeline_sig = [axis, *[(n, _size(runs_dir() / n / "status.json") > 0) for n in plotted]]
+    fresh = force or timeline_sig != state.get("timeline_sig")
+    out["timeline"] = timeline_editor.runs_figure(plotted, axis, default_selection) if fresh else None
+    out["state"] = {"names": names, "rows": rows, "plot_sig": plot_sig, "log_sig": log_sig, "panel_sig": panel_sig,
+                    "timeline_sig": timeline_sig, "log_auto": log_name if follow else None}  # fmt: skip
     return out
 
 
@@ -237,9 +252,7 @@ def build(ctx) -> dict:
         with gr.Row():
             for (_, _, elem_id), fig in zip(FIGURES[i : i + 2], figs0[i : i + 2], strict=True):
                 plots_.append(gr.Plot(value=fig, show_label=False, elem_id=elem_id))
-    timeline_editor.build_runs(
-        compare, axis, refresh_btn, default_selection
-    )  # the phases under the curves, on the same x axis
+    timeline = timeline_editor.build_runs(compare, axis, default_selection)  # the phases under the curves, same x
     with gr.Row():
         with gr.Column(scale=3):
             log_run = gr.Dropdown(
@@ -261,7 +274,7 @@ def build(ctx) -> dict:
             cancel_btn = gr.Button("Cancel", variant="stop")
             resume_btn = gr.Button("Resume")
             action_msg = gr.Markdown("")
-    throughput_panel.build(log_run)  # the doctor's diagnosis of the run picked here
+    panel = throughput_panel.build(log_run)  # the doctor's diagnosis of the run picked here, following it
     known = gr.State({})  # empty: the first tick of every page sends the run names and curves as they are now
     timer = gr.Timer(POLL_S, active=True)
 
@@ -277,12 +290,14 @@ def build(ctx) -> dict:
         table_up = sk if up["table"] is None else (up["table"] or None)
         figs = up["curves"] if up["curves"] is not None else (sk,) * len(FIGURES)
         log_val = sk if up["log"] is None else up["log"]
-        return table_up, *figs, log_val, sel_up, log_up, up["state"]
+        panel_val = sk if up["panel"] is None else up["panel"]
+        timeline_val = sk if up["timeline"] is None else up["timeline"]
+        return table_up, *figs, log_val, sel_up, log_up, panel_val, timeline_val, up["state"]
 
     def refresh(selected, log_name, axis_, state):
         return poll(selected, log_name, axis_, state, force=True)
 
-    outs = [table, *plots_, log_box, compare, log_run, known]
+    outs = [table, *plots_, log_box, compare, log_run, panel, timeline, known]
     timer.tick(
         poll,
         inputs=[compare, log_run, axis, known],

@@ -15,6 +15,10 @@ from backend.runs.doctor import diagnose, evaluation_throughput, hms, phase_peak
 def panel_markdown(name: str | None) -> str:
     """Markdown for one run; a plain sentence where there is nothing to diagnose yet."""
     if not name:
+        from backend.engine.rundir import list_runs
+
+        if not list_runs(runs_dir()):
+            return "No runs yet: launch one on the **Launch** tab; its diagnosis shows here as it trains."
         return "Pick a run to see where its time goes."
     try:
         check_run_name(name)
@@ -37,6 +41,8 @@ def panel_markdown(name: str | None) -> str:
         lines.append(
             f"| {p['phase']} | {p['objective']} | {p['tokens_per_s']:,.0f} | {mfu} | " + " | ".join(cells) + " |"
         )
+    if doc.get("tokens_per_s"):  # the Runs table's tok/s: one definition (throughput.step_rate), one number
+        lines.append(f"| whole run | | {doc['tokens_per_s']:,.0f} | | " + " | ".join("" for _ in PART_LABELS) + " |")
     if doc["state"] != "done":
         lines += ["", f"ETA at the measured rate: **{hms(doc['eta_s'])}**"]
     lines += ["", "**Findings**" if doc["findings"] else "No finding: forward+backward holds the time."]
@@ -70,8 +76,9 @@ def evaluations_markdown(limit: int = 5) -> str:
     return "\n".join(head + lines + ([""] + problems if problems else []))
 
 
-def build(run_dropdown) -> None:
-    """An accordion under the log: filled when a run is picked, and again on Diagnose."""
+def build(run_dropdown):
+    """An accordion under the log: filled when a run is picked, as the run trains (the Runs tab's timer) and on
+    Diagnose. Returns the diagnosis' Markdown (the timer's output)."""
     import gradio as gr
 
     with gr.Accordion("Throughput: where the time goes (doctor)", open=False):
@@ -82,3 +89,4 @@ def build(run_dropdown) -> None:
                         api_name="throughput")  # fmt: skip
     btn.click(lambda name: (panel_markdown(name), evaluations_markdown()), inputs=[run_dropdown], outputs=[md, evals],
               api_visibility="private")  # fmt: skip
+    return md

@@ -124,12 +124,18 @@ def preset_rows(values: list, base: dict | None, to_config) -> tuple[list[list],
     return phases_to_rows(phases), "the form's recipe as a list: edit it, then **Use this timeline**"
 
 
-def apply_rows(rows, recipe: str, base: dict | None) -> tuple[dict | None, str, str]:
+def apply_rows(rows, recipe: str, base: dict | None, total_tokens=None) -> tuple[dict | None, str, str]:
     """The table as the recipe: -> (the loaded-config state with ``phases`` as the list, message, the form's recipe).
-    The recipe becomes ``custom`` unless the form's ``recipe`` is ``pair`` (which also trains the list's baseline)."""
+    The recipe becomes ``custom`` unless the form's ``recipe`` is ``pair`` (which also trains the list's baseline).
+    ``total_tokens``: the form's Total tokens field (``train.total_tokens``), of which a ``fraction`` is a share."""
     new = copy.deepcopy(base) if base else default_config()
     new["phases"] = rows_to_phases(rows)
     new["recipe"] = "pair" if recipe == "pair" else "custom"
+    try:
+        total = _cell(total_tokens)
+        new["train"]["total_tokens"] = int(total) if isinstance(total, float) and total.is_integer() else total
+    except DetourError as exc:
+        return base, warn(exc), recipe
     try:
         load_config(copy.deepcopy({k: v for k, v in new.items() if k != "_meta"}))
     except DetourError as exc:
@@ -173,15 +179,16 @@ def runs_figure(names: list[str] | None, axis: str = "tokens_seen", default=list
 # --- UI -----------------------------------------------------------------------------------------
 
 
-def build_launch(inputs: list, values: list, base, to_config, recipe, revalidate=None) -> dict:
+def build_launch(inputs: list, values: list, base, to_config, recipe, revalidate=None, total=None) -> dict:
     """The editor and the drawing, under the Launch form. ``inputs``: the form's fields; ``values``: their first
     values; ``base``: the loaded-config state; ``to_config``: the form's ``values_to_config``; ``recipe``: the form's
-    recipe field; ``revalidate``: (handler, its keyword arguments) of the form's check, run when the list changes."""
+    recipe field; ``revalidate``: (handler, its keyword arguments) of the form's check, run when the list changes;
+    ``total``: the form's Total tokens field (``train.total_tokens``: what a phase's ``fraction`` is a share of)."""
     import gradio as gr
 
     with gr.Accordion("Timeline: the phases as a list (add / remove / reorder)", open=False):
         label = (f"phases in order; objective clm | mlm; LR shape {' | '.join(LR_SHAPES)}; one budget per phase "
-                 "(fraction: of train.total_tokens)")  # fmt: skip
+                 "(fraction: of the form's Total tokens)")  # fmt: skip
         table = gr.Dataframe(headers=COLUMNS, value=[], interactive=True, column_count=(len(COLUMNS), "fixed"),
                              label=label, elem_id="timeline-table")  # fmt: skip
         with gr.Row():
@@ -201,7 +208,8 @@ def build_launch(inputs: list, values: list, base, to_config, recipe, revalidate
     remove.click(remove_row, inputs=[table, number], outputs=[table], **hidden)
     up.click(lambda r, n: move_row(r, n, -1), inputs=[table, number], outputs=[table, number], **hidden)
     down.click(lambda r, n: move_row(r, n, +1), inputs=[table, number], outputs=[table, number], **hidden)
-    use.click(apply_rows, inputs=[table, recipe, base], outputs=[base, msg, recipe], **hidden)
+    use.click(apply_rows, inputs=[table, recipe, base, *([total] if total is not None else [])],
+              outputs=[base, msg, recipe], **hidden)  # fmt: skip
     clear.click(clear_list, inputs=[base, recipe], outputs=[base, msg, recipe], **hidden)
     draw = lambda *v: form_figure(list(v[:-1]), v[-1], to_config)  # noqa: E731
     gr.on([c.change for c in inputs] + [base.change], draw, inputs=[*inputs, base], outputs=[plot],
@@ -214,13 +222,13 @@ def build_launch(inputs: list, values: list, base, to_config, recipe, revalidate
     return {"table": table, "plot": plot, "message": msg, "use": use}
 
 
-def build_runs(compare, axis, refresh_btn, default) -> object:
-    """The timeline under the Runs tab's curves, redrawn with the selection, the x axis and Refresh (``default``:
-    the runs the curves show when none is picked)."""
+def build_runs(compare, axis, default) -> object:
+    """The timeline under the Runs tab's curves, redrawn with the selection and the x axis; the tab's timer and
+    Refresh redraw it as runs appear (``default``: the runs the curves show when none is picked)."""
     import gradio as gr
 
     plot = gr.Plot(value=runs_figure(None, default=default), show_label=False, elem_id="runs-timeline")
     draw = lambda names, axis_: runs_figure(names, axis_, default)  # noqa: E731
-    for event in (compare.change, axis.change, refresh_btn.click):
+    for event in (compare.change, axis.change):
         event(draw, inputs=[compare, axis], outputs=[plot], show_progress="hidden", api_visibility="private")
     return plot

@@ -3,7 +3,6 @@ and any report."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
@@ -166,16 +165,17 @@ def eval_loss_figure(
 
 def metrics_summary(rows: Sequence[dict]) -> dict:
     """The run table's numbers from metrics.jsonl: the last train loss, the last held-out MLM and CLM losses, and
-    the throughput over training (total tokens / total time: the harmonic mean of the rows' rates, each row
-    covering the same number of steps)."""
+    the training rate (``throughput.step_rate``: the doctor's definition, so the table and the throughput panel
+    show one number)."""
+    from backend.engine.throughput import step_rate
+
     train = [r for r in rows if r.get("type") == "train"]
     ev = [r for r in rows if r.get("type") == "eval"]
-    rates = [r["tokens_per_s"] for r in train if r.get("tokens_per_s")]
     return {
         "train_loss": train[-1].get("loss") if train else None,
         "eval_mlm_loss": ev[-1].get("eval_mlm_loss") if ev else None,
         "eval_clm_loss": ev[-1].get("eval_clm_loss") if ev else None,
-        "tokens_per_s": len(rates) / sum(1 / r for r in rates) if rates else None,
+        "tokens_per_s": step_rate(train),
     }
 
 
@@ -195,10 +195,9 @@ def run_summary(name: str, status: dict, metrics: dict | None = None, now: float
         eta_txt = "…"
     else:
         eta_txt = _fmt_duration(eta)
-    started, ended = status.get("started_at"), status.get("finished_at")
-    if started and not ended and status.get("state") != "running":
-        ended = status.get("updated_at")  # died without saying when
-    duration = (ended or now or time.time()) - started if started else None
+    from backend.engine.rundir import time_spent
+
+    duration = time_spent(status, now)  # a resumed run: its earlier processes' time too
     m = metrics or {}
     error = status.get("error") or ""
     return {
@@ -236,7 +235,7 @@ def _fmt_int(n) -> str:
     for unit, div in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
         if n >= div:
             return f"{n / div:.3g}{unit}"
-    return f"{int(n)}"
+    return f"{round(n)}"  # rounded as the doctor prints it (5.6 tok/s is 6 in both)
 
 
 # --- analysis ---------------------------------------------------------------------------------

@@ -50,13 +50,21 @@ def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, sh
 
 
 def _train(s: _State, resume: bool, should_stop) -> str:
+    s.should_stop = should_stop  # evaluate() looks at it between held-out batches
     step0 = _start_step(s, resume)
     watch = divergence.Watch(s.hf.config.vocab_size, read_metrics(s.run_dir) if step0 else [], step0)
     trackers.start_run(s.accelerator, s.cfg, s.run_dir, resume=step0 > 0, log=s.log)  # logging.report_to, if any
-    if step0 == 0:  # where every recipe starts from: the same number for both runs of a pair
-        ev = finite.check(s.run_dir, 0, "held-out evaluation", **evaluate(s))
-        watch.see(0, ev)
-        s.emit({"type": "eval", "step": 0, "phase": s.phases[0].name, "tokens_seen": 0, **ev})
+    if step0 == 0 or s.eval_owed:  # where every recipe starts from (the same number for both runs of a pair), or
+        ev = evaluate(s)  # the evaluation a cancel interrupted before the checkpoint this resume starts from
+        if ev is None:
+            s.log("stopping during the held-out evaluation: resume with --resume")
+            trackers.finish(s.accelerator)
+            return "cancelled"
+        ev = finite.check(s.run_dir, step0, "held-out evaluation", **ev)
+        watch.see(step0, ev)
+        phase0 = s.phases[locate(s.phases, max(step0 - 1, 0))[0]].name
+        s.emit({"type": "eval", "step": step0, "phase": phase0, "tokens_seen": step0 * s.tps, **ev})
+        s.eval_owed = False
     _emit_machine(s)
     s.lm.train()
     s.split.take()  # the split's intervals start with the first step
@@ -84,9 +92,12 @@ def _train(s: _State, resume: bool, should_stop) -> str:
         phase_end = ps + 1 == phase.steps
         if done % s.log_cfg["eval_every"] == 0 or phase_end:
             with s.split.part("eval"):
-                ev = finite.check(s.run_dir, done, "held-out evaluation", **evaluate(s))
-            watch.see(done, ev)
-            s.emit({"type": "eval", "step": done, "phase": phase.name, "tokens_seen": done * s.tps, **ev})
+                ev = evaluate(s)
+            s.eval_owed = ev is None  # a cancel during it: the checkpoint below owes it to the resume
+            if ev is not None:
+                ev = finite.check(s.run_dir, done, "held-out evaluation", **ev)
+                watch.see(done, ev)
+                s.emit({"type": "eval", "step": done, "phase": phase.name, "tokens_seen": done * s.tps, **ev})
         stop = _agree(s, should_stop())
         if phase_end:  # a phase ends with its checkpoint on disk
             with s.split.part("checkpoint"):
@@ -96,7 +107,7 @@ def _train(s: _State, resume: bool, should_stop) -> str:
         elif done % s.log_cfg["checkpoint_every"] == 0 or stop:
             with s.split.part("checkpoint"):
                 _save(s, done)  # copied to memory now, written while training goes on
-        if stop and done < s.total_steps:
+        if stop and (done < s.total_steps or s.eval_owed):
             s.log(f"stopping at step {done}: checkpoint saved, resume with --resume")
             trackers.finish(s.accelerator)
             return "cancelled"
@@ -164,6 +175,8 @@ class _State:
     t_last: float = 0.0
     tokens_last: int = 0
     rates: dict = field(default_factory=dict)  # objective -> this phase's logged tokens/s (the recorded rate)
+    should_stop: object = None  # the stop flag (a cancel), also looked at between held-out batches
+    eval_owed: bool = False  # a cancel interrupted the held-out evaluation of the step the next checkpoint holds
 
     def __post_init__(self):
         t = self.cfg["train"]
@@ -237,11 +250,15 @@ def _start_step(s: _State, resume: bool) -> int:
         ck, state = found
         s.accelerator.load_state(str(ck / "state"))
         step, s.log_acc = state["step"], state.get("log_acc", s.log_acc)
+        s.eval_owed = bool(state.get("eval_owed"))
         s.log(f"resume: from {ck.name} (step {step}, {state['tokens_seen']} tokens)")
     if s.main:  # a fresh run starts an empty log; a resumed one drops rows logged after its checkpoint
         rows = [r for r in read_metrics(s.run_dir) if r.get("step", 0) <= step] if step else []
         atomic.write_text(s.run_dir / "metrics.jsonl", "".join(atomic.json_line(r) for r in rows))
     s.t_last, s.tokens_last = time.time(), step * s.tps
+    if s.main:  # where the run stands from its first moment (a resume: its checkpoint's step, not the last logged)
+        write_status(s.run_dir, step=step, total_steps=s.total_steps, tokens_seen=step * s.tps,
+                     total_tokens=s.total_steps * s.tps, eta_s=None)  # fmt: skip
     return step
 
 
@@ -309,7 +326,7 @@ def _agree(s: _State, stop: bool) -> bool:
 def _save(s: _State, step: int, tag: str | None = None) -> None:
     finite.check_weights(s.accelerator, s.hf, s.run_dir, step)  # every checkpoint is one a resume can go on from
     state = {"step": step, "tokens_seen": step * s.tps, "phase": s.phases[locate(s.phases, max(step - 1, 0))[0]].name,
-             "tag": tag, "log_acc": s.log_acc, "total_steps": s.total_steps}  # fmt: skip
+             "tag": tag, "log_acc": s.log_acc, "total_steps": s.total_steps, "eval_owed": s.eval_owed}  # fmt: skip
     s.checkpoints.save(step, state)
 
 
@@ -330,8 +347,9 @@ def _save_final(s: _State) -> None:
 
 
 @torch.no_grad()
-def evaluate(s: _State) -> dict:
-    """Held-out MLM loss at 15% with fixed masks (comparable across recipes) and CLM loss.
+def evaluate(s: _State) -> dict | None:
+    """Held-out MLM loss at 15% with fixed masks (comparable across recipes) and CLM loss; None when a stop was
+    asked between held-out batches (a cancel takes seconds, not the whole evaluation).
 
     Batches have the training batch's shape, so a compiled encoder meets no new shape: a last partial batch is
     filled up with copies of its first row whose labels are all ignored (the numbers are those of the rows alone)."""
@@ -342,6 +360,9 @@ def evaluate(s: _State) -> dict:
     sums = {"mlm": 0.0, "mlm_n": 0, "mlm_correct": 0, "clm": 0.0, "clm_n": 0}
     with s.clock.time("held-out evaluation"):
         for i in range(0, n, bs):
+            if s.should_stop is not None and _agree(s, s.should_stop()):
+                model.train()
+                return None
             ids, starts = s.held.rows(torch.arange(i, min(i + bs, n)))
             g = torch.Generator().manual_seed(EVAL_MASK_SEED + i)
             for objective, (inputs, labels) in (

@@ -203,15 +203,15 @@ def check_key(k: schema.Key, v):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ConfigError(k.key, v, f"expected {'an integer' if integer else 'a number'}")
         if isinstance(v, float) and not math.isfinite(v):  # NaN fails every comparison: the range check misses it
-            raise ConfigError(k.key, v, f"expected a finite number in {k.range_text()}")
+            raise ConfigError(k.key, v, f"expected a finite number {k.range_text()}")
         if integer and isinstance(v, float) and not v.is_integer():
             raise ConfigError(k.key, v, "expected an integer")
         if (k.lo is not None and (v < k.lo or (k.lo_open and v == k.lo))) or (
             k.hi is not None and (v > k.hi or (k.hi_open and v == k.hi))
         ):
-            raise ConfigError(k.key, v, f"must be in {k.range_text()}")
+            raise ConfigError(k.key, v, f"must be {k.range_text()}")
         if integer and isinstance(v, float) and abs(v) > 2**53:  # beyond this a float is not exactly the integer
-            raise ConfigError(k.key, v, f"too large to be exact as written: write the integer, in {k.range_text()}")
+            raise ConfigError(k.key, v, f"too large to be exact as written: write the integer, {k.range_text()}")
         return int(v) if integer else float(v)
     if k.kind == "str" and isinstance(v, int | float) and not isinstance(v, bool):  # YAML's 'name: 2024' is text
         v = str(v)

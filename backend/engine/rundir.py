@@ -202,3 +202,15 @@ def saved_models(run_dir: str | Path) -> list[dict]:
             pass
         points.append(point)
     return points
+
+
+def time_spent(status: dict, now: float | None = None) -> float | None:
+    """Seconds a run has trained, over all its processes: ``trained_before_s`` (what the processes before a resume
+    spent, recorded when it resumed) plus this process's time, to its end (or the last update of one that died
+    without saying), or to ``now`` while it runs. None before it first started."""
+    started, ended = status.get("started_at"), status.get("finished_at")
+    if not started:
+        return None
+    if not ended and status.get("state") != "running":
+        ended = status.get("updated_at")  # died without saying when
+    return (status.get("trained_before_s") or 0.0) + max((ended or now or time.time()) - started, 0.0)

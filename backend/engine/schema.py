@@ -48,10 +48,16 @@ class Key:
             object.__setattr__(self, "hi", MAX_INT)
 
     def range_text(self) -> str:
-        left, right = ("(" if self.lo_open else "["), (")" if self.hi_open else "]")
-        lo = "-inf" if self.lo is None else _num_text(self.lo)
-        hi = "inf" if self.hi is None else _num_text(self.hi)
-        return f"{left}{lo}, {hi}{right}"
+        """The allowed range as the bound that is really checked: 'in [0, 1]', '>= 0', '> 0' ('inf' is never
+        written: an infinite value is refused, so '[0, inf]' would name a value that fails)."""
+        if self.lo is not None and self.hi is not None:
+            left, right = ("(" if self.lo_open else "["), (")" if self.hi_open else "]")
+            return f"in {left}{_num_text(self.lo)}, {_num_text(self.hi)}{right}"
+        if self.lo is not None:
+            return f"{'>' if self.lo_open else '>='} {_num_text(self.lo)}"
+        if self.hi is not None:
+            return f"{'<' if self.hi_open else '<='} {_num_text(self.hi)}"
+        return "finite"
 
 
 def _num_text(x: float) -> str:
@@ -112,7 +118,8 @@ SCHEMA: list[Key] = [
         optional=True, label="LR warm-up tokens (blank = 10% of main)", form=13),
     Key("train.total_tokens", None, "int", "the run's token budget when phases is a list: phases given as a "
         "fraction take their share of it, and the list's budgets must add up to it (null = the sum of the list)",
-        lo=1, optional=True),
+        lo=1, optional=True, label="Total tokens (a timeline list's fractions are of it; blank = the list's sum)",
+        form=11),
     Key("train.max_grad_norm", 1.0, "float", "gradient clipping; null = none", lo=0, optional=True),
     Key("train.fsdp", False, "bool", "shard the model across GPUs (accelerate launch)"),
     Key("train.compile", "auto", "autobool",

@@ -268,3 +268,26 @@ def last_rate(n_params: int, precision: str, device: str, objective: str | None 
     if objective is None or not entry:
         return min(entry.values(), key=lambda r: r["tokens_per_s"]) if entry else None
     return None
+
+
+# --- the one training rate of a run (the Runs table, the doctor and its panel) -----------------------------------
+
+
+def step_rate(train_rows: list[dict]) -> float | None:
+    """A run's (or one phase's) training rate in tokens/s: the median of its logged intervals, the first interval of
+    each phase left out where the phase has others (it holds the warm-up: compiling, the step-0 evaluation, a
+    resume's loading). The Runs table and the doctor both show this number, so one run has one rate."""
+    import statistics
+
+    kept, phase = [], object()
+    for r in train_rows:
+        rate = r.get("tokens_per_s")
+        if rate is None:
+            continue
+        group = r.get("phase")
+        if group != phase:
+            phase = group
+            kept.append([])
+        kept[-1].append(rate)
+    rates = [x for g in kept for x in (g[1:] or g)]
+    return statistics.median(rates) if rates else None

@@ -222,12 +222,13 @@ def resolve_settings(
     return s
 
 
-def estimate(settings: dict) -> dict:
+def estimate(settings: dict, train_rate: float | None = None) -> dict:
     """Rough wall-clock seconds on this project's 2-core CPU with the 6-layer d=256 base, fitted on the quick preset
     run with 1 thread beside other jobs (training ~2.3k tokens/s, NER ~33 training sentences/s, CKA forward
-    ~10k tokens/s); a guide, not a promise."""
+    ~10k tokens/s); a guide, not a promise. ``train_rate``: this machine's measured training tokens/s for the base
+    (``machine_train_rate``), in place of the fitted 2.3k."""
     t, e, c = settings["train"], settings["eval"], settings["cka"]
-    train_s = len(RUNS) * (t["main_tokens"] * (1 + t["decay_fraction"]) / 2300 + 8)
+    train_s = len(RUNS) * (t["main_tokens"] * (1 + t["decay_fraction"]) / (train_rate or 2300) + 8)
     n_models = len(e["models"])
     n_train, n_eval = e["max_train_examples"] or 5400, e["max_eval_examples"] or 940
     per_ft = 1 + e["epochs"] * (0.03 * n_train + 0.012 * n_eval) + 0.012 * n_eval
@@ -269,6 +270,29 @@ def _check_values(s: dict) -> None:
         resolve_hparams("ner", **{k: e[k] for k in EVAL_HPARAMS if k in e})
     except ConfigError as exc:
         raise ConfigError(f"eval.{exc.key}", exc.value, exc.allowed) from None
+
+
+def machine_train_rate(settings: dict) -> float | None:
+    """This machine's last measured training rate (tokens/s, the slower objective) for the preset's base model at its
+    precision: the rate behind the Launch form's estimate (``engine.throughput.last_rate``); None before one was
+    measured here."""
+    import torch
+
+    from backend.core.paths import DEFAULT_MODEL
+    from backend.engine.config import default_config
+    from backend.engine.models import model_config_of
+    from backend.engine.precision import resolve_precision
+    from backend.engine.throughput import last_rate
+    from backend.runs.doctor import parameter_count
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        precision = resolve_precision(settings["train"]["precision"], device)[0]
+        model = {**default_config()["model"], "name": settings.get("model") or DEFAULT_MODEL}
+        rate = last_rate(parameter_count(model_config_of(model)), precision, device)
+    except Exception:  # an estimate never stands in the way: the fitted rate is used
+        return None
+    return rate["tokens_per_s"] if rate else None
 
 
 def train_configs(settings: dict, data_dir: Path) -> list[dict]:

@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 
 from backend.engine.rundir import read_config, read_metrics, read_status
-from backend.engine.throughput import PART_LABELS, PARTS, format_mfu, format_split, last_rate, shares
+from backend.engine.throughput import PART_LABELS, PARTS, format_mfu, format_split, last_rate, shares, step_rate
 
 # Thresholds of the findings: a share of the wall time above these is worth a setting.
 DATA_SHARE = 0.15
@@ -32,7 +32,6 @@ COMPILE_SPEEDUP_CPU = {"bf16": (1.2, "bench/results/train.run1.json, a CPU with 
 def _phase_stats(rows: list[dict], tokens_before: float) -> dict:
     """tokens/s (median of the logged intervals, the first one left out where there are others: warm-up), MFU,
     the summed split and the effective rate (tokens over wall time, evaluation and checkpoints included)."""
-    rates = [r["tokens_per_s"] for r in rows][1:] or [r["tokens_per_s"] for r in rows]
     mfus = [r["mfu"] for r in rows if r.get("mfu") is not None]
     mfus = mfus[1:] or mfus
     peak = next((r for r in reversed(rows) if r.get("peak_flops")), {})  # the peak the newest MFU was taken against
@@ -47,7 +46,7 @@ def _phase_stats(rows: list[dict], tokens_before: float) -> dict:
         "objective": first.get("objective"),
         "steps": (first["step"], last["step"]),
         "logged": len(rows),
-        "tokens_per_s": statistics.median(rates),
+        "tokens_per_s": step_rate(rows),
         "mfu": statistics.median(mfus) if mfus else None,
         "peak_flops": peak.get("peak_flops"),
         "peak_source": peak.get("peak_source"),
@@ -85,6 +84,7 @@ def diagnose(run_dir: str | Path) -> dict:
         "phases": phases,
         "split": total if total["wall"] else None,
         "eta_s": _eta(status, phases),
+        "tokens_per_s": step_rate(train),  # the whole run's rate: the Runs table's tok/s
         "tokens_seen": status.get("tokens_seen"),
         "total_tokens": status.get("total_tokens"),
     }
@@ -191,6 +191,9 @@ def report(d: dict) -> str:
         split = f"; {format_split(p['split'])}" if p["split"] else " (no time split: a run from before the doctor)"
         lines.append(f"phase {p['phase']} ({p['objective']}), steps {p['steps'][0]}-{p['steps'][1]}: "
                      f"{p['tokens_per_s']:,.0f} tok/s, {mfu}{split}")  # fmt: skip
+    if d["phases"] and d.get("tokens_per_s"):
+        lines.append(f"run: {d['tokens_per_s']:,.0f} tok/s (median logged interval, each phase's first left out; "
+                     "the Runs table's tok/s)")  # fmt: skip
     if d["split"]:
         s = d["split"]
         lines.append("time: " + ", ".join(f"{PART_LABELS[k]} {s[k]:.1f} s" for k in (*PARTS, "other")) +

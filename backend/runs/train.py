@@ -26,7 +26,7 @@ from backend.core.process import FileLock
 from backend.detour.recipe import split_pair
 from backend.engine import resume_guard
 from backend.engine.config import check_run_name, validate_config
-from backend.engine.rundir import read_config, suggest_name, trained_so_far, write_status
+from backend.engine.rundir import read_config, read_status, suggest_name, time_spent, trained_so_far, write_status
 
 
 def check_names_free(cfg: dict, root: Path) -> None:
@@ -243,6 +243,7 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
             started_at=time.time(),
             finished_at=None,
             resumed=resume,
+            trained_before_s=time_spent(read_status(run_dir)) if resume else 0.0,  # the Runs table's time: all of it
         )
         reserve.hold()  # the blocks recording a failure needs, should the disk fill up while it trains
         log(f"run {run_dir.name}: {shlex.join(map(str, meta.get('command', [])))}")

@@ -143,3 +143,32 @@ def test_fresh_install_detour_scrub_says_no_runs_yet(tmp_path, isolated_runs_dir
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_detour_scrub_follows_the_keyboard(tmp_path, detour_run_dir, monkeypatch, tiny_modernbert_dir):
+    """The scrub slider answers an arrow key (the browser sends 'input', no pointer 'release')."""
+    sync_playwright = _playwright()
+    monkeypatch.setenv("DETOUR_UPLOADS_DIR", str(tmp_path / "uploads"))
+    monkeypatch.setenv("DETOUR_ALLOWED_ROOTS", str(tiny_modernbert_dir))
+    proc, url = start_app(detour_run_dir.parent, tmp_path)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(url)
+            page.wait_for_selector("#launch-btn", timeout=60_000)
+            page.get_by_role("tab", name="Detour").click()
+            page.locator("#dt-run input").fill("scrub")
+            page.locator("#dt-run input").press("Enter")
+            page.click("#dt-run-btn")
+            page.wait_for_selector("#dt-scrub-msg :text('1 of 5')", timeout=60_000)
+            page.locator("#dt-scrub input[type=range]").focus()
+            page.keyboard.press("ArrowRight")
+            page.wait_for_selector("#dt-scrub-msg :text('2 of 5')", timeout=60_000)
+            assert "512 tokens seen" in page.inner_text("#dt-scrub-msg")
+            if os.environ.get("DETOUR_SCREENSHOT_DIR"):
+                page.screenshot(path=str(Path(os.environ["DETOUR_SCREENSHOT_DIR"]) / "detour-keyboard.png"))
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

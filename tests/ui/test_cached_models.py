@@ -89,3 +89,17 @@ def test_a_cached_model_fills_masks_in_the_app_offline_and_a_missing_one_is_name
     assert first == "True True", proc.stdout
     text = "\n".join(rest)
     assert f"**{CACHED} (cached," in text and "nobody/gone': not in your Hugging Face cache" in text, text
+
+
+def test_the_trajectory_offers_runs_only_not_cached_models(hub_cache, isolated_runs_dir):
+    from app import analyze_tab
+    from backend.core import atomic
+    from backend.engine.config import default_config
+
+    run = isolated_runs_dir / "traj"
+    (run / "checkpoints").mkdir(parents=True)
+    atomic.write_yaml(run / "config.yaml", {**default_config(), "name": "traj"})
+    atomic.write_json(run / "status.json", {"state": "done"})
+    choices = model_choices()
+    assert any(c.startswith(CACHED) for c in choices)  # offered where a model is asked for ...
+    assert analyze_tab.run_choices(choices) == ["traj"]  # ... but the trajectory follows a run's checkpoints

@@ -96,3 +96,17 @@ def test_no_runs_yet_says_how_to_make_one(tmp_path, monkeypatch):
 def test_surprise_view_explains_the_grey_first_token(tiny_modernbert_dir):
     html, _ = detour_tab.show_surprise("The cell divides.", [str(tiny_modernbert_dir)])
     assert "Grey" in html and "first token of the next-token line opens the text" in html
+
+
+def test_a_value_between_saved_models_is_said_and_the_slider_moves_onto_the_model():
+    msg = detour_tab.scrub("scrub", 1400, "The [MASK].", "x")[3]
+    assert "(the saved model nearest to 1,400 tokens)" in msg and "1,536 tokens seen" in msg
+    assert "nearest" not in detour_tab.scrub("scrub", 1536, "The [MASK].", "x")[3]
+    assert detour_tab.snapped("scrub", 1400) == 1536 and detour_tab.snapped("scrub", 0) == 0
+    assert detour_tab.snapped("nope", 1400) is None
+
+
+def test_the_run_section_says_how_to_make_a_run_before_anything_is_pressed():
+    assert detour_tab.run_hint([], "") == detour_tab.NO_RUNS  # shown when the page loads, not only on a click
+    assert detour_tab.run_hint(["scrub"], detour_tab.NO_RUNS) == ""  # a run appeared: the note goes
+    assert detour_tab.run_hint(["scrub"], "✓ 5 saved models") == "✓ 5 saved models"  # a loaded run's note stays

@@ -185,3 +185,42 @@ def test_a_good_corpus_is_checked_once_and_demo_is_not_pending(tiny_modernbert_d
     res = launch_tab.validate_form(values)
     assert res["ok"] and not res["corpus_pending"] and launch_tab.CHECKING_CORPUS not in res["message"]
     assert not launch_tab.validate_form(form(tiny_modernbert_dir))["corpus_pending"]  # demo: bundled, fine
+
+
+def test_a_page_opened_later_proposes_a_free_name_and_replace_is_asked_once(tiny_modernbert_dir, isolated_runs_dir):
+    """The app is built before the runs exist (it stays up for days); each page load proposes a name still free,
+    and 'Replace a saved config' unticks after it replaced one."""
+    from app import main
+
+    demo = main.build_app()
+    fns = {f.api_name: f for f in demo.fns.values() if getattr(f, "api_name", None)}
+    taken = launch_tab.default_config()["name"]
+    (isolated_runs_dir / taken).mkdir(parents=True)
+    (isolated_runs_dir / f"{taken}-detour").mkdir()
+    load = fns["proposed_name"]
+    assert load.fn(taken) == f"{taken}-2" and "load" in {t[1] for t in load.targets}
+    assert load.fn("mine") == "mine"  # a free name typed or loaded is kept
+    save = fns["save_config"]
+    values = form(tiny_modernbert_dir)
+    *_, msg, _, replace_after = save.fn(*values, None, False)
+    assert msg.startswith("saved") and replace_after is False
+    *_, msg, _, replace_after = save.fn(*values, None, False)
+    assert "already exists" in msg and replace_after is not False  # refused: the box is left for the user to tick
+    *_, msg, _, replace_after = save.fn(*values, None, True)
+    assert "replaced" in msg and replace_after is False
+
+
+def test_a_loaded_timeline_reads_as_a_timeline_not_a_python_dict(tiny_modernbert_dir, tmp_path):
+    import yaml
+
+    cfg = launch_tab.default_config()
+    cfg.update(name="tl", recipe="custom")
+    cfg["model"]["name"] = str(tiny_modernbert_dir)
+    cfg["phases"] = [{"name": "warm", "objective": "mlm", "tokens": 4096, "mlm_probability": 0.3},
+                     {"name": "detour", "objective": "clm", "tokens": 8192}]  # fmt: skip
+    path = tmp_path / "uploads" / "configs" / "tl.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(cfg))
+    values, msg, base = launch_tab.load_config_file(str(path))
+    assert values is not None, msg
+    assert "a timeline of 2 phases (warm → detour" in msg and "{" not in msg and "'objective'" not in msg

@@ -138,3 +138,20 @@ def test_punctuation_inside_a_word_stays_in_it(monkeypatch):
         ("Alzheimer's", "Disease"),
         (" onset.", None),
     ]
+
+
+def test_hub_models_keep_their_org_and_a_slot_error_names_the_slot_once(tiny_bert_dir):
+    from app import fill_mask_tab
+
+    choices, specs = ["someorg/tiny-ner (cached, 4M)", str(tiny_bert_dir)], ["someorg/tiny-ner", str(tiny_bert_dir)]
+    assert ner_tab.eval_labels(choices, specs) == ["someorg/tiny-ner", Path(tiny_bert_dir).name]
+    _, msg = ner_tab.tag("x", [None, None, None, "/etc"])
+    assert "slot 4: '/etc' is outside" in msg and "model 4" not in msg and msg.count("slot") == 1, msg
+    _, msg = fill_mask_tab.predict("The [MASK] hurts.", ["", "/etc"], [False, False])
+    assert "slot 2: '/etc' is outside" in msg and "model 2" not in msg and msg.count("slot") == 1, msg
+
+
+def test_no_fine_tuned_model_yet_says_what_to_do():
+    assert ner_tab.finetuned_choices() == []
+    assert "Run an evaluation" in ner_tab.next_step() and "python -m backend evaluate" in ner_tab.next_step()
+    assert ner_tab.next_step([("m", "/p")]) == ""

@@ -85,3 +85,27 @@ def test_a_step_marker_records_the_machine_load():
 
     m = machine_load()
     assert m["cpus"] and m["cpus"] >= 1 and m["load_1m"] is not None and m["load_1m"] >= 0
+
+
+def test_the_quick_presets_time_uses_this_machines_rate(tmp_path, monkeypatch):
+    """Before a quick replication finished here, the button's time comes from this machine's measured training rate
+    (as the Launch form's estimate), not only the plan's fitted constant."""
+    import torch
+
+    from backend.core.paths import DEFAULT_MODEL
+    from backend.engine.config import default_config
+    from backend.engine.models import model_config_of
+    from backend.engine.precision import resolve_precision
+    from backend.engine.throughput import record_rate
+    from backend.runs.doctor import parameter_count
+
+    monkeypatch.setenv("DETOUR_CACHE_DIR", str(tmp_path / "cache"))
+    assert reports_tab.quick_measurement()["how"] == "estimated"  # nothing measured here yet
+    n = parameter_count(model_config_of({**default_config()["model"], "name": DEFAULT_MODEL}))
+    precision = resolve_precision(PRESETS["quick"]["train"]["precision"], "cpu")[0]
+    assert not torch.cuda.is_available()
+    record_rate(n, precision, "cpu", "clm", 460.0)
+    m = reports_tab.quick_measurement()
+    assert m["how"] == "estimated from this machine's rate" and m["rate"] == 460.0
+    assert m["seconds"] == estimate(PRESETS["quick"], 460.0)["total_s"] > estimate(PRESETS["quick"])["total_s"]
+    assert "460 tokens/s" in reports_tab.time_note()

@@ -73,7 +73,7 @@ def test_table_has_final_losses_duration_throughput_and_a_short_error(isolated_r
     ok = rows["ok"]
     assert ok["train loss"] == f"{9 - 12 / 10:.3f}" and ok["held-out MLM"] == "7.000" and ok["held-out CLM"] == "8.000"
     assert ok["time"] == "2m05s"
-    assert ok["tok/s"] == "1.33k"  # 11 rows alternating 1000/2000 tokens/s over equal steps: total / total time
+    assert ok["tok/s"] == "1k"  # rates alternating 1000/2000: the median, each phase's first left out (the doctor's)
     assert len(rows["bad"]["error"]) <= plots.ERROR_CHARS and rows["bad"]["error"].endswith("…")
     assert len(runs_tab.COLUMN_WIDTHS) == len(runs_tab.TABLE_COLUMNS)
     shown = runs_tab.log_tail("bad")  # the whole error, where the log is read, in lines the panel shows whole
@@ -107,3 +107,48 @@ def test_the_log_follows_the_running_run_until_one_is_picked(isolated_runs_dir):
     assert tick["log_run"] == "older" and not tick["log_run_changed"]
     tick = runs_tab.poll_update([], "older", "tokens_seen", tick["state"])
     assert tick["log_run"] == "older"
+
+
+def test_the_throughput_panel_and_the_timeline_follow_the_run(isolated_runs_dir):
+    tick = runs_tab.poll_update([], None, "tokens_seen", None)  # a page opened before any run
+    assert tick["timeline"] is not None and tick["timeline"].layout.annotations[0].text == "no run to draw"
+    d = isolated_runs_dir / "live"
+    d.mkdir(parents=True)
+    atomic.write_yaml(d / "config.yaml", {**default_config(), "name": "live"})
+    rundir.write_status(d, state="running", pid=os.getpid(), created_at=time.time(), step=0, total_steps=36)
+    tick = runs_tab.poll_update([], None, "tokens_seen", tick["state"])  # the run was launched: the timer's tick
+    assert tick["log_run"] == "live" and "no metrics yet" in tick["panel"]
+    assert [t for t in tick["timeline"].data if t.type == "bar"]  # its phases drawn, no Refresh pressed
+    idle = runs_tab.poll_update([], "live", "tokens_seen", tick["state"])
+    assert idle["panel"] is None and idle["timeline"] is None  # nothing changed: nothing sent
+    for s in range(1, 7):  # six steps logged
+        row = {"type": "train", "step": s, "phase": "main", "objective": "clm", "loss": 9.0, "tokens_seen": 256 * s}
+        atomic.append_jsonl(d / "metrics.jsonl", {**row, "tokens_per_s": 100.0 * s})
+    moved = runs_tab.poll_update([], "live", "tokens_seen", idle["state"])
+    assert "**live** (running)" in moved["panel"] and "| main | clm | 400 |" in moved["panel"]  # no Diagnose
+
+
+def test_one_run_has_one_rate_in_the_table_and_the_panel(isolated_runs_dir):
+    from app.throughput_panel import panel_markdown
+
+    d = make_run(isolated_runs_dir, "rate", started_at=1000.0, finished_at=1125.0)
+    rows = [r for r in rundir.read_metrics(d)]
+    rows[2]["tokens_per_s"] = 65.0  # the first interval: compiling, the step-0 evaluation
+    atomic.write_text(d / "metrics.jsonl", "".join(atomic.json_line(r) for r in rows))
+    table = dict(zip(runs_tab.TABLE_COLUMNS, runs_tab.runs_table()[0], strict=True))
+    assert table["tok/s"] == "1k"  # the median interval, the warm-up left out (the mean of rates said 65 here)
+    assert "| whole run | | 1,000 |" in panel_markdown("rate")
+
+
+def test_no_runs_yet_says_what_to_do(isolated_runs_dir):
+    from app.throughput_panel import panel_markdown
+
+    assert runs_tab.runs_table() == [] and "Launch" in runs_tab.log_tail(None)
+    assert "No runs yet" in runs_tab.poll_update([], None, "tokens_seen", None)["log"]
+    assert "Launch" in panel_markdown(None)
+    make_run(isolated_runs_dir, "one")
+    assert runs_tab.log_tail(None) == "" and "Pick a run" in panel_markdown(None)
+
+
+def test_a_small_rate_is_rounded_as_the_panel_rounds_it():
+    assert plots._fmt_int(5.6) == "6" == f"{5.6:,.0f}" and plots._fmt_int(1500) == "1.5k"

@@ -69,3 +69,21 @@ def test_a_run_draws_its_saved_timeline_at_its_tokens_per_step(isolated_runs_dir
     fig = timeline_editor.runs_figure(["r"], "step")
     assert [t.x[0] for t in fig.data if t.type == "bar"] == [25, 25]  # 512 tokens per step, not 256
     assert timeline_figure(config_timelines(cfg)).data[0].text[0] == "clm: CLM, causal"
+
+
+def test_a_fraction_takes_its_share_of_the_forms_total_tokens(tiny_modernbert_dir):
+    values = form(tiny_modernbert_dir)
+    rows = timeline_editor.phases_to_rows(
+        [{"objective": "clm", "fraction": 0.75}, {"objective": "mlm", "fraction": 0.25, "mlm_probability": 0.15}]
+    )
+    recipe = values[launch_tab.KEYS.index("recipe")]
+    base, msg, _ = timeline_editor.apply_rows(rows, recipe, None)  # no total: the message says where to set it
+    assert base is None and "train.total_tokens" in msg
+    assert "train.total_tokens" in launch_tab.KEYS  # ... and the form has the field
+    values[launch_tab.KEYS.index("train.total_tokens")] = "8192"
+    base, msg, recipe = timeline_editor.apply_rows(rows, recipe, None, "8192")
+    assert msg.startswith("✓"), msg
+    values[launch_tab.KEYS.index("recipe")] = recipe
+    res = launch_tab.validate_form(values, deep=False, base=base)
+    assert res["ok"], res["message"]
+    assert res["cfg"]["train"]["total_tokens"] == 8192 and "total_tokens: 8192" in res["yaml"]
