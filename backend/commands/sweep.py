@@ -73,14 +73,12 @@ def _print_report(rep: dict) -> None:
 
 
 def _print_status(st: dict) -> None:
-    from backend.sweeps.cluster import describe_job
+    from backend.sweeps.cluster import runs_line
 
     print(f"{st['name']} ({st.get('state')}): {st['out']}")
     print(st["summary"])
     for c in st["cells"]:
-        jobs = c.get("jobs") or {}
-        runs = [f"s{s}:{v}" + (f" [{describe_job(j)}]" if (j := jobs.get(s)) else "") for s, v in c["states"].items()]
-        print(f"  {c['label']:<40} {c['tokens']:>12,} tokens  " + " ".join(runs))
+        print(f"  {c['label']:<40} {c['tokens']:>12,} tokens  " + runs_line(c))
 
 
 def _evaluation(args) -> dict:

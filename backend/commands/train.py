@@ -73,14 +73,11 @@ def run(args) -> int:
 
 
 def _submit_to_slurm(cfg: dict, args) -> int:
-    """Prepare the run(s) here (checked, named, state ``queued``) and hand each to Slurm as one job."""
-    from backend.runs.train import prepare_runs
-    from backend.sweeps.cluster import submit_run
+    """Prepare the run(s) here and hand each to Slurm as one job (what the Launch tab's Slurm target does)."""
+    from backend.sweeps.cluster import submit_config
 
     root = Path(args.runs_dir) if args.runs_dir else None
-    # claimed while this process submits: a queue worker serving the same folder never takes them meanwhile
-    for d in prepare_runs(cfg, root=root, claim=True, warn=lambda w: print(f"warning: {w}", file=sys.stderr)):
-        job = submit_run(d, cfg["slurm"])
+    for d, job in submit_config(cfg, root=root, warn=lambda w: print(f"warning: {w}", file=sys.stderr)):
         print(f"== {d}: Slurm job {job} (squeue -j {job}; the run's status.json and train.log follow it)")
     return 0
 

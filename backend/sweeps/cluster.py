@@ -18,7 +18,7 @@ Where the states come from: Slurm itself. ``squeue`` for every job it still know
 from __future__ import annotations
 
 import os
-import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from backend.core import atomic
-from backend.core.errors import ConfigError
+from backend.core.errors import ConfigError, DetourError
 from backend.core.paths import REPO_ROOT
 from backend.core.process import pid_alive
 from backend.engine import rundir
@@ -248,13 +248,50 @@ def submit_runs(out: Path, m: dict, run_dirs: list[Path]) -> list[str]:
     return [str(j.job_id) for j in jobs]
 
 
+class SlurmError(DetourError):
+    pass
+
+
+def check_sbatch() -> None:
+    """Refuse before anything is prepared where this machine cannot submit Slurm jobs."""
+    if shutil.which("sbatch") is None:
+        raise SlurmError(
+            "Slurm: sbatch is not on this machine's PATH; run Detour Lab (the app or the CLI) where jobs can be "
+            "submitted (a login node), or train here"
+        )
+
+
 def submit_run(run_dir: Path, sl: dict | None) -> str:
-    """``train --executor slurm``: one prepared run as one Slurm job (its submitit folder inside the run)."""
+    """One prepared run as one Slurm job (its submitit folder inside the run); a refused submission marks the run
+    failed with sbatch's own words."""
+    import submitit
+
+    check_sbatch()
     sl = slurm_settings(sl)
     ex = make_executor(run_dir / "submitit", "slurm", sl, f"detour-{run_dir.name}")
-    job = ex.submit(TrainCell(), str(run_dir), max(1, sl["gpus_per_task"]))
+    try:
+        job = ex.submit(TrainCell(), str(run_dir), max(1, sl["gpus_per_task"]))
+    except (submitit.core.utils.FailedJobError, subprocess.CalledProcessError, OSError) as exc:
+        why = " ".join(str(exc).split())[-400:]
+        rundir.write_status(run_dir, state="failed", error=f"sbatch refused the job: {why}", finished_at=rundir.now())
+        raise SlurmError(f"{run_dir.name}: sbatch refused the job: {why}") from None
     rundir.write_status(run_dir, submitit_job=str(job.job_id), executor="slurm")
     return str(job.job_id)
+
+
+def submit_config(cfg: dict, root: Path | None = None, seeds: list[int] | None = None, warn=lambda _: None):
+    """``train --executor slurm`` and the Launch tab's Slurm target: prepare the run(s) here (checked, named, state
+    ``queued``, claimed so a queue worker on the same folder leaves them) and hand each to Slurm as one job.
+    Returns ``[(run_dir, job_id), ...]``."""
+    from backend.runs.jobs import expand_seeds
+    from backend.runs.train import prepare_runs
+
+    check_sbatch()
+    out = []
+    for c in expand_seeds(cfg, seeds):
+        for d in prepare_runs(c, root=root, claim=True, warn=warn):
+            out.append((d, submit_run(d, c["slurm"])))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ states
@@ -351,15 +388,11 @@ def describe_job(js: dict | None) -> str:
     return f"slurm {js['job_id']} {js['shown']}{why}"
 
 
-def sbatch_preview(sl: dict) -> str:
-    """The ``#SBATCH`` lines a run's settings give (for the Launch form and the docs)."""
-    sl = slurm_settings(sl)
-    lines = [f"--time={sl['time_min']}", f"--cpus-per-task={sl['cpus_per_task']}", "--requeue",
-             f"--signal=USR2@{sl['signal_delay_s']}"]  # fmt: skip
-    if sl["gpus_per_task"]:
-        lines.append(f"--gpus-per-node={sl['gpus_per_task']}")
-    if sl["partition"]:
-        lines.append(f"--partition={sl['partition']}")
-    if sl["account"]:
-        lines.append(f"--account={sl['account']}")
-    return "\n".join(f"#SBATCH {shlex.quote(x) if ' ' in x else x}" for x in [*lines, *sl["sbatch"]])
+def runs_line(cell: dict) -> str:
+    """A cell's runs as the status and the Sweeps tab print them: ``s0:running [slurm 12_0 running]`` (a Slurm
+    sweep's states and job ids are Slurm's)."""
+    jobs = cell.get("jobs") or {}
+    return " ".join(
+        f"s{seed}:{state}" + (f" [{describe_job(j)}]" if (j := jobs.get(seed)) else "")
+        for seed, state in cell["states"].items()
+    )
