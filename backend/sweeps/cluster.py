@@ -173,6 +173,10 @@ class TrainCell:
             deadline = time.time() + 600
             while _running(proc.pid) and time.time() < deadline:
                 time.sleep(0.2)
+        d = Path(run_dir)
+        if rundir.read_status(d).get("state") == "cancelled":  # it stopped with a checkpoint: it goes on, not off
+            rundir.write_status(d, state="queued", resume_requested=True, error=None, queued_at=rundir.now(),
+                                requeued="by submitit after Slurm's time-limit signal")  # fmt: skip
         return DelayedSubmission(TrainCell(), run_dir, gpus_per_cell)
 
 

@@ -59,11 +59,13 @@ def test_a_sweep_is_a_throttled_slurm_job_array_cancelled_by_scancel_and_resumed
     slurm_cluster, tmp_path, tiny_modernbert_dir
 ):
     """Two cells, --max-concurrent 1: the second waits for the first (the array's %1 throttle, as Slurm says);
-    --cancel while it trains is scancel (it checkpoints); --resume submits it alone and it ends done."""
+    --cancel while it trains is scancel (it checkpoints); --resume submits it alone and it ends done. The second
+    cell's trainer is frozen (SIGSTOP) once it has trained a step, so the cancel finds it mid-run however fast the
+    machine; scancel's SIGCONT and SIGTERM reach it."""
     out = tmp_path / "sw"
     cfg = _config(tmp_path, tiny_modernbert_dir)
     r = _cli("sweep", str(cfg), "--grid", "recipe=mlm,clm_detour", "--executor", "slurm", "--max-concurrent", "1",
-             "--out", str(out), "--set", "phases.main.tokens=7680", "--set", "logging.checkpoint_every=3")  # fmt: skip
+             "--out", str(out), "--set", "phases.main.tokens=3072", "--set", "logging.checkpoint_every=2")  # fmt: skip
     assert r.returncode == 0, r.stderr
     ids = json.loads((out / "submitit.json").read_text())
     first, second = (f"{c}-s0" for c in ("c00-recipemlm", "c01-recipeclm_detour"))
@@ -80,14 +82,15 @@ def test_a_sweep_is_a_throttled_slurm_job_array_cancelled_by_scancel_and_resumed
         return st["run_states"][second] == "running" and _train_steps(out / "runs" / second)
 
     _poll(second_trains, 300, 0.2)
+    os.kill(read_status(out / "runs" / second)["pid"], signal.SIGSTOP)
     assert all(sum(s == "RUNNING" for s, _ in snap.values()) <= 1 for snap in seen)  # never two at once
     assert ("PENDING", "JobArrayTaskLimit") in [snap[second] for snap in seen]  # held back by the throttle
     assert ("RUNNING", "None") in [snap[first] for snap in seen]
     status = _cli("sweep", "--status", str(out)).stdout
     assert f"s0:running [slurm {ids[second]['job_id']} running]" in status, status
 
-    r = _cli("sweep", "--cancel", str(out))
-    assert r.returncode == 0 and f"cancelled Slurm job {ids[second]['job_id']} (scancel)" in r.stdout, r.stdout
+    msgs = sweep.cancel(out)  # what `sweep --cancel DIR` prints
+    assert f"{second}: cancelled Slurm job {ids[second]['job_id']} (scancel)" in msgs, msgs
     st = sweep.wait(out, poll_s=0.3, timeout_s=120)
     assert st["run_states"] == {first: "done", second: "cancelled"}
     assert [st["jobs"][run]["shown"] for run in (first, second)] == ["completed", "cancelled"]
@@ -124,10 +127,14 @@ def _job(cluster, job_id: str) -> dict:
 
 def _start_now(cluster, job_id: str) -> None:
     """Slurm holds a requeued batch job 120 s before it may start again (its fixed requeue delay; BeginTime):
-    start it now, as an admin can, with a fresh 10-minute limit."""
+    start it in 5 s instead, as an admin can, with a fresh 10-minute limit. (Not at once: slurmd refuses to launch
+    a job within the second its credential was revoked by the kill, "Job N already killed, do not launch".)"""
     job = _job(cluster, job_id)
-    if job.get("JobState") == "PENDING" and job.get("Reason") == "BeginTime":
-        cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now", "TimeLimit=10", check=True)
+    if job.get("JobState") != "PENDING" or job.get("Reason") != "BeginTime":
+        return
+    begin = time.mktime(time.strptime(job["StartTime"], "%Y-%m-%dT%H:%M:%S"))
+    if begin - time.time() > 10:  # still Slurm's 120 s, not ours
+        cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now+5", "TimeLimit=10", check=True)
 
 
 def _until(cluster, job_id: str, what, timeout_s: float = 240):
@@ -203,3 +210,28 @@ def test_a_run_stopped_by_its_time_limit_and_by_scontrol_requeue_ends_with_the_u
     steps = _train_steps(run)
     assert steps == _train_steps(isolated_runs_dir / "ref") == list(range(1, 37))  # none twice, none missing
     assert _weights_sha(run) == _weights_sha(isolated_runs_dir / "ref")
+
+
+def test_the_launch_tabs_slurm_target_submits_the_form_as_a_job_and_a_refusal_is_one_line(
+    slurm_cluster, tiny_modernbert_dir, isolated_runs_dir
+):
+    from app import launch_tab
+    from backend.engine.config import default_config
+
+    cfg = default_config()
+    cfg.update(name="ui", recipe="mlm")
+    cfg["model"]["name"] = str(tiny_modernbert_dir)
+    cfg["slurm"].update(cpus_per_task=1, partition="debug", sbatch="--comment=detour")
+    res = launch_tab.launch(launch_tab.config_to_values(cfg), target="Slurm cluster (sbatch)")
+    assert res["ok"] and "✓ queued ui (Slurm job " in res["message"], res["message"]
+    job = read_status(isolated_runs_dir / "ui")["submitit_job"]
+    assert _job(slurm_cluster, job)["Partition"] == "debug" and _job(slurm_cluster, job)["Comment"] == "detour"
+    slurm_cluster.run("scancel", job, check=True)
+
+    cfg.update(name="ui2")
+    cfg["slurm"]["partition"] = "nosuch"
+    res = launch_tab.launch(launch_tab.config_to_values(cfg), target="Slurm cluster (sbatch)")
+    assert not res["ok"] and "sbatch refused the job" in res["message"] and "\n" not in res["message"].strip()
+    assert "invalid partition" in res["message"].lower(), res["message"]
+    assert read_status(isolated_runs_dir / "ui2")["state"] == "failed"
+    slurm_cluster.wait_idle()
