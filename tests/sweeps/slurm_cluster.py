@@ -156,7 +156,11 @@ class SlurmCluster:
     def _wait(self, ok, timeout_s: float, what: str) -> None:
         deadline = time.time() + timeout_s
         while time.time() < deadline:
-            self._check_alive()
+            try:
+                self._check_alive()
+            except ClusterUnavailable:
+                self.stop()  # the daemons that did start go too
+                raise
             if ok():
                 return
             time.sleep(0.3)
