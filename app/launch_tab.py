@@ -326,18 +326,37 @@ def keep_last_preview(res: dict, last: dict | None) -> dict:
     return {**res, **{k: STALE + last[k] for k in PREVIEW}}
 
 
-def launch(values: list, max_concurrent: int | None = None, base: dict | None = None, last: dict | None = None) -> dict:
-    """Validate, then queue through ``backend.runs.jobs.submit`` (prepare_runs + detached worker). Refused, it keeps
-    ``last`` (the last valid preview) marked stale, as a field's change does (``keep_last_preview``)."""
+TARGETS = {"This machine (queue)": "queue", "Slurm cluster (sbatch)": "slurm"}
+
+
+def launch(
+    values: list,
+    max_concurrent: int | None = None,
+    base: dict | None = None,
+    last: dict | None = None,
+    target: str = "queue",
+) -> dict:
+    """Validate, then queue through ``backend.runs.jobs.submit`` (prepare_runs + detached worker), or with target
+    ``slurm`` hand each run to Slurm (``backend.sweeps.cluster.submit_config``, what ``train --executor slurm``
+    calls; the form's Slurm fields are its settings). Refused, it keeps ``last`` (the last valid preview) marked
+    stale, as a field's change does (``keep_last_preview``)."""
     res = validate_form(values, base=base, corpus="check")
     if not res["ok"]:
         return {**keep_last_preview(res, last), "runs": []}
+    target = TARGETS.get(target, target)
     try:
-        dirs = jobs.submit(res["cfg"], root=runs_dir(), seeds=res["seeds"] or None, max_concurrent=max_concurrent)
+        if target == "slurm":
+            from backend.sweeps.cluster import submit_config
+
+            done = submit_config(res["cfg"], root=runs_dir(), seeds=res["seeds"] or None)
+            dirs = [d for d, _ in done]
+            names = ", ".join(f"{d.name} (Slurm job {j})" for d, j in done)
+        else:
+            dirs = jobs.submit(res["cfg"], root=runs_dir(), seeds=res["seeds"] or None, max_concurrent=max_concurrent)
+            names = ", ".join(d.name for d in dirs)
     except (DetourError, OSError) as exc:  # a read-only or full runs folder too: one line (warn), not a raw error
         key = error_key(exc)
         return {**res, "ok": False, "runs": [], "errors": {key: str(exc)} if key else {}, "message": warn(exc)}
-    names = ", ".join(d.name for d in dirs)
     return {**res, "runs": dirs, "message": f"✓ queued {names}: follow it in the Runs tab"}
 
 
@@ -535,7 +554,9 @@ def build(ctx) -> dict:
                             with gr.Column(min_width=200):
                                 make(f, vals[f.key])
             with gr.Row():
-                launch_btn = gr.Button("Launch (queue)", variant="primary", elem_id="launch-btn")
+                target = gr.Radio(list(TARGETS), value=next(iter(TARGETS)), label="Run on", elem_id="launch-target",
+                                  info="Slurm: one sbatch job per run, with the Advanced Slurm settings")  # fmt: skip
+                launch_btn = gr.Button("Launch", variant="primary", elem_id="launch-btn")
                 save_btn = gr.Button("Save config")
                 overwrite = gr.Checkbox(False, label="Replace a saved config of the same name", elem_id="save-replace")
             status = gr.Markdown(first["message"], elem_id="launch-status")
@@ -615,14 +636,14 @@ def build(ctx) -> dict:
                                                 total=comps["train.total_tokens"])  # fmt: skip
 
     def on_launch(*vals):
-        *vals, loaded, last = vals
-        res = launch(list(vals), ctx.max_concurrent, base=loaded, last=last)
+        *vals, loaded, last, where = vals
+        res = launch(list(vals), ctx.max_concurrent, base=loaded, last=last, target=where)
         name_update = gr.update(value=_free_name(res["cfg"]["name"])) if res.get("runs") else gr.update()
         return [*render(res), name_update, res["message"] if res.get("runs") else ""]
 
     launch_btn.click(
         on_launch,
-        inputs=[*inputs, base, last_ok],
+        inputs=[*inputs, base, last_ok, target],
         outputs=[*preview_outputs, comps["name"], queued_msg],
         concurrency_limit=1,
         api_name="launch",

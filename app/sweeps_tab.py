@@ -28,6 +28,7 @@ AXIS_KEYS = [
     "train.lr",
 ]
 LOG_NAME = "sweep.log"
+EXECUTORS = {"This machine (queue)": "queue", "Slurm cluster (job array)": "slurm"}
 
 
 def sweep_names() -> list[str]:
@@ -67,6 +68,7 @@ def start_sweep(
     allow_unmatched: bool = False,
     eval_task: str | None = None,
     eval_data: str | None = None,
+    executor: str = "queue",
 ) -> tuple[str, str]:
     """Check and queue a sweep, start its detached waiter; returns (message, sweep name)."""
     from app import check_path
@@ -89,6 +91,7 @@ def start_sweep(
         allow_unmatched_budget=bool(allow_unmatched),
         evaluation=ev,
         max_concurrent=int(max_concurrent),
+        executor=EXECUTORS.get(executor, executor),
     )
     out = launch(m)
     spawn_detached(_waiter(out), out / LOG_NAME)
@@ -103,7 +106,9 @@ def status_table(name: str | None) -> list[list]:
     if not name:
         return []
     st = sweep_status(sweep_dir(name))
-    return [[c["label"], c["tokens"], " ".join(f"s{s}:{v}" for s, v in c["states"].items())] for c in st["cells"]]
+    from backend.sweeps.cluster import runs_line
+
+    return [[c["label"], c["tokens"], runs_line(c)] for c in st["cells"]]
 
 
 def view(name: str | None) -> dict:
@@ -187,6 +192,9 @@ def build(ctx) -> dict:
             unmatched = gr.Checkbox(label="Allow unmatched budgets", value=False)
             task = gr.Dropdown(["none", "ner", "classification"], value="none", label="Fine-tune each cell on")
             eval_data = gr.Textbox(label="Task data folder", elem_id="sw-evaldata")
+            executor = gr.Radio(list(EXECUTORS), value=next(iter(EXECUTORS)), label="Cells run on",
+                                info="Slurm: a job array, at most 'Cells at once' running; the config's slurm.* "
+                                "settings", elem_id="sw-executor")  # fmt: skip
         go_btn = gr.Button("Launch sweep", variant="primary", elem_id="sw-launch")
         msg = gr.Markdown("", elem_id="sw-msg")
     with gr.Row():
@@ -227,7 +235,7 @@ def build(ctx) -> dict:
 
     go_btn.click(
         launch,
-        inputs=[config, sets, a1, v1, a2, v2, seeds, conc, sw_name, unmatched, task, eval_data],
+        inputs=[config, sets, a1, v1, a2, v2, seeds, conc, sw_name, unmatched, task, eval_data, executor],
         outputs=[msg, pick, *outs],
         api_name="sweep_launch",
     )

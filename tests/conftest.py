@@ -150,3 +150,31 @@ def detour_run_dir(tmp_path_factory, tiny_modernbert_dir) -> Path:
         (run,) = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "scrub", recipe="clm_detour", **sets), root=root)
         assert train_run(run)["state"] == "done"
     return run
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A real one-node Slurm cluster (munged, slurmctld, slurmd with 2 CPUs: tests/sweeps/slurm_cluster.py) for the
+    session; its ``slurm.conf`` is in ``SLURM_CONF`` meanwhile. Skips naming why where it cannot start."""
+    import os
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent / "sweeps"))
+    from slurm_cluster import ClusterUnavailable, SlurmCluster
+
+    if os.geteuid() != 0:
+        pytest.skip("the test Slurm cluster runs its daemons as root (SlurmUser=root); this user is not root")
+    try:
+        cluster = SlurmCluster(tmp_path_factory.mktemp("slurm")).start()
+    except ClusterUnavailable as exc:
+        pytest.skip(f"no Slurm cluster: {exc}")
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(cluster.conf)  # every sbatch/squeue/scancel of the code under test finds it
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        if old is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = old

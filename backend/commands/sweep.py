@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from backend.commands import add_overrides
+from backend.commands import add_overrides, add_slurm_arguments, slurm_overrides
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -50,9 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--executor", choices=["queue", "local", "slurm"], default="queue", help="queue (default), "
                    "slurm (one Slurm job per cell through submitit) or local (submitit's local executor)")  # fmt: skip
-    p.add_argument("--slurm-partition", help="Slurm partition")
-    p.add_argument("--gpus-per-cell", type=int, default=0, help="GPUs per Slurm job (>1: accelerate launch)")
-    p.add_argument("--timeout-min", type=int, help="per-job time limit in minutes (submitit)")
+    add_slurm_arguments(p)
     p.add_argument("--eval", choices=["ner", "classification"], help="fine-tune every cell on this task")
     p.add_argument("--eval-data", help="the task's data folder (train/dev/test)")
     p.add_argument("--eval-seeds", type=int, default=3, help="fine-tuning seeds per cell")
@@ -83,10 +81,12 @@ def _print_report(rep: dict) -> None:
 
 
 def _print_status(st: dict) -> None:
+    from backend.sweeps.cluster import runs_line
+
     print(f"{st['name']} ({st.get('state')}): {st['out']}")
     print(st["summary"])
     for c in st["cells"]:
-        print(f"  {c['label']:<40} {c['tokens']:>12,} tokens  " + " ".join(f"s{s}:{v}" for s, v in c["states"].items()))
+        print(f"  {c['label']:<40} {c['tokens']:>12,} tokens  " + runs_line(c))
 
 
 def _evaluation(args) -> dict:
@@ -123,14 +123,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         if args.out:  # a file, or a folder inside a run: refused before planning validates every cell
             sweep.check_out(args.out)
-        slurm = {
-            "partition": args.slurm_partition,
-            "gpus_per_cell": args.gpus_per_cell,
-            "timeout_min": args.timeout_min,
-        }
         m = sweep.plan_sweep(
             args.config,
-            args.overrides,
+            [*args.overrides, *slurm_overrides(args)],
             args.grid,
             args.seeds,
             name=args.name,
@@ -140,7 +135,6 @@ def run(args: argparse.Namespace) -> int:
             executor=args.executor,
             max_concurrent=args.max_concurrent,
             pin_gpus=args.pin_gpus,
-            slurm=slurm,
         )
         out = args.out
         print(m["summary"])

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from backend.commands import add_overrides
+from backend.commands import add_overrides, add_slurm_arguments, slurm_overrides
 from backend.core.errors import ConfigError
 from backend.engine.config import load_config
 
@@ -18,6 +18,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs-dir", help="root of run directories (default: ./runs or $DETOUR_RUNS_DIR)")
     p.add_argument("--run-dir", help="train an already prepared run directory (what the app's queue launches)")
     p.add_argument("--resume", action="store_true", help="with --run-dir: continue from the last good checkpoint")
+    p.add_argument("--executor", choices=["here", "slurm"], default="here", help="here (default: this process "
+                   "trains) or slurm (one sbatch job per run through submitit, with the config's slurm.* settings; "
+                   "a time limit or a requeue checkpoints and resumes)")  # fmt: skip
+    add_slurm_arguments(p)
 
 
 def run(args) -> int:
@@ -38,11 +42,20 @@ def run(args) -> int:
             )
         if not (Path(args.run_dir) / "config.yaml").exists():
             raise ConfigError("--run-dir", args.run_dir, "not a prepared run directory (no config.yaml)")
+        if args.executor == "slurm":  # the job resumes the run where it has trained
+            from backend.engine.rundir import read_config
+            from backend.sweeps.cluster import submit_run
+
+            job = submit_run(Path(args.run_dir), read_config(Path(args.run_dir)).get("slurm"))
+            print(f"== {args.run_dir}: Slurm job {job}")
+            return 0
         return _exit_code(Path(args.run_dir), train_run(args.run_dir, resume=args.resume))
     if args.resume:
         raise ConfigError("--resume", True, "use it with --run-dir runs/NAME")
-    overrides = list(args.overrides) + ([f"name={args.name}"] if args.name else [])
+    overrides = list(args.overrides) + ([f"name={args.name}"] if args.name else []) + slurm_overrides(args)
     cfg = load_config(args.config, overrides)
+    if args.executor == "slurm":
+        return _submit_to_slurm(cfg, args)
     command = [sys.executable, "-m", "backend", "train"] + sys.argv[2:] if sys.argv[1:2] == ["train"] else None
     root = Path(args.runs_dir) if args.runs_dir else None
     # under a launcher only the global main process makes the run folders; the others train in them
@@ -61,6 +74,16 @@ def run(args) -> int:
                 print(f"{d.name}: cancelled; resume with: python -m backend train --run-dir {d} --resume")
                 break
     return worst
+
+
+def _submit_to_slurm(cfg: dict, args) -> int:
+    """Prepare the run(s) here and hand each to Slurm as one job (what the Launch tab's Slurm target does)."""
+    from backend.sweeps.cluster import submit_config
+
+    root = Path(args.runs_dir) if args.runs_dir else None
+    for d, job in submit_config(cfg, root=root, warn=lambda w: print(f"warning: {w}", file=sys.stderr)):
+        print(f"== {d}: Slurm job {job} (squeue -j {job}; the run's status.json and train.log follow it)")
+    return 0
 
 
 def _exit_code(run_dir: Path, st: dict) -> int:

@@ -25,7 +25,9 @@ RESUMABLE = (
     "logging.report_to",
     "model.attn_implementation",  # the same mathematics, another kernel (a resume may land on another machine)
     "train.compile",
-)
+    *(f"slurm.{k}" for k in ("partition", "time_min", "cpus_per_task", "gpus_per_task", "account", "sbatch",
+                             "signal_delay_s")),  # where a job trains, not what
+)  # fmt: skip
 CACHE_KEYS = ("cache_path", "cache_bytes", "cache_hit", "prepare_seconds")  # where the token store is, not what
 
 

@@ -189,6 +189,21 @@ SCHEMA: list[Key] = [
     Key("logging.report_to", [], "trackers",
         "experiment trackers that also get every metric: tensorboard | trackio | wandb | mlflow (none: offline, "
         "metrics.jsonl only)", choices=tuple(TRACKERS), label="Report to (experiment trackers)", form=22),
+    # slurm: where the run trains when it goes to a cluster (train/sweep --executor slurm); no weight depends on it
+    Key("slurm.partition", None, "str", "Slurm partition (null = the cluster's default)", optional=True,
+        label="Slurm partition", form=60, advanced=True),
+    Key("slurm.time_min", 1440, "int", "Slurm time limit in minutes; the job checkpoints and is requeued before it",
+        lo=1, label="Slurm time limit (minutes)", form=61, advanced=True),
+    Key("slurm.cpus_per_task", 8, "int", "Slurm CPUs per task", lo=1, label="Slurm CPUs per task", form=62,
+        advanced=True),
+    Key("slurm.gpus_per_task", 0, "int", "Slurm GPUs per job (>1: accelerate launch over them)", lo=0,
+        label="Slurm GPUs per task", form=63, advanced=True),
+    Key("slurm.account", None, "str", "Slurm account to charge (null = yours by default)", optional=True,
+        label="Slurm account", form=64, advanced=True),
+    Key("slurm.sbatch", None, "str", "extra #SBATCH options, space-separated: --qos=high --constraint=a100",
+        optional=True, label="Extra #SBATCH options", form=65, advanced=True),
+    Key("slurm.signal_delay_s", 120, "int", "seconds before the time limit at which Slurm tells the job to "
+        "checkpoint (--signal=USR2@S)", lo=1),
 ]  # fmt: skip
 BY_KEY = {k.key: k for k in SCHEMA}
 

@@ -269,6 +269,7 @@ def queued_runs(root: Path) -> list[rundir.RunInfo]:
     runs = [r for r in runs if not rundir.runs_process(r.status, "launched_pid")]
     # runs prepared by `python -m backend train CONFIG` are trained by that process itself
     runs = [r for r in runs if not rundir.runs_process(r.status, "claimed_by")]
+    runs = [r for r in runs if r.status.get("executor") != "slurm"]  # a Slurm job trains it (train --executor slurm)
     return sorted(runs, key=lambda r: (r.status.get("queued_at") or r.status.get("created_at") or 0, r.name))
 
 

@@ -111,13 +111,15 @@ def _claim_names(root: Path, names: list[str], asked: str) -> list[Path]:
 
 
 class _StopFlag:
-    """SIGTERM/SIGINT ask the loop to stop at the next step boundary (with a checkpoint)."""
+    """SIGTERM/SIGINT ask the loop to stop at the next step boundary (with a checkpoint); so do SIGUSR1/SIGUSR2,
+    what a Slurm job's ``--signal`` sends before its time limit (their default action would kill the trainer with
+    nothing saved)."""
 
     def __init__(self):
         self.signal: str | None = None
 
     def install(self):
-        for s in (signal.SIGTERM, signal.SIGINT):
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(s, self._handle)
 
     def _handle(self, signum, frame):

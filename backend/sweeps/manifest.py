@@ -62,32 +62,66 @@ def run_names(m: dict) -> list[str]:
     return [r for c in m["cells"] for r in c["runs"].values()]
 
 
-def cell_states(out: str | Path, m: dict | None = None) -> dict[str, str]:
+def cell_states(out: str | Path, m: dict | None = None, jobs: dict | None = None) -> dict[str, str]:
     """Run name -> state (``missing`` for a run not prepared yet); a running run whose process is gone reads
-    ``failed``: its trainer was killed (kill -9, a reboot) without writing so."""
+    ``failed``: its trainer was killed (kill -9, a reboot) without writing so.
+
+    A Slurm sweep asks Slurm (``jobs``: ``cluster.job_states``): a run whose job is pending or requeued is
+    ``queued`` and one whose job runs is ``running``, whatever the run last wrote (a preempted run wrote
+    ``cancelled`` before its job was requeued); a ``running`` run whose job has ended is ``failed``. Its trainer's
+    pid is on a compute node, so it is not looked up on this machine."""
+    from backend.sweeps.cluster import ALIVE, WAITING
+
     out = Path(out)
     m = m or read_manifest(out)
+    slurm = m.get("executor") == "slurm"
+    if slurm and jobs is None:
+        from backend.sweeps.cluster import job_states
+
+        jobs = job_states(out)
     states = {}
     for r in run_names(m):
         d = out / "runs" / r
         if not (d / "config.yaml").exists():
             states[r] = "missing"
             continue
-        states[r] = rundir.read_status(d).get("state", "queued")  # a 'running' whose process is gone reads failed
+        st = rundir.read_status(d)  # a 'running' whose process is gone (on this machine) reads failed
+        state = st.get("state", "queued")
+        job = (jobs or {}).get(r) or {}
+        if slurm and job.get("state") and state != "done":
+            if job["state"] in ALIVE:
+                state = "queued" if job["state"] in WAITING else "running"
+            elif state in ("running", "queued"):
+                state = "failed"  # the job ended and the trainer never said how
+        states[r] = state
     return states
 
 
 def sweep_status(out: str | Path) -> dict:
-    """The manifest with each cell's run states and counts: what the CLI prints and the app's Sweeps view shows."""
+    """The manifest with each cell's run states and counts: what the CLI prints and the app's Sweeps view shows.
+    A Slurm sweep also carries ``jobs``: run -> its job id and Slurm's state of it."""
     out = Path(out)
     m = read_manifest(out)
-    states = cell_states(out, m)
+    jobs = None
+    if m.get("executor") == "slurm":
+        from backend.sweeps.cluster import job_states
+
+        jobs = job_states(out)
+    states = cell_states(out, m, jobs)
     counts: dict[str, int] = {}
     for s in states.values():
         counts[s] = counts.get(s, 0) + 1
     for c in m["cells"]:
         c["states"] = {seed: states[r] for seed, r in c["runs"].items()}
-    return {**m, "out": str(out), "run_states": states, "counts": counts, "finished": all_terminal(states)}
+        c["jobs"] = {seed: (jobs or {}).get(r) for seed, r in c["runs"].items()}
+    return {
+        **m,
+        "out": str(out),
+        "run_states": states,
+        "jobs": jobs or {},
+        "counts": counts,
+        "finished": all_terminal(states),
+    }
 
 
 def all_terminal(states: dict[str, str]) -> bool:

@@ -121,7 +121,7 @@ def plan_sweep(
         "executor": executor,
         "max_concurrent": max_concurrent,
         "pin_gpus": pin_gpus,
-        "slurm": slurm or {},
+        "slurm": {**(base.get("slurm") or {}), **(slurm or {})},  # the config's slurm.* keys
         "matched": matched,
         "summary": matched_sentence(matched, len(seeds_)),
         "cells": [
@@ -281,15 +281,10 @@ def _queue_missing(out: Path, m: dict) -> None:
     if m["executor"] == "queue":
         jobs.ensure_worker(root, m["max_concurrent"], pin_gpus=m["pin_gpus"])
     else:
-        from backend.sweeps.cluster import submit_runs
+        from backend.sweeps.cluster import job_alive, job_states, submit_runs
 
-        submit_runs(out, m, [d for d in to_start if not _job_alive(out, d.name)])
-
-
-def _job_alive(out: Path, run: str) -> bool:
-    from backend.sweeps.cluster import job_alive
-
-    return job_alive(out, run)
+        live = job_states(out) if m["executor"] == "slurm" else {}
+        submit_runs(out, m, [d for d in to_start if not job_alive(out, d.name, live)])
 
 
 def cancel(out: str | Path) -> list[str]:
@@ -299,10 +294,13 @@ def cancel(out: str | Path) -> list[str]:
     out = Path(out)
     m = read_manifest(out)
     msgs = []
-    if m["executor"] != "queue":
+    if m["executor"] == "slurm":  # scancel: Slurm signals the trainers wherever they run
         from backend.sweeps.cluster import cancel_jobs
 
         msgs += cancel_jobs(out)
+        m["state"] = "cancelled"
+        write_manifest(out, m)
+        return msgs
     for r, state in cell_states(out, m).items():
         if state in ("queued", "running"):
             try:
@@ -348,6 +346,8 @@ def _fail_orphans(out: Path, states: dict[str, str]) -> None:
     start: mark it failed so the sweep ends and ``--resume`` submits it again."""
     from backend.sweeps.cluster import job_alive
 
+    if not any(state == "queued" for state in states.values()):
+        return
     for run, state in states.items():
         if state == "queued" and not job_alive(out, run):
             time.sleep(1.0)  # a job that just started may be about to write "running"

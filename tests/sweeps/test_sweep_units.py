@@ -256,3 +256,55 @@ def test_report_keeps_both_seed_levels_and_pools_a_suite(tiny_modernbert_dir, tm
     assert (c["a"], c["b"]) == (det["label"], ref["label"]) and c["verdict"] == f"{det['label']} better"
     md = (out / "report.md").read_text()
     assert "Suite `s.yaml`" in md and "Verdict over the suite" in md and "Seed levels: one pretraining seed" in md
+
+
+# --------------------------------------------------------------------------------------------------------- slurm
+
+
+def test_slurm_settings_come_from_the_config_and_bad_ones_are_refused_naming_the_key():
+    from backend.engine.config import load_config
+    from backend.sweeps.cluster import _additional, slurm_settings
+
+    cfg = load_config(None, ["slurm.partition=gpu", "slurm.sbatch=--qos=high --exclusive"])
+    sl = slurm_settings(cfg["slurm"])
+    assert sl["partition"] == "gpu" and sl["time_min"] == 1440 and sl["sbatch"] == ["--qos=high", "--exclusive"]
+    assert _additional(sl["sbatch"]) == {"qos": "high", "exclusive": True}  # submitit writes #SBATCH --qos=high
+    old = slurm_settings({"partition": None, "timeout_min": 5, "gpus_per_cell": 2})  # a sweep.json of before
+    assert (old["time_min"], old["gpus_per_task"]) == (5, 2)
+    assert slurm_settings({"sbatch": ["#SBATCH --qos=high", "--exclusive"]})["sbatch"] == sl["sbatch"]
+    with pytest.raises(ConfigError, match="one long option"):
+        slurm_settings({"sbatch": "qos=high"})
+    with pytest.raises(ConfigError, match="unknown key"):
+        slurm_settings({"nodes": 2})
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["slurm.time_min=0"])
+    assert err.value.key == "slurm.time_min"
+
+
+def test_where_a_job_trains_is_no_change_a_resume_refuses(tmp_path):
+    from backend.engine.resume_guard import training_keys
+
+    a = tiny_train_cfg(Path("m"), "x")
+    b = tiny_train_cfg(Path("m"), "x", **{"slurm.partition": "other", "slurm.time_min": 5})
+    assert training_keys(a) == training_keys(b)
+
+
+def test_a_queue_worker_leaves_a_run_slurm_trains(tmp_path, tiny_modernbert_dir):
+    from backend.engine import rundir
+    from backend.runs.train import prepare_runs
+
+    (d,) = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "s", recipe="mlm"), root=tmp_path)
+    assert [r.name for r in jobs.queued_runs(tmp_path)] == ["s"]
+    rundir.write_status(d, executor="slurm", submitit_job="7")
+    assert jobs.queued_runs(tmp_path) == []
+
+
+def test_a_slurm_launch_where_sbatch_is_missing_is_refused_before_anything_is_prepared(
+    tmp_path, tiny_modernbert_dir, monkeypatch
+):
+    from backend.sweeps.cluster import SlurmError, submit_config
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(SlurmError, match="sbatch is not on this machine's PATH"):
+        submit_config(tiny_train_cfg(tiny_modernbert_dir, "x", recipe="mlm"), root=tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()
