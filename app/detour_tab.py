@@ -46,7 +46,9 @@ MASKS_TEXT = (
     "next token a real task. ModernBERT has two kinds of layer: *global* layers read the whole sequence, *local* "
     "layers only a window around the token; the detour keeps that window and makes it causal too. These patterns "
     "are read from the masks the layers receive in a real forward under the trainer's `causal_attention`, then "
-    "checked by pushing one token's input hard and watching which outputs move."
+    "checked by pushing one token's input hard and watching which outputs move. One column per objective the "
+    "engine knows (each explained under the picture): MNTP reads both sides like MLM, the prefix LM both sides "
+    "within its prefix and only the left after it, and a mixed batch has causal rows (drawn) beside masked ones."
 )
 SURPRISE_TEXT = (
     "Each token is coloured by how surprised the model is to see it, in nats (the training loss of that token: "

@@ -54,3 +54,14 @@ def test_the_presets_expand_and_refuse_bad_blocks():
         with pytest.raises(ConfigError, match=says) as err:
             load_config(None, ["recipe=alternate", f"alternate.blocks={blocks}"])
         assert err.value.key == "alternate.blocks"
+
+
+def test_per_row_attention_is_refused_where_masks_cannot_be_dense():
+    from backend.core.errors import ConfigError
+    from backend.runs.preflight import check_dense_mask_phases
+
+    cfg = load_config(None, ["recipe=mixed", "train.seq_len=32", "train.batch_size=2"])
+    check_dense_mask_phases(cfg, "sdpa")
+    with pytest.raises(ConfigError, match=r"phase 'mixed' \(Mixed \(GPT-BERT\)\) attends per row.*sdpa or eager"):
+        check_dense_mask_phases(cfg, "flex_attention")
+    check_dense_mask_phases(load_config(None, ["recipe=clm_detour"]), "flex_attention")  # the two existing: kept
