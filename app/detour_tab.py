@@ -81,7 +81,8 @@ def show_masks(spec: str | None, seq_len=128) -> tuple:
     lines = [f"✓ **{md_escape(spec)}** ({res['model_type']}, {res['attn_implementation']}), {res['seq_len']} tokens, "
              f"in {time.perf_counter() - t0:.1f} s"]  # fmt: skip
     objs = res["objectives"]  # what each objective declares: its name, attention and one-line explanation
-    lines += [f"- **{o['title']}** ({o['attention']}): {md_escape(o['explanation'])}" for o in objs]
+    lines += [f"- **{o['title']}** ({o['attention']}): {md_escape(o['explanation'])}"
+              + (f" (drawn: {md_escape(o['note'])})" if o["note"] else "") for o in objs]  # fmt: skip
     for k in res["kinds"]:
         window = f", window {k['window']} (|q−k| ≤ {k['reach']})" if k["window"] else ""
         reads = []

@@ -22,12 +22,10 @@ def layers_text(layers: list[int]) -> str:
 
 
 def pattern_title(kind: dict, objective: dict) -> str:
-    """e.g. 'local · layers 1, 2, 4, 5<br>CLM detour: causal AND window 64'; ``objective`` is one of the result's
-    ``objectives`` (what the objective declares)."""
-    rule = objective["attention"] + (f" ({objective['note']})" if objective["note"] else "")
-    if kind.get("window"):
-        rule = f"{rule} AND window {kind['window']} (|q−k| ≤ {kind['reach']})"
-    return f"{kind['name']} · {layers_text(kind['layers'])}<br>{objective['title']}: {rule}"
+    """e.g. '<b>CLM detour</b><br>local · layers 1, 2, 4, 5<br>causal, window 64'; ``objective`` is one of the
+    result's ``objectives`` (what the objective declares; its note on the drawn row goes in the message)."""
+    rule = objective["attention"] + (f", window {kind['window']}" if kind.get("window") else "")
+    return f"<b>{objective['title']}</b><br>{kind['name']} · {layers_text(kind['layers'])}<br>{rule}"
 
 
 def masks_figure(result: dict) -> go.Figure:
@@ -53,11 +51,11 @@ def masks_figure(result: dict) -> go.Figure:
             fig.update_xaxes(title_text="key position", row=r, col=c, constrain="domain")
             x_axis = "x" if (r, c) == (1, 1) else f"x{len(objs) * (r - 1) + c}"  # square cells
             fig.update_yaxes(
-                title_text="query position", autorange="reversed", scaleanchor=x_axis, constrain="domain", row=r, col=c
+                title_text="query position" if c == 1 else None, autorange="reversed", scaleanchor=x_axis, constrain="domain", row=r, col=c
             )
     fig.update_annotations(font_size=11)
-    fig.update_layout(height=(120 + 1600 // max(len(objs), 1)) * len(kinds), template="plotly_white",
-                      margin={"l": 55, "r": 20, "t": 60, "b": 45},
+    fig.update_layout(height=(150 + 1600 // max(len(objs), 1)) * len(kinds), template="plotly_white",
+                      margin={"l": 55, "r": 20, "t": 100, "b": 45},
                       title={"text": f"Who may attend to whom, {result['seq_len']} tokens "
                                      f"({result['attn_implementation']}): blue = allowed", "x": 0.01})  # fmt: skip
     return fig
