@@ -50,9 +50,8 @@ def masks_figure(result: dict) -> go.Figure:
             )
             fig.update_xaxes(title_text="key position", row=r, col=c, constrain="domain")
             x_axis = "x" if (r, c) == (1, 1) else f"x{len(objs) * (r - 1) + c}"  # square cells
-            fig.update_yaxes(
-                title_text="query position" if c == 1 else None, autorange="reversed", scaleanchor=x_axis, constrain="domain", row=r, col=c
-            )
+            fig.update_yaxes(title_text="query position" if c == 1 else None, autorange="reversed",
+                             scaleanchor=x_axis, constrain="domain", row=r, col=c)  # fmt: skip
     fig.update_annotations(font_size=11)
     fig.update_layout(height=(150 + 1600 // max(len(objs), 1)) * len(kinds), template="plotly_white",
                       margin={"l": 55, "r": 20, "t": 100, "b": 45},
