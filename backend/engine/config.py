@@ -338,7 +338,7 @@ BASE_PHASE_KEYS = ("name", "objective", "tokens", "steps", "fraction", "shape", 
 
 def phase_keys() -> tuple[str, ...]:
     """What a phase may carry: budget, LR and freezing, and the settings of every objective (each declares its own)."""
-    from backend.detour import objectives  # the objectives' registry (its modules import torch: only when needed)
+    import backend.detour.objectives as objectives  # the registry (below the config: declarations, torch only)
 
     return (*BASE_PHASE_KEYS[:5], *objectives.setting_names(), *BASE_PHASE_KEYS[5:])
 
@@ -353,7 +353,7 @@ def check_phase_list(cfg: dict) -> None:
     Errors name the phase by its index, e.g. ``phases[1].mlm_probability``. Phases are normalised in place (numbers
     as int/float); defaults (shape ``constant``, ``final_lr_ratio`` 0.1, no freezing, the objective's own settings)
     are left to the recipe."""
-    from backend.detour import objectives
+    import backend.detour.objectives as objectives
 
     phases, t = cfg["phases"], cfg["train"]
     keys = phase_keys()
@@ -422,7 +422,7 @@ def check_phase_list(cfg: dict) -> None:
 
 def check_alternate_blocks(text) -> None:
     """``alternate.blocks``: 'objective:weight' items, comma-separated, each a known objective and a weight > 0."""
-    from backend.detour import objectives
+    import backend.detour.objectives as objectives
 
     key = "alternate.blocks"
     items = [x.strip() for x in text.split(",")] if isinstance(text, str) else []

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from backend.detour.encoder_lm import IGNORE
+IGNORE = -100  # a position without a label: the loss and the count skip it (HF's convention)
 
 __all__ = ["IGNORE", "ATTENTIONS", "Batch", "Masking", "Objective", "Setting", "next_token_labels"]
 

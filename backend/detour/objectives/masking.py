@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from backend.detour.encoder_lm import IGNORE
+from backend.detour.objectives.base import IGNORE
 
 __all__ = ["IGNORE", "mlm_mask", "replacement_vocab", "special_ids"]
 
