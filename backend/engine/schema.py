@@ -164,7 +164,8 @@ SCHEMA: list[Key] = [
     Key("mask_schedule.decay_shape", "1-sqrt", "choice", "recipe mask_schedule: LR shape of the last phase "
         "(down to 10% of the peak) when there are several; constant = no decay", choices=LR_SHAPES[1:]),
     Key("alternate.blocks", "clm:4, mlm:16, clm:4", "str", "recipe alternate: objective:weight blocks in order, the "
-        "budget split by weight (AntLM: clm:4, mlm:16, clm:4); any objective (python -m backend validate lists them)"),
+        "budget split by weight (AntLM: clm:4, mlm:16, clm:4); any registered objective (an unknown one is "
+        "refused with the list)"),
     Key("alternate.tokens", 200_000, "int", "recipe alternate: the run's total token budget", lo=1),
     Key("alternate.mlm_probability", 0.15, "float", "recipe alternate: masking rate of the blocks that mask", lo=0,
         hi=1, lo_open=True, hi_open=True),
