@@ -46,7 +46,9 @@ MASKS_TEXT = (
     "next token a real task. ModernBERT has two kinds of layer: *global* layers read the whole sequence, *local* "
     "layers only a window around the token; the detour keeps that window and makes it causal too. These patterns "
     "are read from the masks the layers receive in a real forward under the trainer's `causal_attention`, then "
-    "checked by pushing one token's input hard and watching which outputs move."
+    "checked by pushing one token's input hard and watching which outputs move. One column per objective the "
+    "engine knows (each explained under the picture): MNTP reads both sides like MLM, the prefix LM both sides "
+    "within its prefix and only the left after it, and a mixed batch has causal rows (drawn) beside masked ones."
 )
 SURPRISE_TEXT = (
     "Each token is coloured by how surprised the model is to see it, in nats (the training loss of that token: "
@@ -78,15 +80,19 @@ def show_masks(spec: str | None, seq_len=128) -> tuple:
         return None, warn(exc)
     lines = [f"✓ **{md_escape(spec)}** ({res['model_type']}, {res['attn_implementation']}), {res['seq_len']} tokens, "
              f"in {time.perf_counter() - t0:.1f} s"]  # fmt: skip
+    objs = res["objectives"]  # what each objective declares: its name, attention and one-line explanation
+    lines += [f"- **{o['title']}** ({o['attention']}): {md_escape(o['explanation'])}"
+              + (f" (drawn: {md_escape(o['note'])})" if o["note"] else "") for o in objs]  # fmt: skip
     for k in res["kinds"]:
-        m, c = k["mlm_summary"], k["clm_summary"]
         window = f", window {k['window']} (|q−k| ≤ {k['reach']})" if k["window"] else ""
-        mlm = f"{_span(m)} keys" + (", right side included" if m["sees_future"] else "")
-        clm = f"{_span(c)} keys" + (", right side included ⚠" if c["sees_future"] else ", nothing to its right")
-        lines.append(f"- **{k['name']}** ({layers_text(k['layers'])}){window}: MLM: each token reads {mlm}; "
-                     f"CLM detour: {clm}")  # fmt: skip
-    checks = [(k, o, k[f"{o}_measured"]) for k in res["kinds"] for o in ("mlm", "clm")]
-    bad = [f"{k['name']} {o.upper()}: {m['mismatches']} pairs differ" for k, o, m in checks if not m["agrees"]]
+        reads = []
+        for o in objs:
+            m = k[f"{o['name']}_summary"]
+            reads.append(f"{o['title']}: {_span(m)} keys" + (", right side included" if m["sees_future"] else
+                                                             ", nothing to its right"))  # fmt: skip
+        lines.append(f"- **{k['name']}** ({layers_text(k['layers'])}){window}: each token reads: " + "; ".join(reads))
+    checks = [(k, o["title"], k[f"{o['name']}_measured"]) for k in res["kinds"] for o in objs]
+    bad = [f"{k['name']} {o}: {m['mismatches']} pairs differ" for k, o, m in checks if not m["agrees"]]
     if bad:
         lines.append("- ✗ measured pattern differs from the masks: " + "; ".join(bad))
     else:

@@ -10,6 +10,7 @@ import copy
 from app import warn
 from backend.core.errors import DetourError
 from backend.core.paths import runs_dir
+from backend.detour import objectives
 from backend.engine.config import default_config, load_config
 from backend.engine.schema import LR_SHAPES
 from backend.explain.timeline_figure import config_timelines, empty_timeline, run_timeline, timeline_figure
@@ -187,8 +188,9 @@ def build_launch(inputs: list, values: list, base, to_config, recipe, revalidate
     import gradio as gr
 
     with gr.Accordion("Timeline: the phases as a list (add / remove / reorder)", open=False):
-        label = (f"phases in order; objective clm | mlm; LR shape {' | '.join(LR_SHAPES)}; one budget per phase "
-                 "(fraction: of the form's Total tokens)")  # fmt: skip
+        label = (f"phases in order; objective {' | '.join(objectives.names())} (settings other than the masking rate: "
+                 f"their defaults); LR shape {' | '.join(LR_SHAPES)}; one budget per phase (fraction: of "
+                 "the form's Total tokens)")  # fmt: skip
         table = gr.Dataframe(headers=COLUMNS, value=[], interactive=True, column_count=(len(COLUMNS), "fixed"),
                              label=label, elem_id="timeline-table")  # fmt: skip
         with gr.Row():

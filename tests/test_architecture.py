@@ -13,6 +13,7 @@ LAYERS = {  # package -> layer; an import may go sideways within a package or do
     "backend.core": 0,
     "backend.engine": 1,
     "backend.detour": 2,
+    "backend.detour.objectives": 0.5,  # what each objective declares (torch only): the config checks read it
     "backend.analysis": 2,
     "backend.evaluation": 2,
     "backend.runs": 3,

@@ -50,7 +50,7 @@ def _masks_text(res: dict) -> str:
     for k in res["kinds"]:
         window = f", window {k['window']} (|q-k| <= {k['reach']})" if k["window"] else ""
         out.append(f"\n{k['name']} layers {k['layers']}{window}")
-        for objective in ("mlm", "clm"):
+        for objective in (o["name"] for o in res["objectives"]):  # each objective of the registry
             m = k.get(f"{objective}_measured")
             check = (
                 "" if m is None else ("; measured: agrees" if m["agrees"] else f"; measured: {m['mismatches']} differ")

@@ -1,10 +1,11 @@
-"""The detour, readable top to bottom in five files:
+"""The detour, readable top to bottom in four files and a folder:
 
 ``recipe.py``      the timeline: which phases run (a written list, or a preset: CLM detour -> MLM decay, the MLM
                    baseline, hybrid splits, mask schedules), LR per step, frozen parameters, the one optimizer that
                    spans every phase;
 ``attention.py``   the causal switch that keeps ModernBERT's sliding window;
-``objectives.py``  CLM labels (shifted by one) and MLM masking: what a packed batch becomes;
+``objectives/``    one small module per objective (``mlm``, ``clm``, ``mntp``, ``prefix``, ``mixed``): its attention,
+                   what a packed batch becomes (inputs, labels), its settings, held-out loss and how it is shown;
 ``encoder_lm.py``  one forward from inputs and labels to the loss, through the model's own MLM head;
 ``trainer.py``     the loop over the phases.
 """

@@ -19,6 +19,11 @@ alone is ignored when a mask is present under sdpa/eager. Per attention implemen
   that flag on every layer, and each local module's ``sliding_window`` keeps its window.
 
 BERT / RoBERTa / CamemBERT: a 4D additive causal mask (padding folded in); not with flash_attention_2.
+
+Per-row prefix attention (``causal`` given as a tensor of prefix lengths, one per row: row ``b`` sees every key before
+``prefix[b]`` and, from there on, only the keys up to the query; 0 is causal, the row length bidirectional) is what
+the prefix LM and mixed batches train with: dense masks for sdpa and eager only (``_prefix_masks``), the window of
+ModernBERT's local layers kept. flex_attention and flash_attention_2 are refused for it with a clear error.
 """
 
 from __future__ import annotations
@@ -102,6 +107,37 @@ def _bert_causal_mask(input_ids: torch.Tensor, pad_mask: torch.Tensor | None, dt
     return mask.masked_fill(~allowed, torch.finfo(dtype).min)
 
 
+def _prefix_masks(model, input_ids: torch.Tensor, pad_mask: torch.Tensor | None, prefix: torch.Tensor, dtype):
+    """Dense per-row prefix masks: boolean for sdpa, additive for eager; a dict of both layer kinds for ModernBERT
+    (the local layers keep ``|q - k| <= local_attention // 2``), one 4D mask for the BERT family."""
+    family = model_family(model.config)
+    impl = getattr(model.config, "_attn_implementation", "sdpa")
+    if impl not in ("sdpa", "eager"):
+        raise ConfigError("model.attn_implementation", impl,
+                          "a prefix (or per-sequence) attention mask is built densely: use sdpa or eager")  # fmt: skip
+    if family not in ("modernbert", "bert"):
+        raise ConfigError("model.name", getattr(model.config, "model_type", "?"),
+                          "prefix attention is supported for ModernBERT and BERT/RoBERTa/CamemBERT")  # fmt: skip
+    b, t = input_ids.shape
+    dev = input_ids.device
+    q = torch.arange(t, device=dev)[:, None]
+    k = torch.arange(t, device=dev)[None, :]
+    allowed = (k <= q)[None, None] | (k[None, None] < prefix.to(dev).view(-1, 1, 1, 1))  # (b, 1, t, t)
+    allowed = allowed.expand(b, 1, t, t)
+    if pad_mask is not None:
+        allowed = allowed & pad_mask.bool()[:, None, None, :]
+
+    def as_mask(m: torch.Tensor) -> torch.Tensor:
+        if impl == "sdpa" and family == "modernbert":
+            return m
+        return torch.zeros(m.shape, dtype=dtype, device=dev).masked_fill(~m, torch.finfo(dtype).min)
+
+    if family == "bert":
+        return as_mask(allowed)
+    window = (q - k).abs() <= model.config.local_attention // 2
+    return {"full_attention": as_mask(allowed), "sliding_attention": as_mask(allowed & window)}
+
+
 def _modernbert_attention_modules(model, layer_type: str | None = None) -> list:
     """The ModernBERT attention modules (of ``layer_type`` layers only, if given)."""
     return [
@@ -120,6 +156,8 @@ def causal_plan(model, input_ids: torch.Tensor, pad_mask: torch.Tensor | None, c
     outputs, ~6% faster CLM steps); local layers keep their banded causal mask. Under eager a missing mask would
     mean no causality at all, so eager always gets explicit masks.
     """
+    if isinstance(causal, torch.Tensor):  # per-row prefix lengths: dense masks, no flags
+        return _prefix_masks(model, input_ids, pad_mask, causal, dtype or next(model.parameters()).dtype), []
     family = model_family(model.config)
     impl = getattr(model.config, "_attn_implementation", "sdpa")
     if family == "modernbert" and impl == "flex_attention":

@@ -17,8 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from backend.detour.attention import causal_attention, cpu_bf16_training
-
-IGNORE = -100  # a position without a label: the loss and the count skip it (HF's convention)
+from backend.detour.objectives.base import IGNORE  # a position without a label (HF's -100)
 
 
 def _parts(model: nn.Module) -> tuple[nn.Module, nn.Module, nn.Linear | None]:

@@ -13,6 +13,11 @@ presets expand to one (``timeline``):
                    the list and its baseline, each CLM phase replaced by MLM at ``pair.mlm_probability``.
 ``hybrid``:        CLM for ``hybrid.clm_share`` of ``hybrid.tokens``, then MLM (the seed paper's splits).
 ``mask_schedule``: MLM at each of ``mask_schedule.rates`` in turn (mmBERT: 30% -> 15% -> 5%).
+``alternate``:     blocks of objectives in turn, by share of ``alternate.tokens`` (AntLM: CLM 4 / MLM 16 / CLM 4).
+``mixed``:         mixed batches, ``mixed.causal_share`` of each step's rows causal, the rest masked (GPT-BERT).
+
+What each objective is (its attention, labels, settings, held-out loss, how it is drawn) is declared in its own module
+of ``objectives/``; this file only says which phases run.
 
 **One optimizer spans all phases.** AdamW is built once (``build_optimizer``) and its state (moments,
 step counts) is carried from phase to phase untouched. A phase change changes only three things: the
@@ -37,6 +42,7 @@ import torch
 from torch import nn
 
 from backend.core.errors import ConfigError
+from backend.detour import objectives
 from backend.engine.config import default_phase_name, parse_layer_range
 from backend.engine.models import parameter_groups
 
@@ -44,8 +50,8 @@ from backend.engine.models import parameter_groups
 @dataclass(frozen=True)
 class Phase:
     name: str  # warmup | main | decay (presets), or the list's names
-    objective: str  # clm | mlm
-    mlm_probability: float | None  # masking rate (MLM phases)
+    objective: str  # a name in ``objectives`` (one module each)
+    mlm_probability: float | None  # masking rate (phases whose objective masks)
     steps: int  # optimizer steps
     schedule: str  # warmup_constant | constant | 1-sqrt | linear
     warmup_steps: int = 0  # linear LR warm-up at the start of this phase (warmup_constant only)
@@ -53,11 +59,25 @@ class Phase:
     freeze_layers: tuple[int, ...] = ()  # transformer blocks left untouched in this phase
     freeze_embeddings: bool = False
     freeze_head: bool = False  # everything above the blocks: final norm, prediction head, decoder bias
+    options: tuple[tuple[str, float], ...] = ()  # the objective's settings, defaults filled in
+
+    @property
+    def spec(self) -> objectives.Objective:
+        """What the objective declares (``backend/detour/objectives/``)."""
+        return objectives.get(self.objective)
+
+    @property
+    def settings(self) -> dict:
+        return dict(self.options)
+
+    @property
+    def attention(self) -> str:
+        return self.spec.attention
 
     @property
     def causal(self) -> bool:
-        """CLM trains with causal attention; every MLM phase is bidirectional."""
-        return self.objective == "clm"
+        """Whether the phase needs more than bidirectional attention (the architecture must support it)."""
+        return self.attention != "bidirectional"
 
     def lr_factor(self, step: int) -> float:
         """Multiplier of the peak LR at ``step`` (0-based) within this phase."""
@@ -111,7 +131,7 @@ def _phase(
     name: str,
     objective: str,
     steps: int,
-    rate: float | None = None,
+    settings: dict | None = None,
     shape: str = "constant",
     warmup_steps: int = 0,
     final_lr_ratio: float = 0.1,
@@ -119,11 +139,15 @@ def _phase(
     key: str = "",
 ) -> dict:
     """One resolved phase as plain data (budget in steps); ``key`` is where its settings come from, for errors.
-    A warm-up of no steps is the constant shape (one name for one LR curve)."""
+    A warm-up of no steps is the constant shape (one name for one LR curve). The objective's settings (defaults
+    filled in) are under ``settings`` and, as in a phase list, each at the top level (None where it has none)."""
     shape = "constant" if shape == "warmup_constant" and not warmup_steps else shape
-    return {"name": name, "objective": objective, "mlm_probability": rate if objective == "mlm" else None,
-            "steps": steps, "shape": shape, "warmup_steps": warmup_steps, "final_lr_ratio": final_lr_ratio,
-            "freeze": _freeze(freeze), "key": key}  # fmt: skip
+    spec = objectives.get(objective)
+    given = {k: v for k, v in (settings or {}).items() if v is not None}
+    own = {s.name: given.get(s.name, s.default) for s in spec.settings}
+    return {"name": name, "objective": objective, **dict.fromkeys(objectives.setting_names()), **own,
+            "settings": own, "steps": steps, "shape": shape, "warmup_steps": warmup_steps,
+            "final_lr_ratio": final_lr_ratio, "freeze": _freeze(freeze), "key": key}  # fmt: skip
 
 
 def _detour_preset(cfg: dict, tps: int) -> list[dict]:
@@ -133,15 +157,15 @@ def _detour_preset(cfg: dict, tps: int) -> list[dict]:
     lr_warmup = min(_lr_warmup(cfg, tps, main_steps), warm_steps or main_steps)  # in the first phase only
     out = []
     if warm_steps:
-        out.append(_phase("warmup", "mlm", warm_steps, ph["warmup"]["mlm_probability"], "warmup_constant", lr_warmup,
+        out.append(_phase("warmup", "mlm", warm_steps, ph["warmup"], "warmup_constant", lr_warmup,
                           key="phases.warmup"))  # fmt: skip
     main = "clm" if cfg["recipe"] == "clm_detour" else "mlm"  # the detour: the one line where the recipes differ
-    out.append(_phase("main", main, main_steps, ph["main"]["mlm_probability"], "warmup_constant",
+    out.append(_phase("main", main, main_steps, ph["main"], "warmup_constant",
                       0 if warm_steps else lr_warmup, freeze=ph["main"]["freeze"], key="phases.main"))  # fmt: skip
     d = ph["decay"]
     decay_steps = _steps(d, tps, default_tokens=round(d["fraction"] * main_steps * tps))
     if decay_steps:  # no warm-up: from the peak straight down to final_lr_ratio of it
-        out.append(_phase("decay", "mlm", decay_steps, d["mlm_probability"], d["shape"],
+        out.append(_phase("decay", "mlm", decay_steps, d, d["shape"],
                           final_lr_ratio=d["final_lr_ratio"], freeze=d["freeze"], key="phases.decay"))  # fmt: skip
     return out
 
@@ -161,7 +185,7 @@ def _hybrid_preset(cfg: dict, tps: int) -> list[dict]:
     clm = round(h["clm_share"] * total)
     parts = [
         _phase("clm", "clm", clm, key="hybrid.clm_share"),
-        _phase("mlm", "mlm", total - clm, h["mlm_probability"], key="hybrid.clm_share"),
+        _phase("mlm", "mlm", total - clm, h, key="hybrid.clm_share"),
     ]
     parts = [p for p in parts if p["steps"]]
     decay = round(h["decay_fraction"] * total)
@@ -172,7 +196,7 @@ def _hybrid_preset(cfg: dict, tps: int) -> list[dict]:
                               f"the decay ({decay} steps) is longer than the {last['objective'].upper()} part "
                               f"({last['steps']} steps): it would change objective mid-decay")  # fmt: skip
         last["steps"] -= decay
-        parts.append(_phase("decay", last["objective"], decay, last["mlm_probability"], "1-sqrt",
+        parts.append(_phase("decay", last["objective"], decay, last["settings"], "1-sqrt",
                             key="hybrid.decay_fraction"))  # fmt: skip
         parts = [p for p in parts if p["steps"]]
     warm = _lr_warmup(cfg, tps, total)
@@ -197,12 +221,62 @@ def _mask_schedule_preset(cfg: dict, tps: int) -> list[dict]:
     steps = [b - a for a, b in zip([0, *bounds[:-1]], bounds, strict=True)]
     names = [f"mask{r * 100:g}".replace(".", "_") for r in rates]
     names = [n if names.count(n) == 1 else f"{n}-{i + 1}" for i, n in enumerate(names)]
-    parts = [_phase(n, "mlm", s, r, key="mask_schedule.rates") for n, s, r in zip(names, steps, rates, strict=True)]
+    parts = [_phase(n, "mlm", s, {"mlm_probability": r}, key="mask_schedule.rates")
+             for n, s, r in zip(names, steps, rates, strict=True)]  # fmt: skip
     parts = [p for p in parts if p["steps"]]
     if len(parts) > 1 and m["decay_shape"] != "constant":
         parts[-1]["shape"] = m["decay_shape"]
     warm = min(_lr_warmup(cfg, tps, total), parts[0]["steps"])
     parts[0].update(shape="warmup_constant" if warm else "constant", warmup_steps=warm)
+    return parts
+
+
+def alternate_blocks(text: str) -> list[tuple[str, float]]:
+    """``"clm:4, mlm:16, clm:4"`` -> [(objective, weight), ...]; ``config.validate_config`` has checked it."""
+    out = []
+    for part in text.split(","):
+        name, _, weight = part.strip().partition(":")
+        out.append((name.strip(), float(weight)))
+    return out
+
+
+def _alternate_preset(cfg: dict, tps: int) -> list[dict]:
+    """Blocks of objectives in turn, one optimizer throughout: AntLM (Yu et al. 2024) alternates CLM and MLM by
+    epochs, e.g. CLM 4 / MLM 16 / CLM 4. ``alternate.blocks`` gives each block's objective and weight, the budget
+    ``alternate.tokens`` is split in proportion; masking objectives mask at ``alternate.mlm_probability``. An LR
+    warm-up in the first block, the last block decaying (``decay_shape``) when there are several."""
+    a = cfg["alternate"]
+    blocks = alternate_blocks(a["blocks"])
+    total = math.ceil(a["tokens"] / tps)
+    weight = sum(w for _, w in blocks)
+    bounds = [round(sum(w for _, w in blocks[: i + 1]) / weight * total) for i in range(len(blocks))]
+    steps = [b - a_ for a_, b in zip([0, *bounds[:-1]], bounds, strict=True)]
+    parts = [_phase(f"b{i + 1}-{name}", name, n, {"mlm_probability": a["mlm_probability"]}, key="alternate.blocks")
+             for i, ((name, _), n) in enumerate(zip(blocks, steps, strict=True))]  # fmt: skip
+    parts = [p for p in parts if p["steps"]]
+    if not parts:
+        raise ConfigError("alternate.tokens", a["tokens"], "the budget rounds to no step: raise it")
+    if len(parts) > 1 and a["decay_shape"] != "constant":
+        parts[-1]["shape"] = a["decay_shape"]
+    warm = min(_lr_warmup(cfg, tps, total), parts[0]["steps"])
+    parts[0].update(shape="warmup_constant" if warm else "constant", warmup_steps=warm)
+    return parts
+
+
+def _mixed_preset(cfg: dict, tps: int) -> list[dict]:
+    """GPT-BERT (Charpentier & Samuel 2024): one phase of mixed batches, ``mixed.causal_share`` of the rows causal
+    (about 1 to 15 in the paper) and the rest masked at ``mixed.mlm_probability``; an LR warm-up, then constant, and
+    a 1-sqrt decay over the last ``mixed.decay_fraction`` (same objective)."""
+    m = cfg["mixed"]
+    total = math.ceil(m["tokens"] / tps)
+    decay = round(m["decay_fraction"] * total)
+    settings = {"causal_share": m["causal_share"], "mlm_probability": m["mlm_probability"]}
+    parts = [_phase("mixed", "mixed", total - decay, settings, key="mixed.tokens"),
+             _phase("decay", "mixed", decay, settings, "1-sqrt", key="mixed.decay_fraction")]  # fmt: skip
+    parts = [p for p in parts if p["steps"]]
+    warm = min(_lr_warmup(cfg, tps, total), parts[0]["steps"])
+    if parts[0]["shape"] == "constant":
+        parts[0].update(shape="warmup_constant" if warm else "constant", warmup_steps=warm)
     return parts
 
 
@@ -225,13 +299,14 @@ def _listed(cfg: dict, tps: int) -> list[dict]:
         shape = p.get("shape", "constant")
         fr = p.get("final_lr_ratio")
         out.append(_phase(p.get("name") or default_phase_name(i, p["objective"]), p["objective"], steps,
-                          p.get("mlm_probability"), shape, min(warm, steps), 0.1 if fr is None else fr,
+                          p, shape, min(warm, steps), 0.1 if fr is None else fr,
                           p.get("freeze"), key=f"phases[{i}]"))  # fmt: skip
     return out
 
 
 PRESETS = {"clm_detour": _detour_preset, "mlm": _detour_preset, "pretrain": _detour_preset,
-           "hybrid": _hybrid_preset, "mask_schedule": _mask_schedule_preset}  # fmt: skip
+           "hybrid": _hybrid_preset, "mask_schedule": _mask_schedule_preset, "alternate": _alternate_preset,
+           "mixed": _mixed_preset}  # fmt: skip
 
 
 def timeline(cfg: dict, world_size: int = 1) -> list[dict]:
@@ -250,9 +325,9 @@ def build_phases(cfg: dict, world_size: int = 1, num_layers: int | None = None) 
     for d in timeline(cfg, world_size):
         fr = d["freeze"]
         layers = parse_layer_range(fr["layers"], f"{d['key']}.freeze.layers", num_layers)
-        phases.append(Phase(d["name"], d["objective"], d["mlm_probability"], d["steps"], d["shape"],
-                            d["warmup_steps"], d["final_lr_ratio"], tuple(layers), fr["embeddings"],
-                            fr["head"]))  # fmt: skip
+        phases.append(Phase(d["name"], d["objective"], d["settings"].get("mlm_probability"), d["steps"], d["shape"],
+                            d["warmup_steps"], d["final_lr_ratio"], tuple(layers), fr["embeddings"], fr["head"],
+                            tuple(d["settings"].items())))  # fmt: skip
     return phases
 
 
@@ -267,8 +342,8 @@ def expand_phases(cfg: dict, world_size: int = 1, lr_points: int = 40) -> list[d
         at = sorted({0, *range(0, p.steps, max(1, p.steps // lr_points)), p.warmup_steps, p.steps - 1} - {-1})
         at = [s for s in at if s < p.steps]
         lr = [[(start + s) * tps, p.lr_factor(s)] for s in at] + [[(start + p.steps) * tps, p.lr_factor(p.steps)]]
-        out.append({**{k: v for k, v in d.items() if k != "key"}, "causal": p.causal,
-                    "attention": "causal" if p.causal else "bidirectional",
+        out.append({**{k: v for k, v in d.items() if k != "key"}, "causal": p.causal, "attention": p.attention,
+                    "label": p.spec.text(p.settings),
                     "freeze": {**d["freeze"], "layers": list(p.freeze_layers)},
                     "start_step": start, "end_step": start + p.steps, "tokens": p.steps * tps,
                     "start_tokens": start * tps, "end_tokens": (start + p.steps) * tps, "lr": lr})  # fmt: skip
@@ -300,15 +375,21 @@ def split_pair(cfg: dict) -> list[tuple[str | None, dict]]:
         c["recipe"], c["name"] = ("custom" if listed else recipe), f"{cfg['name']}-{role}"
         if listed and role == "mlm":
             rate = cfg["pair"]["mlm_probability"]
-            c["phases"] = [{**p, "objective": "mlm", "mlm_probability": rate} if p["objective"] == "clm" else p
-                           for p in c["phases"]]  # fmt: skip
+            c["phases"] = [p if p["objective"] == "mlm" else _as_baseline(p, rate) for p in c["phases"]]
         c["_meta"] = {**c.get("_meta", {}), "pair": cfg["name"], "role": role}
         out.append((role, c))
     return out
 
 
+def _as_baseline(p: dict, rate: float) -> dict:
+    """A listed phase turned into the pair's baseline: MLM at ``rate``, the other objective's settings dropped."""
+    other = set(objectives.setting_names())
+    return {**{k: v for k, v in p.items() if k not in other}, "objective": "mlm", "mlm_probability": rate}
+
+
 def first_causal_phase(cfg: dict) -> str | None:
-    """The name of the first CLM phase of any run ``cfg`` trains (a pair: both), else None."""
+    """The name of the first phase that needs more than bidirectional attention, of any run ``cfg`` trains (a pair:
+    both), else None."""
     return next((p.name for _, c in split_pair(cfg) for p in build_phases(c) if p.causal), None)
 
 

@@ -21,8 +21,8 @@ import torch
 
 from backend.core import atomic
 from backend.core.errors import DataError
+from backend.detour import objectives
 from backend.detour.encoder_lm import IGNORE, EncoderLM
-from backend.detour.objectives import clm_labels, mlm_mask, replacement_vocab, special_ids
 from backend.detour.recipe import (
     Phase,
     build_optimizer,
@@ -130,14 +130,11 @@ def _train_step(s: _State, phase: Phase, step: int, frozen: list[torch.nn.Parame
             idx = batch_indices(len(s.train), s.data_seed, micro_index, s.bs * s.world)
             ids, starts = s.train.rows(idx[s.rank * s.bs : (s.rank + 1) * s.bs])  # a pure function of (seed, step)
             s.data_hash.update(ids.numpy().tobytes())  # raw tokens, before any masking: a pair must match
-            if phase.objective == "clm":
-                inputs, labels = ids, clm_labels(ids, starts)
-            else:
-                gen = torch.Generator().manual_seed((s.seed * 1_000_003 + micro_index) * 1009 + s.rank)
-                inputs, labels = mlm_mask(ids, phase.mlm_probability, *s.tok, gen)
+            gen = torch.Generator().manual_seed((s.seed * 1_000_003 + micro_index) * 1009 + s.rank)
+            b = phase.spec.batch(ids, starts, phase.settings, s.tok, gen)  # the objective's inputs and labels
         sync = s.accelerator.no_sync(s.lm) if micro < s.accum - 1 else contextlib.nullcontext()
         with s.split.part("forward_backward"), sync, s.accelerator.autocast():
-            loss, _, _ = s.lm(inputs.to(s.device), labels.to(s.device), causal=phase.causal)
+            loss, _, _ = s.lm(b.inputs.to(s.device), b.labels.to(s.device), causal=_on(b.attention, s.device))
             s.accelerator.backward(loss / s.accum)
         loss_sum += loss.detach().float() / s.accum
     with s.split.part("optimizer"):
@@ -165,7 +162,7 @@ class _State:
     train: object
     held: object
     phases: list[Phase]
-    tok: tuple  # (special ids, mask id, replacement vocabulary)
+    tok: objectives.Masking  # what masking objectives need from the tokenizer
     log: object
     checkpoints: checkpoint.Checkpointer
     clock: compiling.CompileClock
@@ -193,9 +190,10 @@ class _State:
         self.peak = throughput.peak_flops(self.precision, self.device)  # (FLOP/s of one process, where from)
         config, seq = self.hf.config, t["seq_len"]
         self.flops = {
-            p.name: throughput.flops_per_token(config, seq, p.mlm_probability if p.objective == "mlm" else 1.0)
-            for p in self.phases
+            p.name: throughput.flops_per_token(config, seq, p.spec.predicted_share(p.settings)) for p in self.phases
         }  # per phase: mask rates differ
+        self.evaluated = [o for o in objectives.all_objectives()
+                          if o.always_evaluated or o.name in {p.objective for p in self.phases}]  # fmt: skip
 
     def emit(self, row: dict) -> None:
         if self.main:
@@ -220,7 +218,7 @@ def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log, resume: bool = Fa
             f"({t['batch_size'] * world}); use more text, a smaller train.batch_size or a shorter train.seq_len"
         )
     phases = build_phases(cfg, world, num_layers=len(transformer_blocks(hf_model)))
-    tok = (special_ids(tokenizer), tokenizer.mask_token_id, replacement_vocab(tokenizer))  # what MLM masking needs
+    tok = objectives.masking_of(tokenizer)
     lm = EncoderLM(hf_model)
     compiled = compiling.resolve_compile(t["compile"], fsdp=t["fsdp"])[0]  # train_run has resolved auto already
     kernels = compiling.compile_encoder(lm) if compiled else None  # in place: parameter names stay HF's
@@ -267,7 +265,7 @@ def _enter_phase(s: _State, phase: Phase, step: int, first_step: bool) -> list[t
     frozen = [named[n] for n in sorted(phase.frozen_names(s.hf))]
     if first_step:
         s.emit({"type": "phase", "step": step, "phase": phase.name, "objective": phase.objective,
-                "mlm_probability": phase.mlm_probability if phase.objective == "mlm" else None,
+                "attention": phase.attention, **{k: phase.settings.get(k) for k in objectives.setting_names()},
                 "tokens_seen": step * s.tps, "frozen_parameters": len(frozen)})  # fmt: skip
     s.log(f"phase {phase.name}: {phase.objective}, {phase.steps} steps, {len(frozen)} frozen tensors")
     return frozen
@@ -348,8 +346,10 @@ def _save_final(s: _State) -> None:
 
 @torch.no_grad()
 def evaluate(s: _State) -> dict | None:
-    """Held-out MLM loss at 15% with fixed masks (comparable across recipes) and CLM loss; None when a stop was
-    asked between held-out batches (a cancel takes seconds, not the whole evaluation).
+    """Held-out loss of each objective measured in every run (MLM at 15% with fixed masks, comparable across
+    recipes; next-token) and of each other objective the run trains: ``eval_<name>_loss`` (and accuracy where the
+    objective asks), at the objective's fixed held-out settings and masks; None when a stop was asked between
+    held-out batches (a cancel takes seconds, not the whole evaluation).
 
     Batches have the training batch's shape, so a compiled encoder meets no new shape: a last partial batch is
     filled up with copies of its first row whose labels are all ignored (the numbers are those of the rows alone)."""
@@ -357,36 +357,43 @@ def evaluate(s: _State) -> dict | None:
     model.eval()
     bs = s.train_cfg["batch_size"]
     n = min(s.log_cfg["eval_batches"] * bs, len(s.held))
-    sums = {"mlm": 0.0, "mlm_n": 0, "mlm_correct": 0, "clm": 0.0, "clm_n": 0}
+    sums = {o.name: [0.0, 0, 0] for o in s.evaluated}  # loss x count, count, right
     with s.clock.time("held-out evaluation"):
         for i in range(0, n, bs):
             if s.should_stop is not None and _agree(s, s.should_stop()):
                 model.train()
                 return None
             ids, starts = s.held.rows(torch.arange(i, min(i + bs, n)))
-            g = torch.Generator().manual_seed(EVAL_MASK_SEED + i)
-            for objective, (inputs, labels) in (
-                ("mlm", mlm_mask(ids, 0.15, *s.tok, g)),
-                ("clm", (ids, clm_labels(ids, starts))),
-            ):
-                inputs, labels = _full_batch(inputs, labels, bs)
+            for o in s.evaluated:
+                g = torch.Generator().manual_seed(EVAL_MASK_SEED + i)  # the same masks in every run
+                inputs, labels, attention = _full_batch(o.batch(ids, starts, o.held_out, s.tok, g), bs)
                 with s.accelerator.autocast():
-                    loss, correct, count = model(inputs.to(s.device), labels.to(s.device), causal=objective == "clm")
-                sums[objective] += loss.item() * count
-                sums[f"{objective}_n"] += count
-                sums["mlm_correct"] += int(correct) if objective == "mlm" else 0
+                    loss, correct, count = model(inputs.to(s.device), labels.to(s.device), causal=_on(attention, s.device))
+                sums[o.name][0] += loss.item() * count
+                sums[o.name][1] += count
+                sums[o.name][2] += int(correct) if o.accuracy else 0
     model.train()
-    return {
-        "eval_mlm_loss": sums["mlm"] / max(sums["mlm_n"], 1),
-        "eval_mlm_accuracy": sums["mlm_correct"] / max(sums["mlm_n"], 1),
-        "eval_clm_loss": sums["clm"] / max(sums["clm_n"], 1),
-    }
+    out = {}
+    for o in s.evaluated:
+        loss, count, right = sums[o.name]
+        out[f"eval_{o.name}_loss"] = loss / max(count, 1)
+        if o.accuracy:
+            out[f"eval_{o.name}_accuracy"] = right / max(count, 1)
+    return out
 
 
-def _full_batch(inputs: torch.Tensor, labels: torch.Tensor, bs: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _on(attention, device):
+    """The attention of a batch on the model's device (per-row prefix lengths are a tensor)."""
+    return attention.to(device) if isinstance(attention, torch.Tensor) else attention
+
+
+def _full_batch(b: objectives.Batch, bs: int) -> tuple[torch.Tensor, torch.Tensor, object]:
     """``bs`` rows: a short batch gets copies of its first row, labelled nowhere (they add nothing to the loss)."""
+    inputs, labels, attention = b.inputs, b.labels, b.attention
     short = bs - len(inputs)
     if short <= 0:
-        return inputs, labels
+        return inputs, labels, attention
+    if isinstance(attention, torch.Tensor):
+        attention = torch.cat([attention, attention[:1].expand(short)])
     return torch.cat([inputs, inputs[:1].expand(short, -1)]), torch.cat([labels, torch.full_like(labels[:1], IGNORE)
-                                                                          .expand(short, -1)])  # fmt: skip
+                                                                          .expand(short, -1)]), attention  # fmt: skip

@@ -142,7 +142,7 @@ def apply_override(cfg: dict, key: str, value: Any, scope: str | None = None) ->
         node = node[p]
     if isinstance(node, list):
         raise ConfigError(key, value, "a list: set one phase's key by its index, e.g. phases.0.tokens=1000")
-    if parts[-1] not in node and not (in_phase and parts[-1] in PHASE_KEYS):
+    if parts[-1] not in node and not (in_phase and parts[-1] in phase_keys()):
         raise ConfigError(
             key,
             value,
@@ -359,7 +359,9 @@ def validate_config(cfg: dict) -> dict:
             raise ConfigError(
                 "mask_schedule.shares", shares, f"one share per rate ({len(rates)}), adding up to 1 (null = equal)"
             )
-    elif cfg["recipe"] != "hybrid" and not (ph["main"]["tokens"] or ph["main"]["steps"]):
+    elif cfg["recipe"] == "alternate":
+        check_alternate_blocks(cfg["alternate"]["blocks"])
+    elif cfg["recipe"] not in ("hybrid", "mixed") and not (ph["main"]["tokens"] or ph["main"]["steps"]):
         raise ConfigError(
             "phases.main.tokens", ph["main"]["tokens"], "the main phase needs a budget > 0 (tokens or steps)"
         )
@@ -368,8 +370,17 @@ def validate_config(cfg: dict) -> dict:
 
 # --- phases written as a list --------------------------------------------------------------------
 
-PHASE_KEYS = ("name", "objective", "tokens", "steps", "fraction", "mlm_probability", "shape", "warmup_tokens",
-              "warmup_steps", "final_lr_ratio", "freeze")  # fmt: skip
+BASE_PHASE_KEYS = ("name", "objective", "tokens", "steps", "fraction", "shape", "warmup_tokens", "warmup_steps",
+                   "final_lr_ratio", "freeze")  # fmt: skip
+
+
+def phase_keys() -> tuple[str, ...]:
+    """What a phase may carry: budget, LR and freezing, and the settings of every objective (each declares its own)."""
+    import backend.detour.objectives as objectives  # the registry (below the config: declarations, torch only)
+
+    return (*BASE_PHASE_KEYS[:5], *objectives.setting_names(), *BASE_PHASE_KEYS[5:])
+
+
 BUDGETS = ("tokens", "steps", "fraction")
 FREEZE_KEYS = ("layers", "embeddings", "head")
 
@@ -378,8 +389,12 @@ def check_phase_list(cfg: dict) -> None:
     """Every phase of a list is complete and means one thing; the budgets add up to ``train.total_tokens``.
 
     Errors name the phase by its index, e.g. ``phases[1].mlm_probability``. Phases are normalised in place (numbers
-    as int/float); defaults (shape ``constant``, ``final_lr_ratio`` 0.1, no freezing) are left to the recipe."""
+    as int/float); defaults (shape ``constant``, ``final_lr_ratio`` 0.1, no freezing, the objective's own settings)
+    are left to the recipe."""
+    import backend.detour.objectives as objectives
+
     phases, t = cfg["phases"], cfg["train"]
+    keys = phase_keys()
     if not phases:
         raise ConfigError("phases", phases, "an empty list: give at least one phase")
     tps = t["batch_size"] * t["grad_accum"] * t["seq_len"]
@@ -388,11 +403,12 @@ def check_phase_list(cfg: dict) -> None:
     for i, p in enumerate(phases):
         key = f"phases[{i}]"
         if not isinstance(p, dict):
-            raise ConfigError(key, p, "expected a mapping with objective (clm | mlm) and tokens, steps or fraction")
-        if unknown := [k for k in p if k not in PHASE_KEYS]:
-            raise ConfigError(f"{key}.{unknown[0]}", p[unknown[0]], f"unknown key; allowed: {', '.join(PHASE_KEYS)}")
-        if p.get("objective") not in schema.OBJECTIVES:
-            raise ConfigError(f"{key}.objective", p.get("objective"), "allowed: clm (causal), mlm (bidirectional)")
+            raise ConfigError(key, p, f"expected a mapping with objective ({' | '.join(objectives.names())}) and "
+                              "tokens, steps or fraction")  # fmt: skip
+        if unknown := [k for k in p if k not in keys]:
+            raise ConfigError(f"{key}.{unknown[0]}", p[unknown[0]], f"unknown key; allowed: {', '.join(keys)}")
+        if p.get("objective") not in objectives.names():
+            raise ConfigError(f"{key}.objective", p.get("objective"), f"allowed: {objectives.choices_text()}")
         budgets = [b for b in BUDGETS if p.get(b) is not None]
         if not budgets:
             raise ConfigError(key, p, "an empty phase: give it tokens, steps or fraction (of train.total_tokens)")
@@ -405,13 +421,7 @@ def check_phase_list(cfg: dict) -> None:
             fractions.append((key, p[b]))
         else:
             spent += p[b] * (tps if b == "steps" else 1)
-        rate = p.get("mlm_probability")
-        if p["objective"] == "mlm":
-            if rate is None:
-                raise ConfigError(f"{key}.mlm_probability", None, "an MLM phase needs its masking rate, in (0, 1)")
-            p["mlm_probability"] = _number(rate, f"{key}.mlm_probability", lo=0, lo_open=True, hi=1, hi_open=True)
-        elif rate is not None:
-            raise ConfigError(f"{key}.mlm_probability", rate, "a CLM phase masks nothing: leave it out")
+        _check_objective_settings(p, key, objectives.get(p["objective"]), objectives.setting_names())
         shape = p.get("shape", "constant")
         if shape not in schema.LR_SHAPES:
             raise ConfigError(f"{key}.shape", shape, f"allowed: {', '.join(schema.LR_SHAPES)}")
@@ -473,6 +483,49 @@ def _check_phase_warmup(p: dict, key: str, shape: str, warm: list[str], tps: int
             f"{key}.{w}", p[w], f"the warm-up ({warm_steps} steps of {tps} tokens) is longer than its phase "
             f"({steps} steps); shorten it to at most the phase"
         )  # fmt: skip
+
+
+def check_alternate_blocks(text) -> None:
+    """``alternate.blocks``: 'objective:weight' items, comma-separated, each a known objective and a weight > 0."""
+    import backend.detour.objectives as objectives
+
+    key = "alternate.blocks"
+    items = [x.strip() for x in text.split(",")] if isinstance(text, str) else []
+    if not items or not all(items):
+        raise ConfigError(key, text, "objective:weight blocks separated by commas, e.g. 'clm:4, mlm:16, clm:4'")
+    for item in items:
+        name, colon, weight = (x.strip() for x in item.partition(":"))
+        if name not in objectives.names():
+            allowed = objectives.choices_text()
+            raise ConfigError(key, text, f"block '{item}': {name!r} is no objective; allowed: {allowed}")
+        try:
+            ok = colon and math.isfinite(float(weight)) and float(weight) > 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigError(key, text, f"block '{item}': give its weight after a colon, a number > 0 (e.g. {name}:4)")
+        if any(s.default is None and s.name != "mlm_probability" for s in objectives.get(name).settings):
+            raise ConfigError(key, text, f"block '{item}': objective {name} needs settings a block cannot give; "
+                                         "write the phases as a list")  # fmt: skip
+
+
+def _check_objective_settings(p: dict, key: str, spec, every: tuple[str, ...]) -> None:
+    """The phase's objective declares its settings (``backend/detour/objectives/``): each is a number in its range,
+    one without a default must be given, and another objective's setting is refused."""
+    own = {s.name: s for s in spec.settings}
+    for name in every:
+        if name not in own and p.get(name) is not None:
+            takes = f"its settings: {', '.join(own)}" if own else "it takes no settings"
+            why = f"objective {spec.name} ({spec.title}) has no {name}: leave it out ({takes})"
+            raise ConfigError(f"{key}.{name}", p[name], why)
+    for s in own.values():
+        value = p.get(s.name)
+        if value is None:
+            if s.default is None:
+                why = f"objective {spec.name} ({spec.title}) needs {s.help}, in {s.range_text()}"
+                raise ConfigError(f"{key}.{s.name}", None, why)
+            continue
+        p[s.name] = _number(value, f"{key}.{s.name}", lo=s.lo, lo_open=s.lo_open, hi=s.hi, hi_open=s.hi_open)
 
 
 def default_phase_name(index: int, objective: str) -> str:

@@ -16,12 +16,11 @@ from backend.engine.trackers import TRACKERS
 
 MAX_INT = 10**15  # any count without its own bound (tokens, steps, sizes): beyond every real run, exact as a float
 MAX_SEED = 2**32 - 1  # what every generator a seed reaches accepts (numpy's legacy seeds, torch after offsets)
-RECIPES = ("clm_detour", "mlm", "pair", "pretrain", "hybrid", "mask_schedule", "custom")
+RECIPES = ("clm_detour", "mlm", "pair", "pretrain", "hybrid", "mask_schedule", "alternate", "mixed", "custom")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flex_attention", "flash_attention_2")
 DECAY_SHAPES = ("1-sqrt", "linear")
 LR_SHAPES = ("warmup_constant", "constant", *DECAY_SHAPES)  # of a phase in the list form
-OBJECTIVES = ("clm", "mlm")
 
 
 @dataclass(frozen=True)
@@ -71,9 +70,10 @@ SCHEMA: list[Key] = [
         label="Run name", form=1),
     Key("recipe", "pair", "choice",
         "clm_detour | mlm | pair (both, same data and budget) | pretrain (from scratch) | hybrid (CLM share, then "
-        "MLM) | mask_schedule (MLM, a list of mask rates) | custom (phases written as a list; the default then)",
+        "MLM) | mask_schedule (MLM, a list of mask rates) | alternate (blocks of objectives in turn, AntLM) | mixed "
+        "(causal and masked rows in every step, GPT-BERT) | custom (phases written as a list; the default then)",
         choices=RECIPES, label="Recipe", form=2,
-        form_choices=("pair", "clm_detour", "mlm", "hybrid", "mask_schedule", "custom")),
+        form_choices=("pair", "clm_detour", "mlm", "hybrid", "mask_schedule", "alternate", "mixed", "custom")),
     # model
     Key("model.name", DEFAULT_MODEL, "str", "bundled name | local folder | run dir | hub id | from_scratch",
         label="Model", form=3, widget="model"),
@@ -176,6 +176,21 @@ SCHEMA: list[Key] = [
         "to 1 (null = equal shares)", optional=True),
     Key("mask_schedule.decay_shape", "1-sqrt", "choice", "recipe mask_schedule: LR shape of the last phase "
         "(down to 10% of the peak) when there are several; constant = no decay", choices=LR_SHAPES[1:]),
+    Key("alternate.blocks", "clm:4, mlm:16, clm:4", "str", "recipe alternate: objective:weight blocks in order, the "
+        "budget split by weight (AntLM: clm:4, mlm:16, clm:4); any registered objective (an unknown one is "
+        "refused with the list)"),
+    Key("alternate.tokens", 200_000, "int", "recipe alternate: the run's total token budget", lo=1),
+    Key("alternate.mlm_probability", 0.15, "float", "recipe alternate: masking rate of the blocks that mask", lo=0,
+        hi=1, lo_open=True, hi_open=True),
+    Key("alternate.decay_shape", "1-sqrt", "choice", "recipe alternate: LR shape of the last block (down to 10% of "
+        "the peak) when there are several; constant = no decay", choices=LR_SHAPES[1:]),
+    Key("mixed.causal_share", 1 / 16, "float", "recipe mixed: share of each step's rows trained causally, the rest "
+        "masked (GPT-BERT: about 1 to 15)", lo=0, hi=1),
+    Key("mixed.mlm_probability", 0.15, "float", "recipe mixed: masking rate of the masked rows", lo=0, hi=1,
+        lo_open=True, hi_open=True),
+    Key("mixed.tokens", 200_000, "int", "recipe mixed: the run's total token budget", lo=1),
+    Key("mixed.decay_fraction", 0.1, "float", "recipe mixed: a 1-sqrt LR decay over this last share of the run "
+        "(0 = none)", lo=0, hi=1, hi_open=True),
     # logging
     Key("logging.log_every", 5, "int", "steps between training-loss rows", lo=1,
         label="Log every (steps)", form=37, advanced=True),

@@ -200,13 +200,14 @@ def train_values(row: dict) -> dict:
             "train/tokens_seen": row["tokens_seen"],
         }
     if kind == "eval":
-        return {
-            f"eval/{name.removeprefix('eval_')}": row[name]
-            for name in ("eval_mlm_loss", "eval_mlm_accuracy", "eval_clm_loss")
-            if row.get(name) is not None
+        return {  # every held-out number: each objective of the run has its eval_<name>_loss
+            f"eval/{name.removeprefix('eval_')}": value
+            for name, value in row.items()
+            if name.startswith("eval_") and isinstance(value, int | float) and not isinstance(value, bool)
         }
-    if kind == "phase":
-        return {"phase/index": PHASE_INDEX.get(row["phase"], -1), "phase/clm": int(row.get("objective") == "clm")}
+    if kind == "phase":  # phase/causal: 1 where the phase's attention is not bidirectional (causal, prefix, mixed)
+        return {"phase/index": PHASE_INDEX.get(row["phase"], -1),
+                "phase/causal": int(row.get("attention", "bidirectional") != "bidirectional")}  # fmt: skip
     return {}
 
 

@@ -10,11 +10,10 @@ from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
 from backend.analysis.plots import fit_y_range, phase_boundaries
+from backend.detour import objectives
 
 ALLOWED, MASKED = "#2563eb", "#f1f5f9"
 SURPRISE_SCALE = "YlOrRd"
-OBJECTIVE_NAMES = {"mlm": "MLM", "clm": "CLM detour"}
-OBJECTIVE_COLOURS = {"mlm": "#636efa", "clm": "#ef553b"}  # the same in every run figure
 
 
 def layers_text(layers: list[int]) -> str:
@@ -22,26 +21,21 @@ def layers_text(layers: list[int]) -> str:
     return ("layer " if len(layers) == 1 else "layers ") + ", ".join(map(str, layers))
 
 
-def pattern_title(kind: dict, objective: str) -> str:
-    """e.g. 'local · layers 1, 2, 4, 5<br>CLM detour: causal AND window 64 (0 ≤ q−k ≤ 32)'."""
-    causal = objective == "clm"
-    rule = "causal" if causal else "bidirectional"
-    if kind.get("window"):
-        reach = kind["reach"]
-        span = f"0 ≤ q−k ≤ {reach}" if causal else f"|q−k| ≤ {reach}"
-        rule = f"{'causal AND' if causal else 'bidirectional,'} window {kind['window']} ({span})"
-    return f"{kind['name']} · {layers_text(kind['layers'])}<br>{OBJECTIVE_NAMES[objective]}: {rule}"
+def pattern_title(kind: dict, objective: dict) -> str:
+    """e.g. '<b>CLM detour</b><br>local · layers 1, 2, 4, 5<br>causal, window 64'; ``objective`` is one of the
+    result's ``objectives`` (what the objective declares; its note on the drawn row goes in the message)."""
+    rule = objective["attention"] + (f", window {kind['window']}" if kind.get("window") else "")
+    return f"<b>{objective['title']}</b><br>{kind['name']} · {layers_text(kind['layers'])}<br>{rule}"
 
 
 def masks_figure(result: dict) -> go.Figure:
-    """One row per layer kind, MLM on the left and the CLM detour on the right: blue = the query (row) may attend
-    to the key (column)."""
-    kinds = result["kinds"]
-    titles = [pattern_title(k, o) for k in kinds for o in ("mlm", "clm")]
-    fig = make_subplots(rows=len(kinds), cols=2, subplot_titles=titles, horizontal_spacing=0.08,
+    """One row per layer kind, one column per objective: blue = the query (row) may attend to the key (column)."""
+    kinds, objs = result["kinds"], result["objectives"]
+    titles = [pattern_title(k, o) for k in kinds for o in objs]
+    fig = make_subplots(rows=len(kinds), cols=len(objs), subplot_titles=titles, horizontal_spacing=0.04,
                         vertical_spacing=0.14 if len(kinds) > 1 else 0.1)  # fmt: skip
     for r, kind in enumerate(kinds, start=1):
-        for c, objective in enumerate(("mlm", "clm"), start=1):
+        for c, objective in enumerate((o["name"] for o in objs), start=1):
             fig.add_trace(
                 go.Heatmap(
                     z=kind[objective],
@@ -55,12 +49,12 @@ def masks_figure(result: dict) -> go.Figure:
                 col=c,
             )
             fig.update_xaxes(title_text="key position", row=r, col=c, constrain="domain")
-            x_axis = "x" if (r, c) == (1, 1) else f"x{2 * (r - 1) + c}"  # square cells
-            fig.update_yaxes(
-                title_text="query position", autorange="reversed", scaleanchor=x_axis, constrain="domain", row=r, col=c
-            )
-    fig.update_annotations(font_size=12)
-    fig.update_layout(height=430 * len(kinds), margin={"l": 55, "r": 20, "t": 60, "b": 45}, template="plotly_white",
+            x_axis = "x" if (r, c) == (1, 1) else f"x{len(objs) * (r - 1) + c}"  # square cells
+            fig.update_yaxes(title_text="query position" if c == 1 else None, autorange="reversed",
+                             scaleanchor=x_axis, constrain="domain", row=r, col=c)  # fmt: skip
+    fig.update_annotations(font_size=11)
+    fig.update_layout(height=(150 + 1600 // max(len(objs), 1)) * len(kinds), template="plotly_white",
+                      margin={"l": 55, "r": 20, "t": 100, "b": 45},
                       title={"text": f"Who may attend to whom, {result['seq_len']} tokens "
                                      f"({result['attn_implementation']}): blue = allowed", "x": 0.01})  # fmt: skip
     return fig
@@ -146,8 +140,10 @@ def _over_the_run(fig: go.Figure, rows: list[dict], title: str, y_title: str) ->
 
 
 def _line(x: list, y: list, name: str, objective: str, **kw) -> go.Scatter:
-    """CLM solid red, MLM dotted blue, in every figure over a run."""
-    line = {"dash": "solid" if objective == "clm" else "dot", "color": OBJECTIVE_COLOURS[objective]}
+    """Each objective in its own colour, in every figure over a run: solid where its attention is not bidirectional,
+    dotted where it is."""
+    o = objectives.get(objective)
+    line = {"dash": "dot" if o.attention == "bidirectional" else "solid", "color": o.colour}
     return go.Scatter(x=x, y=y, name=name, mode="lines+markers", line=line, **kw)
 
 
@@ -155,7 +151,8 @@ def timeline_figure(points: list[dict], rows: list[dict], selected: int | None =
     """The run's held-out losses over tokens seen, its phase switches, a tick per saved model, the selected one."""
     fig = go.Figure()
     evals = [r for r in rows if r.get("type") == "eval"]
-    for objective, name in (("clm", "held-out CLM loss"), ("mlm", "held-out MLM loss (15% masked)")):
+    for o in objectives.all_objectives():  # each held-out loss the run measured
+        objective, name = o.name, f"held-out {o.text(o.held_out)} loss"
         got = [r for r in evals if r.get(f"eval_{objective}_loss") is not None]
         if got:
             x, y = [r["tokens_seen"] for r in got], [r[f"eval_{objective}_loss"] for r in got]

@@ -1,13 +1,15 @@
-"""What each layer may attend to, under MLM and under the CLM detour.
+"""What each layer may attend to, under each objective (``backend/detour/objectives/``: each says which attention one of
+its rows trains with, ``Objective.picture``).
 
 The pattern is read, not drawn: one forward of the encoder under the trainer's own ``causal_attention`` (called as
 ``EncoderLM`` calls it in training, with no padding mask) records the ``attention_mask`` each block receives and the
 ``is_causal`` flag of its attention module at that moment, and turns them into a "query i may attend to key j"
 matrix. The bidirectional pass is the same forward with ``causal=False``: the model builds its own masks, window
-included. Then the pattern is *measured*: every block's input is replaced by one clean copy in which a single key
-position is pushed hard (+ and -, one copy each), and a key counts as seen by a query when that query's output
-changes at all. Within one block only attention mixes positions (norms, MLP and residual act per position), so the
-measured matrix is the mask the kernel really applied. Both must agree; a disagreement is reported, never hidden.
+included; a prefix row passes its prefix length, as the trainer does. Then the pattern is *measured*: every block's
+input is replaced by one clean copy in which a single key position is pushed hard (+ and -, one copy each), and a key
+counts as seen by a query when that query's output changes at all. Within one block only attention mixes positions
+(norms, MLP and residual act per position), so the measured matrix is the mask the kernel really applied. Both must
+agree; a disagreement is reported, never hidden.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from functools import partial
 import torch
 
 from backend.core.errors import DetourError
+from backend.detour import objectives
 from backend.detour.attention import causal_attention
 from backend.detour.encoder_lm import EncoderLM
 from backend.engine.models import load_masked_lm, quiet_transformers, transformer_blocks
@@ -27,7 +30,6 @@ KIND_NAMES = {"full_attention": "global", "sliding_attention": "local"}
 MAX_SEQ_LEN = 512
 MEASURED_KEYS = 8  # key positions pushed per measurement: each one checks every query, both window edges included
 PUSH = 100.0  # size of the push, in standard deviations of the block's input
-OBJECTIVES = (("mlm", False), ("clm", True))
 
 
 class MaskViewError(DetourError):
@@ -68,7 +70,12 @@ def _hooked(handles: list):
             h.remove()
 
 
-def given_patterns(model, ids: torch.Tensor, causal: bool) -> list[torch.Tensor]:
+def _rows(attention, n: int):
+    """The attention of one row, for a batch of ``n`` copies of it."""
+    return attention.expand(n) if isinstance(attention, torch.Tensor) else attention
+
+
+def given_patterns(model, ids: torch.Tensor, causal) -> list[torch.Tensor]:
     """The (query, key) pattern each block is given in one forward under the trainer's ``causal_attention``."""
     impl = getattr(model.config, "_attn_implementation", "sdpa")
     blocks = transformer_blocks(model)
@@ -88,7 +95,7 @@ class _Done(Exception):
     """Raised after the last block of interest: the rest of the forward is not needed."""
 
 
-def measured_patterns(model, ids: torch.Tensor, causal: bool, layers: list[int], keys: list[int]) -> dict:
+def measured_patterns(model, ids: torch.Tensor, causal, layers: list[int], keys: list[int]) -> dict:
     """{layer: (query, len(keys)) bool}: which queries' outputs of that block move when one key's input is pushed."""
     n, seq_len = len(keys), ids.shape[1]
     blocks = transformer_blocks(model)
@@ -118,7 +125,7 @@ def measured_patterns(model, ids: torch.Tensor, causal: bool, layers: list[int],
         hooks.append(b.register_forward_hook(partial(compare, i)))
     batch = ids.expand(2 * n + 1, seq_len)
     with _hooked(hooks), torch.inference_mode(), contextlib.suppress(_Done):
-        with causal_attention(model, batch, None, causal) as attn:
+        with causal_attention(model, batch, None, _rows(causal, len(batch))) as attn:
             EncoderLM(model).encoder()(input_ids=batch, attention_mask=attn)
     return {i: seen[i] for i in layers}
 
@@ -156,8 +163,14 @@ def _summary(pattern: torch.Tensor) -> dict:
     return {"keys_min": int(seen.min()), "keys_max": int(seen.max()), "sees_future": bool(above)}
 
 
+def _describe(o: objectives.Objective) -> dict:
+    return {"name": o.name, "title": o.title, "attention": o.attention, "colour": o.colour,
+            "explanation": o.explanation, "note": o.picture_note}  # fmt: skip
+
+
 def patterns_of(model, seq_len: int, measure: bool = True) -> dict:
-    """The attention pattern of each layer kind under each objective, for an already loaded MLM model.
+    """The attention pattern of each layer kind under each objective, for an already loaded MLM model (objectives
+    whose drawn row has the same attention share one measurement).
 
     The model's ``is_causal`` flags are flipped during the causal forwards (as in training): give it a model that
     nothing else is running at the same time.
@@ -165,10 +178,15 @@ def patterns_of(model, seq_len: int, measure: bool = True) -> dict:
     ids = torch.randint(0, model.config.vocab_size, (1, seq_len), generator=torch.Generator().manual_seed(0))
     kinds = _kinds(model)
     keys = measured_keys(seq_len)
-    for objective, causal in OBJECTIVES:
-        given = given_patterns(model, ids, causal)
-        first = [k["layers"][0] for k in kinds]
-        measured = measured_patterns(model, ids, causal, first, keys) if measure else {}
+    done: dict[object, tuple] = {}
+    for o in objectives.all_objectives():
+        objective, causal = o.name, o.picture(seq_len)
+        same = tuple(causal.tolist()) if isinstance(causal, torch.Tensor) else causal
+        if same not in done:
+            first = [k["layers"][0] for k in kinds]
+            done[same] = (given_patterns(model, ids, causal),
+                          measured_patterns(model, ids, causal, first, keys) if measure else {})  # fmt: skip
+        given, measured = done[same]
         for k in kinds:
             pattern = given[k["layers"][0]]
             uneven = [i for i in k["layers"] if not torch.equal(given[i], pattern)]
@@ -190,6 +208,7 @@ def patterns_of(model, seq_len: int, measure: bool = True) -> dict:
         "model_type": getattr(model.config, "model_type", "?"),
         "attn_implementation": getattr(model.config, "_attn_implementation", "sdpa"),
         "kinds": kinds,
+        "objectives": [_describe(o) for o in objectives.all_objectives()],
     }
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from backend.detour import objectives
 from backend.detour.recipe import expand_phases, split_pair, tokens_per_step
 from backend.engine.config import validate_config
 from backend.engine.rundir import read_config, read_status
 
-COLORS = {"clm": "#EF8A3C", "mlm": "#3C7FD1"}  # CLM warm, MLM cool: the same pair of colours everywhere
 TITLE = "Timeline: phases, LR (x peak) and frozen blocks"
 
 
@@ -35,8 +35,7 @@ def run_timeline(run_dir: str | Path) -> list[dict]:
 
 
 def _label(d: dict) -> str:
-    what = "CLM" if d["objective"] == "clm" else f"MLM {d['mlm_probability'] * 100:g}%"
-    return f"{d['name']}: {what}, {d['attention']}"
+    return f"{d['name']}: {d['label']}, {d['attention']}"  # each objective says how a phase of it reads
 
 
 def _frozen(d: dict) -> list[str]:
@@ -62,10 +61,11 @@ def timeline_figure(timelines: dict[str, list[dict]], axis: str = "tokens_seen",
         for d in tl:
             hover = (f"{run}<br>{_label(d)}<br>{d['steps']} steps, {d['tokens']:,} tokens<br>LR {d['shape']}"
                      + (f"<br>frozen: {', '.join(_frozen(d))}" if _frozen(d) else ""))  # fmt: skip
+            spec = objectives.get(d["objective"])  # its colour and name, the same everywhere
             fig.add_trace(
-                go.Bar(y=[run], x=[d[hi] - d[lo]], base=[d[lo]], orientation="h", marker_color=COLORS[d["objective"]],
+                go.Bar(y=[run], x=[d[hi] - d[lo]], base=[d[lo]], orientation="h", marker_color=spec.colour,
                        marker_line={"color": "white", "width": 2}, text=[_label(d)], textposition="inside",
-                       insidetextanchor="middle", name=d["objective"].upper(), legendgroup=d["objective"],
+                       insidetextanchor="middle", name=spec.title, legendgroup=d["objective"],
                        showlegend=d["objective"] not in seen, hovertemplate=hover + "<extra></extra>"),
                 row=1, col=1,
             )  # fmt: skip

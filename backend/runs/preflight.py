@@ -38,6 +38,19 @@ def tokenizer_for(cfg: dict):
         raise ModelSpecError(f"model.tokenizer: {exc}") from exc  # the key the user wrote, not model.name
 
 
+def check_dense_mask_phases(cfg: dict, impl: str) -> None:
+    """A phase whose rows attend per row (a prefix, or causal and bidirectional rows mixed) gets dense masks, which
+    only sdpa and eager take (``attention.py``): on a GPU ``auto`` would pick flex or flash, so it is refused here."""
+    if impl in ("sdpa", "eager"):
+        return
+    for _, c in split_pair(cfg):
+        for p in build_phases(c):
+            if p.attention in ("prefix", "per-sequence"):
+                raise ConfigError("model.attn_implementation", impl,
+                                  f"phase '{p.name}' ({p.spec.title}) attends per row ({p.attention}): its masks are "
+                                  "dense, set model.attn_implementation: sdpa or eager")  # fmt: skip
+
+
 def check(cfg: dict, check_data: bool = True) -> dict:
     """Raise a DetourError for anything that would fail after the run started. Returns facts found, with
     ``warnings`` (things that train but deserve a look).
@@ -59,7 +72,8 @@ def check(cfg: dict, check_data: bool = True) -> dict:
         except Exception as exc:
             raise ConfigError("model.from_scratch", m["from_scratch"], f"not a valid architecture ({exc})") from exc
     n_layers = int(mconf.num_hidden_layers)  # from_scratch: the architecture's default when the mapping leaves it out
-    resolve_attn_implementation(m["attn_implementation"], mconf)  # refuses one that cannot train here
+    impl = resolve_attn_implementation(m["attn_implementation"], mconf)[0]  # refuses one that cannot train here
+    check_dense_mask_phases(cfg, impl)
     # only where compile will really be on (auto is off on CPU, and off without a compiler on GPU)
     if resolve_compile(cfg["train"]["compile"], fsdp=cfg["train"]["fsdp"])[0] and cpp_compiler() is None:
         if not torch.cuda.is_available():

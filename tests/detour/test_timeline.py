@@ -137,7 +137,7 @@ MLM = {"objective": "mlm", "tokens": 512, "mlm_probability": 0.3}
         ([{**MLM, "tokens": 0}], [], "phases[0].tokens", "(0, 1000000000000000]"),
         ([{"objective": "mlm", "tokens": 512}], [], "phases[0].mlm_probability", "needs its masking rate"),
         ([{"objective": "clm", "tokens": 512, "mlm_probability": 0.3}], [], "phases[0].mlm_probability", "CLM"),
-        ([MLM, {"objective": "prefix", "tokens": 5}], [], "phases[1].objective", "allowed: clm"),
+        ([MLM, {"objective": "bogus", "tokens": 5}], [], "phases[1].objective", "allowed: mlm"),
         ([{**MLM, "shape": "cosine"}], [], "phases[0].shape", "allowed: warmup_constant"),
         ([{**MLM, "steps": 3}], [], "phases[0].steps", "one budget"),
         ([{**MLM, "tokens": None, "fraction": 0.5}], [], "phases[0].fraction", "train.total_tokens"),

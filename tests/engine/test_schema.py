@@ -68,6 +68,8 @@ def test_launch_form_fields_come_from_the_schema():
         "mlm",
         "hybrid",
         "mask_schedule",
+        "alternate",
+        "mixed",
         "custom",
     ]
     # and the form's defaults are the schema's

@@ -44,6 +44,30 @@ def test_modernbert_patterns_per_layer_kind(tiny_modernbert_dir, impl):
     assert glob["clm_summary"]["keys_max"] == SEQ and glob["mlm_summary"]["keys_min"] == SEQ
 
 
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_every_objective_is_drawn_with_the_attention_it_trains_with(tiny_modernbert_dir, impl):
+    """Each registered objective's row (``Objective.picture``): bidirectional, causal, or bidirectional over a prefix
+    and causal after it, the local window kept, and the measurement agrees with what is drawn."""
+    from backend.detour import objectives
+
+    res = patterns_of(load_masked_lm(str(tiny_modernbert_dir), attn_implementation=impl).eval(), SEQ)
+    assert [o["name"] for o in res["objectives"]] == list(objectives.names())
+    q, k = torch.arange(SEQ)[:, None], torch.arange(SEQ)[None, :]
+    for o in objectives.all_objectives():
+        pic = o.picture(SEQ)
+        for kind, reach in zip(res["kinds"], (None, 8), strict=True):
+            if isinstance(pic, torch.Tensor):  # a prefix: every key before it, then causal
+                want = (k <= q) | (k < int(pic[0]))
+                if reach is not None:
+                    want &= (q - k).abs() <= reach
+            else:
+                want = _expected(SEQ, reach, pic)
+            assert torch.equal(torch.tensor(kind[o.name], dtype=torch.bool), want), (o.name, kind["name"])
+            assert kind[f"{o.name}_measured"]["agrees"], (o.name, kind["name"])
+    glob = res["kinds"][0]
+    assert glob["prefix_summary"]["sees_future"] and glob["prefix_summary"]["keys_min"] == SEQ // 2
+
+
 def test_every_key_measured_matches_the_window_edges(tiny_modernbert_dir):
     """All 64 keys pushed, not a sample: the causal local layer sees exactly 0 <= q - k <= 8."""
     model = load_masked_lm(str(tiny_modernbert_dir)).eval()
@@ -71,7 +95,7 @@ def test_the_view_exposes_the_is_causal_alone_trap(tiny_modernbert_dir, monkeypa
 
     @contextlib.contextmanager
     def flag_only(model, ids, pad_mask, causal, dtype=None):
-        mods = [m for m in model.modules() if hasattr(m, "is_causal")] if causal else []
+        mods = [m for m in model.modules() if hasattr(m, "is_causal")] if causal is True else []
         for m in mods:
             m.is_causal = True
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app import detour_tab
+from backend.detour import objectives
 
 
 @pytest.fixture(autouse=True)
@@ -16,13 +17,20 @@ def app_env(monkeypatch, tiny_modernbert_dir, tiny_bert_dir, detour_run_dir):
 def test_masks_view(tiny_modernbert_dir):
     fig, msg = detour_tab.show_masks(str(tiny_modernbert_dir), 32)
     assert msg.startswith("✓"), msg
-    assert len(fig.data) == 4  # (global, local) x (MLM, CLM)
-    glob_clm, local_clm = fig.data[1].z, fig.data[3].z
+    names = list(objectives.names())
+    n = len(names)
+    assert len(fig.data) == 2 * n  # (global, local) x each objective
+    c = names.index("clm")
+    glob_clm, local_clm = fig.data[c].z, fig.data[n + c].z
     assert all(glob_clm[q][k] == (k <= q) for q in range(32) for k in range(32))
     assert all(local_clm[q][k] == (0 <= q - k <= 8) for q in range(32) for k in range(32))
+    p = names.index("prefix")  # bidirectional over the first 16 tokens, causal after them
+    assert all(fig.data[p].z[q][k] == (k <= q or k < 16) for q in range(32) for k in range(32))
     titles = [a.text for a in fig.layout.annotations]
-    assert titles[0].startswith("global · layers 0, 2") and "causal AND window 16 (0 ≤ q−k ≤ 8)" in titles[3]
+    assert "global · layers 0, 2" in titles[0]
+    assert titles[n + c] == "<b>CLM detour</b><br>local · layers 1, 3<br>causal, window 16"
     assert "**local** (layers 1, 3), window 16 (|q−k| ≤ 8)" in msg and "CLM detour: 1 to 9 keys" in msg
+    assert all(f"**{o.title}** ({o.attention})" in msg for o in objectives.all_objectives())  # each one explained
     assert "moved exactly the outputs these masks allow" in msg
     fig, msg = detour_tab.show_masks("/etc", 32)
     assert fig is None and "outside" in msg

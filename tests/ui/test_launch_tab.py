@@ -60,7 +60,7 @@ def test_every_way_a_value_changes_is_validated():
 def test_the_help_of_a_choice_field_names_only_the_offered_choices():
     recipe = launch_tab.FIELD_BY_KEY["recipe"]
     assert "pretrain" not in recipe.info
-    assert recipe.choices == ["pair", "clm_detour", "mlm", "hybrid", "mask_schedule", "custom"]
+    assert recipe.choices == ["pair", "clm_detour", "mlm", "hybrid", "mask_schedule", "alternate", "mixed", "custom"]
     for f in launch_tab.FIELDS:
         if f.kind == "radio" and " | " in (f.info or ""):
             named = [part.split(" ", 1)[0] for part in f.info.split(" | ")]

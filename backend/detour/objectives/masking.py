@@ -1,10 +1,5 @@
-"""The two objectives' data: how a packed batch becomes inputs and labels.
-
-* CLM (the detour): causal attention, ``labels[t] = input_ids[t+1]``, loss on every token;
-  -100 at the last position, at padding and where the next token starts a new document.
-  ``ModernBertForMaskedLM`` does not shift labels itself, so we do it here.
-* MLM: bidirectional attention, 80/10/10 masking, special tokens never masked, random tokens
-  drawn from the real vocabulary without specials, deterministic for a given generator.
+"""BERT masking, shared by every objective that masks: 80/10/10, special tokens never masked, random tokens drawn
+from the real vocabulary without specials, deterministic for a given generator.
 
 The model side (one forward from inputs and labels to the loss, through the same MLM head) is ``encoder_lm.py``.
 """
@@ -13,20 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from backend.detour.encoder_lm import IGNORE
+from backend.detour.objectives.base import IGNORE
 
-__all__ = ["IGNORE", "clm_labels", "mlm_mask", "replacement_vocab", "special_ids"]
-
-
-def clm_labels(input_ids: torch.Tensor, doc_start: torch.Tensor, pad_mask: torch.Tensor | None = None) -> torch.Tensor:
-    labels = torch.full_like(input_ids, IGNORE)
-    labels[:, :-1] = input_ids[:, 1:]
-    labels[:, :-1][doc_start[:, 1:]] = IGNORE  # next token opens a new document
-    if pad_mask is not None:
-        nxt_pad = torch.zeros_like(pad_mask, dtype=torch.bool)
-        nxt_pad[:, :-1] = ~pad_mask[:, 1:].bool()
-        labels[nxt_pad | ~pad_mask.bool()] = IGNORE
-    return labels
+__all__ = ["IGNORE", "mlm_mask", "replacement_vocab", "special_ids"]
 
 
 def special_ids(tokenizer) -> list[int]:
