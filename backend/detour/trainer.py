@@ -367,8 +367,9 @@ def evaluate(s: _State) -> dict | None:
             for o in s.evaluated:
                 g = torch.Generator().manual_seed(EVAL_MASK_SEED + i)  # the same masks in every run
                 inputs, labels, attention = _full_batch(o.batch(ids, starts, o.held_out, s.tok, g), bs)
+                attention = _on(attention, s.device)  # per-row prefix lengths go where the masks are built
                 with s.accelerator.autocast():
-                    loss, correct, count = model(inputs.to(s.device), labels.to(s.device), causal=_on(attention, s.device))
+                    loss, correct, count = model(inputs.to(s.device), labels.to(s.device), causal=attention)
                 sums[o.name][0] += loss.item() * count
                 sums[o.name][1] += count
                 sums[o.name][2] += int(correct) if o.accuracy else 0
