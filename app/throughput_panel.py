@@ -12,6 +12,11 @@ from backend.evaluation.results_file import read_results
 from backend.runs.doctor import diagnose, evaluation_throughput, hms, phase_peak
 
 
+def _rate(x: float | None) -> str:
+    """tokens/s as the table prints it; '-' before a phase has a logged interval."""
+    return "-" if x is None else f"{x:,.0f}"
+
+
 def panel_markdown(name: str | None) -> str:
     """Markdown for one run; a plain sentence where there is nothing to diagnose yet."""
     if not name:
@@ -39,7 +44,7 @@ def panel_markdown(name: str | None) -> str:
         cells = [f"{100 * sh[k]:.0f}%" if k in sh else "-" for k in PART_LABELS]
         mfu = format_mfu(p["mfu"], *phase_peak(p, m)).removeprefix("MFU ") if p["mfu"] is not None else "-"
         lines.append(
-            f"| {p['phase']} | {p['objective']} | {p['tokens_per_s']:,.0f} | {mfu} | " + " | ".join(cells) + " |"
+            f"| {p['phase']} | {p['objective']} | {_rate(p['tokens_per_s'])} | {mfu} | " + " | ".join(cells) + " |"
         )
     if doc.get("tokens_per_s"):  # the Runs table's tok/s: one definition (throughput.step_rate), one number
         lines.append(f"| whole run | | {doc['tokens_per_s']:,.0f} | | " + " | ".join("" for _ in PART_LABELS) + " |")

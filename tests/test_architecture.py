@@ -12,6 +12,7 @@ from backend.core.paths import REPO_ROOT
 LAYERS = {  # package -> layer; an import may go sideways within a package or down, never up
     "backend.core": 0,
     "backend.engine": 1,
+    "backend.reporting": 1,  # figure files and the HTML page every report writes
     "backend.detour": 2,
     "backend.detour.objectives": 0.5,  # what each objective declares (torch only): the config checks read it
     "backend.analysis": 2,

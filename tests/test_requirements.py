@@ -24,6 +24,8 @@ REPO = Path(__file__).resolve().parent.parent
 RUNTIME, DEV, GPU = "requirements.txt", "requirements-dev.txt", "requirements-gpu.txt"
 SCANNED = {"backend": (RUNTIME,), "app": (RUNTIME,), "bench": (RUNTIME, DEV), "tests": (RUNTIME, DEV)}
 FIRST_PARTY = {"backend", "app", "bench", "tests", "conftest"}
+# scripts the tests put on sys.path by folder (bench/bench_train.py, tests/sweeps/slurm_cluster.py): this repository's
+LOCAL_SCRIPTS = {p.stem for d in ("bench", "tests") for p in (REPO / d).rglob("*.py")}
 REQ_LINE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?P<op>==|>=)\s*(?P<version>[^\s;#]+)\s*$")
 
 
@@ -101,6 +103,7 @@ def third_party_imports(path: Path) -> list[Import]:
         and imp.top not in sys.stdlib_module_names
         and imp.top not in FIRST_PARTY
         and not (path.parent / f"{imp.top}.py").exists()
+        and imp.top not in LOCAL_SCRIPTS
         and not (path.parent / imp.top / "__init__.py").exists()
     ]
 

@@ -242,8 +242,8 @@ def delta_figure(c: dict):
 
 def write_suite_report(out: str | Path, spec: dict, png: bool = True) -> dict:
     """suite.json, suite.md, suite.html and figures/deltas-<n>.html|png; returns the report dict."""
-    from backend.analysis.figure_files import export_pngs
-    from backend.sweeps.report import md_to_html
+    from backend.reporting.figure_files import export_pngs
+    from backend.reporting.html_page import md_to_html
 
     out = Path(out)
     rep = build_suite_report(out, spec)

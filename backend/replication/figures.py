@@ -1,6 +1,6 @@
 """The report's plotly figures, built from the report dict: divergence profile against seed noise, CKA heatmaps,
 weight change per layer, NER F1 per model and seed with the paired-comparison table, loss curves (their PNG export
-is ``backend.analysis.figure_files``, shared with the sweep report). ``figures/*.json`` from here is what the app's
+is ``backend.reporting.figure_files``, shared with the sweep report). ``figures/*.json`` from here is what the app's
 Reports tab shows.
 """
 

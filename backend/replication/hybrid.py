@@ -408,7 +408,8 @@ def _loss_section(rows: list[dict]) -> list[str]:
 
 def write_hybrid_report(out: Path, times: dict | None = None) -> dict:
     """report.md / .html / .json of the study from its two sweeps' reports (``--report-only`` rebuilds it)."""
-    from backend.sweeps.report import figure, md_to_html
+    from backend.reporting.html_page import md_to_html
+    from backend.sweeps.report import figure
 
     s = json.loads((out / "settings.json").read_text())
     splits_rep = json.loads((out / "splits" / "report.json").read_text())

@@ -16,7 +16,6 @@ from pathlib import Path
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from backend.analysis.figure_files import export_pngs
 from backend.core import atomic
 from backend.core.errors import DetourError
 from backend.core.paths import read_text_confined
@@ -24,6 +23,7 @@ from backend.replication.figures import build_figures
 from backend.replication.render import render_html, summary_markdown
 from backend.replication.results import cka_results, ner_results, runs_info, step_rows, weight_results
 from backend.replication.verdicts import assess
+from backend.reporting.figure_files import export_pngs
 
 REPORT_VERSION = 1
 

@@ -190,7 +190,8 @@ def report(d: dict) -> str:
         mfu = format_mfu(p["mfu"], *phase_peak(p, m))
         split = f"; {format_split(p['split'])}" if p["split"] else " (no time split: a run from before the doctor)"
         lines.append(f"phase {p['phase']} ({p['objective']}), steps {p['steps'][0]}-{p['steps'][1]}: "
-                     f"{p['tokens_per_s']:,.0f} tok/s, {mfu}{split}")  # fmt: skip
+                     f"{'-' if p['tokens_per_s'] is None else format(p['tokens_per_s'], ',.0f')} tok/s, "
+                     f"{mfu}{split}")  # fmt: skip
     if d["phases"] and d.get("tokens_per_s"):
         lines.append(f"run: {d['tokens_per_s']:,.0f} tok/s (median logged interval, each phase's first left out; "
                      "the Runs table's tok/s)")  # fmt: skip

@@ -16,13 +16,13 @@ import pytest
 import torch
 
 from backend.__main__ import main as cli
-from backend.analysis import figure_files
 from backend.core import paths, process
 from backend.core.errors import DetourError
 from backend.core.paths import DEMO_CORPUS, DEMO_NER_DIR
 from backend.replication import plan, steps
 from backend.replication import replicate as rep
 from backend.replication.corpus import split_corpus
+from backend.reporting import figure_files
 
 TINY_SETS = [
     "train.main_tokens=2560",  # the decay (10%) is one whole step of 4 x 64 tokens

@@ -101,10 +101,10 @@ def test_detour_tab_lists_fill_in_the_newest_pair_made_after_build(isolated_runs
     saved_run(isolated_runs_dir, "y-detour", tiny_bert_dir, "clm_detour", pair="y")
     saved_run(isolated_runs_dir, "y-mlm", tiny_bert_dir, "mlm", pair="y")
     ids = [o.elem_id for o in fn.outputs]
-    values = dict(zip(ids, fn.fn("detour-tiny-en", "detour-tiny-en", None, None, None, None), strict=True))
+    values = dict(zip(ids, fn.fn("detour-tiny-en", "detour-tiny-en", None, None, None, None, ""), strict=True))
     assert [values[f"dt-model-{i}"]["value"] for i in range(3)] == ["detour-tiny-en", "y-detour", "y-mlm"]
     assert values["dt-run"]["value"] == "y-detour" and ("y-mlm", "y-mlm") in values["dt-run"]["choices"]
 
-    picked = dict(zip(ids, fn.fn("detour-tiny-en", "y-mlm", "detour-tiny-en", None, None, "y-mlm"), strict=True))
+    picked = dict(zip(ids, fn.fn("detour-tiny-en", "y-mlm", "detour-tiny-en", None, None, "y-mlm", ""), strict=True))
     assert [picked[f"dt-model-{i}"]["value"] for i in range(2)] == ["y-mlm", "detour-tiny-en"]  # kept as chosen
     assert picked["dt-run"]["value"] == "y-mlm"
