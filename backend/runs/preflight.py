@@ -38,17 +38,29 @@ def tokenizer_for(cfg: dict):
         raise ModelSpecError(f"model.tokenizer: {exc}") from exc  # the key the user wrote, not model.name
 
 
-def check_dense_mask_phases(cfg: dict, impl: str) -> None:
-    """A phase whose rows attend per row (a prefix, or causal and bidirectional rows mixed) gets dense masks, which
-    only sdpa and eager take (``attention.py``): on a GPU ``auto`` would pick flex or flash, so it is refused here."""
-    if impl in ("sdpa", "eager"):
-        return
+def dense_mask_phase(cfg: dict) -> str | None:
+    """The first phase of any run ``cfg`` trains whose rows attend per row (a prefix, or causal and bidirectional
+    rows mixed), said in words; None when every phase takes the two masks of each layer kind. Such a phase gets dense
+    masks (``attention.py``), which only sdpa and eager take."""
     for _, c in split_pair(cfg):
         for p in build_phases(c):
             if p.attention in ("prefix", "per-sequence"):
-                raise ConfigError("model.attn_implementation", impl,
-                                  f"phase '{p.name}' ({p.spec.title}) attends per row ({p.attention}): its masks are "
-                                  "dense, set model.attn_implementation: sdpa or eager")  # fmt: skip
+                return f"phase '{p.name}' ({p.spec.title}) attends per row ({p.attention})"
+    return None
+
+
+def resolve_run_attention(cfg: dict, model_config) -> tuple[str, str]:
+    """``model.attn_implementation`` for this run on this machine -> (implementation, why). ``auto`` is the model's
+    choice (``resolve_attn_implementation``: flex or flash on CUDA) unless a phase needs dense per-row masks, then
+    sdpa, said in the why; an explicit flex or flash with such a phase is refused, naming the phase."""
+    requested = cfg["model"]["attn_implementation"]
+    impl, why = resolve_attn_implementation(requested, model_config)  # refuses one that cannot train here
+    if impl in ("sdpa", "eager") or (dense := dense_mask_phase(cfg)) is None:
+        return impl, why
+    if requested == "auto":
+        return "sdpa", f"auto: {dense}, whose dense masks only sdpa and eager take (else {impl}: {why})"
+    raise ConfigError("model.attn_implementation", requested,
+                      f"{dense}: its masks are dense, set model.attn_implementation: auto, sdpa or eager")  # fmt: skip
 
 
 def check(cfg: dict, check_data: bool = True) -> dict:
@@ -72,8 +84,7 @@ def check(cfg: dict, check_data: bool = True) -> dict:
         except Exception as exc:
             raise ConfigError("model.from_scratch", m["from_scratch"], f"not a valid architecture ({exc})") from exc
     n_layers = int(mconf.num_hidden_layers)  # from_scratch: the architecture's default when the mapping leaves it out
-    impl = resolve_attn_implementation(m["attn_implementation"], mconf)[0]  # refuses one that cannot train here
-    check_dense_mask_phases(cfg, impl)
+    resolve_run_attention(cfg, mconf)  # refuses one that cannot train here, or cannot take a phase's masks
     # only where compile will really be on (auto is off on CPU, and off without a compiler on GPU)
     if resolve_compile(cfg["train"]["compile"], fsdp=cfg["train"]["fsdp"])[0] and cpp_compiler() is None:
         if not torch.cuda.is_available():

@@ -195,10 +195,10 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
     """Train one prepared run directory; status.json records running/done/failed/cancelled."""
     from backend.detour.trainer import run_training
     from backend.engine.compiling import resolve_compile
-    from backend.engine.models import model_config_of, quiet_transformers, resolve_attn_implementation
+    from backend.engine.models import model_config_of, quiet_transformers
     from backend.engine.precision import bf16_warning, resolve_precision
     from backend.runs import launch
-    from backend.runs.preflight import check_positions
+    from backend.runs.preflight import check_positions, resolve_run_attention
 
     run_dir = Path(run_dir)
     world = launch.cpu_processes()  # before any Accelerator: N CPU processes are one DDP group, or refused
@@ -259,7 +259,7 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
         if warning := bf16_warning(cfg["train"]["precision"]):
             log(f"warning: {warning}")
         attn = cfg["model"]["attn_implementation"]
-        resolved_attn, attn_why = resolve_attn_implementation(attn, model_config_of(cfg["model"]))
+        resolved_attn, attn_why = resolve_run_attention(cfg, model_config_of(cfg["model"]))
         cfg["model"]["attn_implementation"] = resolved_attn
         log(f"attention: {resolved_attn} ({attn_why})")
         asked_compile = cfg["train"]["compile"]

@@ -56,12 +56,23 @@ def test_the_presets_expand_and_refuse_bad_blocks():
         assert err.value.key == "alternate.blocks"
 
 
-def test_per_row_attention_is_refused_where_masks_cannot_be_dense():
+def test_per_row_attention_takes_sdpa_under_auto_and_refuses_an_explicit_flex(monkeypatch):
+    """A phase attending per row needs dense masks: ``auto`` (flex or flash on CUDA) resolves to sdpa for it, saying
+    why; an explicit flex_attention is refused naming the phase; the two existing objectives keep flex."""
     from backend.core.errors import ConfigError
-    from backend.runs.preflight import check_dense_mask_phases
+    from backend.engine.models import model_config_of
+    from backend.runs import preflight
 
+    monkeypatch.setattr(
+        preflight,
+        "resolve_attn_implementation",
+        lambda req, conf: ("flex_attention", "auto: flex on CUDA") if req == "auto" else (req, "set in the config"),
+    )  # as on a GPU
     cfg = load_config(None, ["recipe=mixed", "train.seq_len=32", "train.batch_size=2"])
-    check_dense_mask_phases(cfg, "sdpa")
+    mconf = model_config_of(cfg["model"])
+    impl, why = preflight.resolve_run_attention(cfg, mconf)
+    assert impl == "sdpa" and "phase 'mixed' (Mixed (GPT-BERT)) attends per row" in why
+    flex = load_config(None, ["recipe=mixed", "model.attn_implementation=flex_attention"])
     with pytest.raises(ConfigError, match=r"phase 'mixed' \(Mixed \(GPT-BERT\)\) attends per row.*sdpa or eager"):
-        check_dense_mask_phases(cfg, "flex_attention")
-    check_dense_mask_phases(load_config(None, ["recipe=clm_detour"]), "flex_attention")  # the two existing: kept
+        preflight.resolve_run_attention(flex, mconf)
+    assert preflight.resolve_run_attention(load_config(None, ["recipe=clm_detour"]), mconf)[0] == "flex_attention"
