@@ -80,7 +80,7 @@ def train_objective(obj, arch, state, device, a) -> dict:
         torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        lv = float(loss)
+        lv = float(loss.detach())
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         if i >= a.warmup:
