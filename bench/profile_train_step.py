@@ -2,15 +2,17 @@
 step by step in one process (a shared machine's load hits every side alike), and torch.profiler's top operators.
 
     python bench/profile_train_step.py [--rounds 10] [--profile ours-clm] [--masks] [--attention] [--vocab-loss]
-                                       [--skip-steps] [--threads 1 --cpu-time]
+                                       [--skip-steps] [--threads 1 --cpu-time] [--seq-len 256]
 
 --masks times the CLM mask of the local layers as ``masking_utils`` builds it (with ``causal_mask_function``)
 against ``attention._sdpa_sliding_causal`` (one broadcast comparison, kept per shape): the finding that brought
 the CLM step from 0.86x to above the HF Trainer. --attention times one layer's attention forward+backward at the
-step's shape and precision: sdpa with the local band mask, sdpa causal, and the plain matmuls of
+step's shape and precision: sdpa with the local band mask (causal, bidirectional), ``attention.banded_attention``
+(what the local layers run on CPU from 8 reaches on), sdpa causal, and the plain matmuls of
 ``attention.cpu_bf16_matmul_attention`` (what training under CPU bf16 autocast runs; in fp32 on an AMD EPYC without
 AVX-512 they ran 4-5x *slower* than sdpa, so fp32 keeps sdpa). --vocab-loss times the vocabulary loss alone at CLM's
-and MLM's rows: plain logits + cross-entropy vs ``encoder_lm._ChunkedVocabLoss``. --skip-steps leaves out the
+and MLM's rows: plain logits + cross-entropy, and under bf16 ``encoder_lm.cpu_bf16_vocab_loss`` (fp32 has no chunked
+route: it saved 6% there). --seq-len sets the rows' length (4096 tokens per step). --skip-steps leaves out the
 interleaved steps. --threads 1 --cpu-time times steps in process CPU time on one thread: on a machine shared by
 many jobs (load 20 on 2 cores) wall time is mostly waiting, and a 2-thread step's barriers wait for a descheduled
 thread, so that is the figure that still compares code. bf16 autocast where the precision probe picks it.
@@ -49,16 +51,17 @@ def main() -> None:
     p.add_argument("--skip-steps", action="store_true", help="only the --masks/--attention/--vocab-loss timings")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--cpu-time", action="store_true", help="time steps in process CPU time, not wall time")
+    p.add_argument("--seq-len", type=int, default=256, help="tokens per row; rows = 4096 // seq-len (one step's)")
     a = p.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     clock = time.process_time if a.cpu_time else time.perf_counter
     tok = load_tokenizer(a.model)
-    train, _, _ = open_corpus(load_config(None)["data"], tok, 256)
+    train, _, _ = open_corpus(load_config(None)["data"], tok, a.seq_len)
     model = load_masked_lm(a.model)
     lm = EncoderLM(model).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
-    ids, starts = train.rows(torch.arange(16))
+    ids, starts = train.rows(torch.arange(4096 // a.seq_len))
     spec = (special_ids(tok), tok.mask_token_id, replacement_vocab(tok))
     bf16 = resolve_precision("auto", "cpu")[0] == "bf16"
 
@@ -91,7 +94,7 @@ def main() -> None:
     what = "CPU" if a.cpu_time else "wall"
     for m in modes:
         print(
-            f"{m}: {16 * 256 / statistics.median(times[m]):,.0f} tok/s of {what} time, {torch.get_num_threads()} "
+            f"{m}: {ids.numel() / statistics.median(times[m]):,.0f} tok/s of {what} time, {torch.get_num_threads()} "
             f"thread(s) (median of {a.rounds} interleaved steps)"
         )
     if a.masks:
@@ -109,7 +112,7 @@ def main() -> None:
                 build()
             print(f"CLM masks, {name}: {(time.perf_counter() - t0) / 5 * 1000:.1f} ms per step")
     if a.attention:
-        attention_times(model, ids.shape, torch.bfloat16 if bf16 else torch.float32)
+        attention_times(model, ids.shape, torch.bfloat16 if bf16 else torch.float32, clock=clock)
     if a.vocab_loss:
         vocab_loss_times(model, ids.shape, bf16)
     if a.profile:
@@ -124,10 +127,9 @@ def main() -> None:
 def vocab_loss_times(model, shape, bf16: bool, reps: int = 3) -> None:
     """The vocabulary loss and its backward alone (the decoder at CLM's every-token and MLM's 30% rows): autocast's
     or plain fp32 logits + ``F.cross_entropy`` vs ``encoder_lm._ChunkedVocabLoss`` (logits -> gradient in cache)."""
-    from backend.detour.encoder_lm import cpu_bf16_vocab_loss, cpu_fp32_vocab_loss
+    from backend.detour.encoder_lm import cpu_bf16_vocab_loss
 
     dec = model.decoder
-    chunked = cpu_bf16_vocab_loss if bf16 else cpu_fp32_vocab_loss
     for rows in (shape[0] * shape[1], int(0.3 * shape[0] * shape[1])):
         h = torch.randn(rows, dec.in_features, requires_grad=True)
         target = torch.randint(0, dec.out_features, (rows,))
@@ -135,8 +137,9 @@ def vocab_loss_times(model, shape, bf16: bool, reps: int = 3) -> None:
             "plain logits + cross_entropy": lambda h=h, target=target: torch.nn.functional.cross_entropy(
                 dec(h).float(), target, reduction="sum"
             ),
-            "chunked (gradient in the same pass)": lambda h=h, target=target: chunked(h, dec, target),
         }
+        if bf16:  # fp32 has no chunked route: it saved 6% of the loss's CPU time there (README, issue 33)
+            routes["chunked (gradient in the same pass)"] = lambda h=h, t=target: cpu_bf16_vocab_loss(h, dec, t)
         times = {k: [] for k in routes}
         for _ in range(reps + 1):  # interleaved; the first round warms up
             for name, f in routes.items():
@@ -148,29 +151,38 @@ def vocab_loss_times(model, shape, bf16: bool, reps: int = 3) -> None:
             print(f"vocab loss, {rows} rows x {dec.out_features}, {name}: {statistics.median(t[1:]) * 1000:.0f} ms")
 
 
-def attention_times(model, shape, dtype=torch.bfloat16, reps: int = 5) -> None:
-    from backend.detour.attention import cpu_bf16_matmul_attention
+def attention_times(model, shape, dtype=torch.bfloat16, reps: int = 5, clock=time.perf_counter) -> None:
+    """One layer's attention forward+backward at the step's shape: sdpa with the local band mask (causal and
+    bidirectional), sdpa's causal kernel, ``banded_attention`` (the local layers' route on CPU from 8 reaches on) and
+    the matmul attention of CPU bf16 training."""
+    from backend.detour.attention import banded_attention, cpu_bf16_matmul_attention
 
     b, t = shape
     h = model.config.num_attention_heads
     d = model.config.hidden_size // h
-    band = _sdpa_sliding_causal.__wrapped__(b, t, model.config.local_attention // 2, torch.device("cpu"))
+    reach = model.config.local_attention // 2
+    band = _sdpa_sliding_causal.__wrapped__(b, t, reach, torch.device("cpu"))
+    pos = torch.arange(t)
+    band2 = (pos[:, None] - pos[None, :]).abs() <= reach
     sdpa = torch.nn.functional.scaled_dot_product_attention
     causal_module = type("M", (), {"is_causal": True})()
     routes = {
-        "sdpa, local band mask": lambda q, k, v: sdpa(q, k, v, attn_mask=band),
+        "sdpa, causal band mask": lambda q, k, v: sdpa(q, k, v, attn_mask=band),
+        "banded, causal": lambda q, k, v: banded_attention(q, k, v, reach, True),
+        "sdpa, bidirectional band mask": lambda q, k, v: sdpa(q, k, v, attn_mask=band2),
+        "banded, bidirectional": lambda q, k, v: banded_attention(q, k, v, reach, False),
         "sdpa, is_causal": lambda q, k, v: sdpa(q, k, v, is_causal=True),
-        f"{str(dtype)[6:]} matmuls, local band mask": lambda q, k, v: cpu_bf16_matmul_attention(None, q, k, v, band)[0],
+        f"{str(dtype)[6:]} matmuls, band mask": lambda q, k, v: cpu_bf16_matmul_attention(None, q, k, v, band)[0],
         f"{str(dtype)[6:]} matmuls, causal": lambda q, k, v: cpu_bf16_matmul_attention(causal_module, q, k, v, None)[0],
     }
     for _ in range(2):  # interleaved: the load moves
         for name, f in routes.items():
             qkv = [torch.randn(b, t, h, d, dtype=dtype).transpose(1, 2).requires_grad_() for _ in range(3)]
             f(*qkv).sum().backward()
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(reps):
                 f(*qkv).sum().backward()
-            print(f"attention, {name}: {(time.perf_counter() - t0) / reps * 1000:.1f} ms per layer fwd+bwd")
+            print(f"attention, {name}: {(clock() - t0) / reps * 1000:.1f} ms per layer fwd+bwd (reach {reach})")
 
 
 if __name__ == "__main__":

@@ -149,3 +149,63 @@ def test_cpu_bf16_training_attention_is_the_matmul_route_and_agrees_with_sdpa(tm
         assert torch.equal(ha[:, :40], hb[:, :40])
     else:
         assert not torch.equal(ha[:, :39], hb[:, :39])
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("t", [64, 75])  # 8 reaches of the tiny model's window, and one not a whole number of blocks
+def test_cpu_banded_local_attention_is_sdpa_with_the_band_mask(tmp_path_factory, causal, t):
+    """On a CPU, long packed rows give the local layers ``banded_attention`` (each block of queries against the keys
+    it can see) instead of sdpa over T x T with a band mask: the same outputs and gradients (float64, where only the
+    summation order differs), the window and causality kept, and only there (padding, short rows: sdpa's masks)."""
+    from backend.detour import attention
+
+    d = save_tiny_model(tmp_path_factory.mktemp("banded"), TINY_MODERNBERT, attn_implementation="sdpa")
+    model = load_masked_lm(str(d), attn_implementation="sdpa").double().train()
+    ids = torch.randint(5, 8000, (2, t), generator=torch.Generator().manual_seed(1))
+    reach = model.config.local_attention // 2
+    assert attention._banded_here(model, ids, None, causal)
+    assert not attention._banded_here(model, ids, torch.ones_like(ids), causal)  # padding: the model's masks
+    assert not attention._banded_here(model, ids[:, : 8 * reach - 1], None, causal)  # too short to gain
+    assert not attention._banded_here(model, ids, None, torch.full((2,), 9))  # per-row prefixes: dense masks
+
+    calls = []
+    real = attention.banded_attention
+    counted = lambda *a, **k: calls.append(a[3]) or real(*a, **k)  # noqa: E731
+    outs, grads = [], []
+    for banded in (True, False):
+        model.zero_grad()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(attention, "banded_attention", counted)
+            mp.setattr(attention, "_banded_here", attention._banded_here if banded else lambda *a: False)
+            h = _encode(model, ids, None, causal)
+        h.square().mean().backward()
+        outs.append(h.detach())
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    local = sum(1 for m in model.model.layers if m.attention_type == "sliding_attention")
+    assert calls == [reach] * local  # the local layers only, once each, with the model's reach
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-10, atol=1e-12)
+    assert model.config._attn_implementation == "sdpa"
+    assert all(m.attn.config is model.config for m in model.model.layers)  # the swap does not outlive the pass
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_banded_attention_matches_the_band_mask_and_leaks_nothing(causal):
+    """``banded_attention`` alone, against sdpa with the band mask written out: equal in float64 at several reaches,
+    lengths and block remainders; a key outside a query's band (or after it, causal) changes nothing."""
+    from backend.detour.attention import banded_attention
+
+    g = torch.Generator().manual_seed(0)
+    for reach, t in ((4, 37), (8, 64), (16, 200)):
+        q, k, v = (torch.randn(2, 3, t, 8, dtype=torch.float64, generator=g) for _ in range(3))
+        i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
+        band = ((i - j).abs() <= reach) & ((j <= i) if causal else True)
+        ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=band)
+        out = banded_attention(q, k, v, reach, causal)
+        torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+        far = t // 2 + reach + 1  # a key just outside the band of query t // 2 (and after it)
+        k2, v2 = k.clone(), v.clone()
+        k2[:, :, far], v2[:, :, far] = 7.0, -7.0
+        out2 = banded_attention(q, k2, v2, reach, causal)
+        assert torch.equal(out2[:, :, t // 2], out[:, :, t // 2])
+        assert not torch.equal(out2[:, :, far], out[:, :, far])  # while the changed key does matter where visible
