@@ -108,11 +108,12 @@ def _span(summary: dict) -> str:
 
 
 def _table(results: list[dict]) -> str:
-    rows = ["| model | next token (causal) | masked (bidirectional) |", "|---|---|---|"]
+    views = results[0]["views"]  # each per-token view, named by its objective
+    rows = ["| model | " + " | ".join(v["text"] for v in views) + " |", "|---" * (len(views) + 1) + "|"]
     for r in results:
-        clm = "–" if r["clm_mean"] is None else f"{r['clm_mean']:.2f} nats ({r['clm_count']} tokens)"
-        mlm = "–" if r["mlm_mean"] is None else f"{r['mlm_mean']:.2f} nats ({r['mlm_count']} tokens)"
-        rows.append(f"| {md_escape(r['model'])} | {clm} | {mlm} |")
+        cells = ["–" if r[f"{n}_mean"] is None else f"{r[f'{n}_mean']:.2f} nats ({r[f'{n}_count']} tokens)"
+                 for n in (v["objective"] for v in views)]  # fmt: skip
+        rows.append(f"| {md_escape(r['model'])} | " + " | ".join(cells) + " |")
     blind = max(r["blind_guess"] for r in results)
     return "\n".join(rows) + f"\n\nA blind guess over the vocabulary costs {blind:.2f} nats."
 

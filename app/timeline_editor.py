@@ -15,13 +15,17 @@ from backend.engine.config import default_config, load_config
 from backend.engine.schema import LR_SHAPES
 from backend.explain.timeline_figure import config_timelines, empty_timeline, run_timeline, timeline_figure
 
-COLUMNS = ["name", "objective", "tokens", "steps", "fraction", "mask rate", "LR shape", "warm-up tokens",
-           "final LR ratio", "freeze layers", "freeze embeddings", "freeze head"]  # fmt: skip
-# column -> the phase key it edits (freeze.* nested)
-KEY_OF = dict(zip(COLUMNS, ["name", "objective", "tokens", "steps", "fraction", "mlm_probability", "shape",
-                            "warmup_tokens", "final_lr_ratio", "freeze.layers", "freeze.embeddings", "freeze.head"],
-                  strict=True))  # fmt: skip
-NEW_PHASE = {"objective": "mlm", "tokens": 100_000, "mlm_probability": 0.15, "shape": "constant"}
+# column -> the phase key it edits (freeze.* nested); one column per setting any objective declares (its module says
+# the heading), so a new objective's settings appear here without editing the app
+KEY_OF = {"name": "name", "objective": "objective", "tokens": "tokens", "steps": "steps", "fraction": "fraction",
+          **{heading: name for name, heading in objectives.setting_headings().items()},
+          "LR shape": "shape", "warm-up tokens": "warmup_tokens", "final LR ratio": "final_lr_ratio",
+          "freeze layers": "freeze.layers", "freeze embeddings": "freeze.embeddings",
+          "freeze head": "freeze.head"}  # fmt: skip
+COLUMNS = list(KEY_OF)
+_FIRST = objectives.all_objectives()[0]  # a new row: the first objective, at its held-out settings
+NEW_PHASE = {"objective": _FIRST.name, "tokens": 100_000, **{k: v for k, v in {**_FIRST.defaults(),
+             **_FIRST.held_out}.items() if v is not None}, "shape": "constant"}  # fmt: skip
 
 
 # --- pure handlers (tested without a browser) ---------------------------------------------------
@@ -188,8 +192,8 @@ def build_launch(inputs: list, values: list, base, to_config, recipe, revalidate
     import gradio as gr
 
     with gr.Accordion("Timeline: the phases as a list (add / remove / reorder)", open=False):
-        label = (f"phases in order; objective {' | '.join(objectives.names())} (settings other than the masking rate: "
-                 f"their defaults); LR shape {' | '.join(LR_SHAPES)}; one budget per phase (fraction: of "
+        label = (f"phases in order; objective {' | '.join(objectives.names())} (its settings in their columns, blank: "
+                 f"its default); LR shape {' | '.join(LR_SHAPES)}; one budget per phase (fraction: of "
                  "the form's Total tokens)")  # fmt: skip
         table = gr.Dataframe(headers=COLUMNS, value=[], interactive=True, column_count=(len(COLUMNS), "fixed"),
                              label=label, elem_id="timeline-table")  # fmt: skip

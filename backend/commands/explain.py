@@ -67,9 +67,12 @@ def _masks_text(res: dict) -> str:
 def _surprise_text(res: list[dict]) -> str:
     out = []
     for r in res:
-        out.append(f"== {r['model']}: next token {_nats(r['clm_mean'])}, masked {_nats(r['mlm_mean'])} (mean nats)")
-        for (gap, piece), clm, mlm in zip(r["pieces"], r["clm"], r["mlm"], strict=True):
-            out.append(f"  {(gap + piece)!r:>20}  {_nats(clm):>7}  {_nats(mlm):>7}")
+        names = [v["objective"] for v in r["views"]]  # each per-token view, named by its objective
+        means = ", ".join(f"{v['text']} {_nats(r[v['objective'] + '_mean'])}" for v in r["views"])
+        out.append(f"== {r['model']}: {means} (mean nats)")
+        out.append(f"  {'token':>20}  " + "  ".join(f"{n.upper():>7}" for n in names))
+        for i, (gap, piece) in enumerate(r["pieces"]):
+            out.append(f"  {(gap + piece)!r:>20}  " + "  ".join(f"{_nats(r[n][i]):>7}" for n in names))
     return "\n".join(out)
 
 

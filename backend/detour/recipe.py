@@ -1,23 +1,23 @@
 """The recipe: which phases run, with what objective, attention, masking, LR and frozen parameters.
 
-**A recipe is a timeline: an ordered list of phases.** Each phase has an objective (``clm``: causal attention,
-next token through the MLM head; ``mlm``: bidirectional, ``mlm_probability`` masked), a budget (``tokens``,
-``steps`` or ``fraction`` of ``train.total_tokens``), an LR shape (``warmup_constant`` | ``constant`` | ``1-sqrt`` |
-``linear``) and what it keeps frozen. ``phases`` may be written as that list (``recipe: custom``); the named
-presets expand to one (``timeline``):
+**A recipe is a timeline: an ordered list of phases.** Each phase has an objective (one module of ``objectives/``
+each: its attention, labels and settings), a budget (``tokens``, ``steps`` or ``fraction`` of
+``train.total_tokens``), an LR shape (``warmup_constant`` | ``constant`` | ``1-sqrt`` | ``linear``) and what it keeps
+frozen. ``phases`` may be written as that list (``recipe: custom``); the named presets expand to one (``timeline``).
+A preset is data, one YAML file in ``presets/`` (which shape of timeline, filled with which objectives; read its
+file for what it trains); the shapes are here:
 
-``clm_detour``:    [warmup MLM?] -> main: CLM -> decay: MLM 15%, ``decay.fraction`` of main's tokens, 1-sqrt to 10%.
-``mlm``:           [warmup MLM?] -> main: MLM 30% (bidirectional)  -> the same decay.
-``pretrain``:      from-scratch MLM (main) -> the same decay.
-``pair``:          ``clm_detour`` and ``mlm`` with the same seed, data order and budgets (two runs); with a list,
-                   the list and its baseline, each CLM phase replaced by MLM at ``pair.mlm_probability``.
-``hybrid``:        CLM for ``hybrid.clm_share`` of ``hybrid.tokens``, then MLM (the seed paper's splits).
-``mask_schedule``: MLM at each of ``mask_schedule.rates`` in turn (mmBERT: 30% -> 15% -> 5%).
-``alternate``:     blocks of objectives in turn, by share of ``alternate.tokens`` (AntLM: CLM 4 / MLM 16 / CLM 4).
-``mixed``:         mixed batches, ``mixed.causal_share`` of each step's rows causal, the rest masked (GPT-BERT).
+``detour``:   [warmup] -> main -> decay, from the ``phases`` mapping (``clm_detour``, ``mlm``, ``pretrain``); the
+              decay takes ``decay.fraction`` of main's tokens, 1-sqrt to 10%.
+``pair``:     two presets with the same seed, data order and budgets (two runs); with a list, the list and its
+              baseline, each phase of another objective replaced by the baseline's at ``pair.mlm_probability``.
+``split``:    one objective for ``hybrid.clm_share`` of ``hybrid.tokens``, then another (the seed paper's splits).
+``schedule``: one objective at each of ``mask_schedule.rates`` in turn (mmBERT: 30% -> 15% -> 5%).
+``blocks``:   blocks of objectives in turn, by share of ``alternate.tokens`` (AntLM: CLM 4 / MLM 16 / CLM 4).
+``single``:   one objective and its decay, its settings from the preset's section (``mixed``: GPT-BERT).
 
 What each objective is (its attention, labels, settings, held-out loss, how it is drawn) is declared in its own module
-of ``objectives/``; this file only says which phases run.
+of ``objectives/``; this file only says which phases run and names none.
 
 **One optimizer spans all phases.** AdamW is built once (``build_optimizer``) and its state (moments,
 step counts) is carried from phase to phase untouched. A phase change changes only three things: the
@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from backend.core.errors import ConfigError
-from backend.detour import objectives
+from backend.detour import objectives, presets
 from backend.engine.config import default_phase_name, parse_layer_range
 from backend.engine.models import parameter_groups
 
@@ -151,21 +151,21 @@ def _phase(
 
 
 def _detour_preset(cfg: dict, tps: int) -> list[dict]:
-    """clm_detour / mlm / pretrain: [warmup MLM] -> main -> decay, from the ``phases`` mapping."""
-    ph = cfg["phases"]
+    """clm_detour / mlm / pretrain: [warmup] -> main -> decay, from the ``phases`` mapping; the objective of each is
+    the preset's (``presets/<recipe>.yaml``): where the detour and its baseline differ."""
+    ph, objective = cfg["phases"], presets.get(cfg["recipe"])["objectives"]
     warm_steps, main_steps = _steps(ph["warmup"], tps), _steps(ph["main"], tps)
     lr_warmup = min(_lr_warmup(cfg, tps, main_steps), warm_steps or main_steps)  # in the first phase only
     out = []
     if warm_steps:
-        out.append(_phase("warmup", "mlm", warm_steps, ph["warmup"], "warmup_constant", lr_warmup,
+        out.append(_phase("warmup", objective["warmup"], warm_steps, ph["warmup"], "warmup_constant", lr_warmup,
                           key="phases.warmup"))  # fmt: skip
-    main = "clm" if cfg["recipe"] == "clm_detour" else "mlm"  # the detour: the one line where the recipes differ
-    out.append(_phase("main", main, main_steps, ph["main"], "warmup_constant",
+    out.append(_phase("main", objective["main"], main_steps, ph["main"], "warmup_constant",
                       0 if warm_steps else lr_warmup, freeze=ph["main"]["freeze"], key="phases.main"))  # fmt: skip
     d = ph["decay"]
     decay_steps = _steps(d, tps, default_tokens=round(d["fraction"] * main_steps * tps))
     if decay_steps:  # no warm-up: from the peak straight down to final_lr_ratio of it
-        out.append(_phase("decay", "mlm", decay_steps, d, d["shape"],
+        out.append(_phase("decay", objective["decay"], decay_steps, d, d["shape"],
                           final_lr_ratio=d["final_lr_ratio"], freeze=d["freeze"], key="phases.decay"))  # fmt: skip
     return out
 
@@ -181,11 +181,12 @@ def _hybrid_preset(cfg: dict, tps: int) -> list[dict]:
     optionally a 1-sqrt decay to 10% over the last ``hybrid.decay_fraction``. The split moves only where the
     objective (and the attention) changes; a zero-length part (share 0 or 1) is left out."""
     h = cfg["hybrid"]
+    first, then = presets.get(cfg["recipe"])["objectives"]  # the phases are named for their objectives
     total = math.ceil(h["tokens"] / tps)
-    clm = round(h["clm_share"] * total)
+    share = round(h["clm_share"] * total)
     parts = [
-        _phase("clm", "clm", clm, key="hybrid.clm_share"),
-        _phase("mlm", "mlm", total - clm, h, key="hybrid.clm_share"),
+        _phase(first, first, share, key="hybrid.clm_share"),
+        _phase(then, then, total - share, h, key="hybrid.clm_share"),
     ]
     parts = [p for p in parts if p["steps"]]
     decay = round(h["decay_fraction"] * total)
@@ -221,7 +222,8 @@ def _mask_schedule_preset(cfg: dict, tps: int) -> list[dict]:
     steps = [b - a for a, b in zip([0, *bounds[:-1]], bounds, strict=True)]
     names = [f"mask{r * 100:g}".replace(".", "_") for r in rates]
     names = [n if names.count(n) == 1 else f"{n}-{i + 1}" for i, n in enumerate(names)]
-    parts = [_phase(n, "mlm", s, {"mlm_probability": r}, key="mask_schedule.rates")
+    objective = presets.get(cfg["recipe"])["objective"]
+    parts = [_phase(n, objective, s, {"mlm_probability": r}, key="mask_schedule.rates")
              for n, s, r in zip(names, steps, rates, strict=True)]  # fmt: skip
     parts = [p for p in parts if p["steps"]]
     if len(parts) > 1 and m["decay_shape"] != "constant":
@@ -263,16 +265,18 @@ def _alternate_preset(cfg: dict, tps: int) -> list[dict]:
     return parts
 
 
-def _mixed_preset(cfg: dict, tps: int) -> list[dict]:
-    """GPT-BERT (Charpentier & Samuel 2024): one phase of mixed batches, ``mixed.causal_share`` of the rows causal
-    (about 1 to 15 in the paper) and the rest masked at ``mixed.mlm_probability``; an LR warm-up, then constant, and
-    a 1-sqrt decay over the last ``mixed.decay_fraction`` (same objective)."""
-    m = cfg["mixed"]
+def _single_preset(cfg: dict, tps: int) -> list[dict]:
+    """One objective (the preset's), then its 1-sqrt decay over the last ``<recipe>.decay_fraction``, its settings from
+    the ``<recipe>`` section: e.g. GPT-BERT (Charpentier & Samuel 2024), mixed batches, ``mixed.causal_share`` of the
+    rows causal (about 1 to 15 in the paper) and the rest masked at ``mixed.mlm_probability``; an LR warm-up, then
+    constant."""
+    recipe = cfg["recipe"]
+    m, objective = cfg[recipe], presets.get(recipe)["objective"]
     total = math.ceil(m["tokens"] / tps)
     decay = round(m["decay_fraction"] * total)
-    settings = {"causal_share": m["causal_share"], "mlm_probability": m["mlm_probability"]}
-    parts = [_phase("mixed", "mixed", total - decay, settings, key="mixed.tokens"),
-             _phase("decay", "mixed", decay, settings, "1-sqrt", key="mixed.decay_fraction")]  # fmt: skip
+    settings = {s.name: m[s.name] for s in objectives.get(objective).settings if s.name in m}
+    parts = [_phase(objective, objective, total - decay, settings, key=f"{recipe}.tokens"),
+             _phase("decay", objective, decay, settings, "1-sqrt", key=f"{recipe}.decay_fraction")]  # fmt: skip
     parts = [p for p in parts if p["steps"]]
     warm = min(_lr_warmup(cfg, tps, total), parts[0]["steps"])
     if parts[0]["shape"] == "constant":
@@ -304,9 +308,8 @@ def _listed(cfg: dict, tps: int) -> list[dict]:
     return out
 
 
-PRESETS = {"clm_detour": _detour_preset, "mlm": _detour_preset, "pretrain": _detour_preset,
-           "hybrid": _hybrid_preset, "mask_schedule": _mask_schedule_preset, "alternate": _alternate_preset,
-           "mixed": _mixed_preset}  # fmt: skip
+SHAPES = {"detour": _detour_preset, "split": _hybrid_preset, "schedule": _mask_schedule_preset,
+          "blocks": _alternate_preset, "single": _single_preset}  # fmt: skip
 
 
 def timeline(cfg: dict, world_size: int = 1) -> list[dict]:
@@ -315,8 +318,9 @@ def timeline(cfg: dict, world_size: int = 1) -> list[dict]:
     tps = tokens_per_step(cfg, world_size)
     if isinstance(cfg["phases"], list):
         return _listed(cfg, tps)
-    assert cfg["recipe"] in PRESETS, "pair is split into two runs before training"
-    return PRESETS[cfg["recipe"]](cfg, tps)
+    shape = presets.get(cfg["recipe"])["shape"]
+    assert shape in SHAPES, "pair is split into two runs before training"
+    return SHAPES[shape](cfg, tps)
 
 
 def build_phases(cfg: dict, world_size: int = 1, num_layers: int | None = None) -> list[Phase]:
@@ -366,25 +370,27 @@ def split_pair(cfg: dict) -> list[tuple[str | None, dict]]:
 
     With ``phases`` as a list, the detour run trains the list and the baseline the same list with each CLM phase
     replaced by MLM at ``pair.mlm_probability``: same budgets, LR shapes and frozen sets (``recipe: custom``)."""
-    if cfg["recipe"] != "pair":
+    if cfg["recipe"] == presets.CUSTOM or presets.get(cfg["recipe"])["shape"] != "pair":
         return [(None, cfg)]
+    pair = presets.get(cfg["recipe"])
     listed = isinstance(cfg["phases"], list)
     out = []
-    for role, recipe in (("detour", "clm_detour"), ("mlm", "mlm")):
+    for i, (role, recipe) in enumerate(pair["runs"].items()):  # the detour run first, then its baseline
         c = copy.deepcopy(cfg)
-        c["recipe"], c["name"] = ("custom" if listed else recipe), f"{cfg['name']}-{role}"
-        if listed and role == "mlm":
-            rate = cfg["pair"]["mlm_probability"]
-            c["phases"] = [p if p["objective"] == "mlm" else _as_baseline(p, rate) for p in c["phases"]]
+        c["recipe"], c["name"] = (presets.CUSTOM if listed else recipe), f"{cfg['name']}-{role}"
+        if listed and i:
+            rate, base = cfg["pair"]["mlm_probability"], pair["baseline"]
+            c["phases"] = [p if p["objective"] == base else _as_baseline(p, base, rate) for p in c["phases"]]
         c["_meta"] = {**c.get("_meta", {}), "pair": cfg["name"], "role": role}
         out.append((role, c))
     return out
 
 
-def _as_baseline(p: dict, rate: float) -> dict:
-    """A listed phase turned into the pair's baseline: MLM at ``rate``, the other objective's settings dropped."""
+def _as_baseline(p: dict, objective: str, rate: float) -> dict:
+    """A listed phase turned into the pair's baseline: ``objective`` masking at ``rate``, the other objective's
+    settings dropped."""
     other = set(objectives.setting_names())
-    return {**{k: v for k, v in p.items() if k not in other}, "objective": "mlm", "mlm_probability": rate}
+    return {**{k: v for k, v in p.items() if k not in other}, "objective": objective, "mlm_probability": rate}
 
 
 def first_causal_phase(cfg: dict) -> str | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+import backend.detour.presets as presets
 from backend.core import strict_yaml
 from backend.core.errors import ConfigError
 from backend.core.paths import MAX_NAME_LEN, is_plain_name
@@ -345,10 +346,13 @@ def validate_config(cfg: dict) -> dict:
                 "also train its MLM baseline",
             )
         check_phase_list(cfg)
-        if cfg["recipe"] == "pair" and not any(p["objective"] == "clm" for p in cfg["phases"]):
+        pair = presets.get(cfg["recipe"]) if cfg["recipe"] != presets.CUSTOM else {}
+        if pair and not any(p["objective"] == pair["detour"] for p in cfg["phases"]):
+            base, detour = pair["baseline"].upper(), pair["detour"].upper()  # the preset's objectives (its file)
             raise ConfigError(
-                "recipe", "pair", "a pair trains the list and its MLM baseline (each CLM phase made MLM), but this "
-                "list has no CLM phase: both runs would be the same; add a CLM phase or use recipe: custom"
+                "recipe", cfg["recipe"], f"a pair trains the list and its {base} baseline (each {detour} phase made "
+                f"{base}), but this list has no {detour} phase: both runs would be the same; add a {detour} phase or "
+                "use recipe: custom"
             )  # fmt: skip
     elif cfg["recipe"] == "custom":
         raise ConfigError("phases", ph, "recipe custom needs phases written as a list (see the README's Config)")
@@ -361,7 +365,9 @@ def validate_config(cfg: dict) -> dict:
             )
     elif cfg["recipe"] == "alternate":
         check_alternate_blocks(cfg["alternate"]["blocks"])
-    elif cfg["recipe"] not in ("hybrid", "mixed") and not (ph["main"]["tokens"] or ph["main"]["steps"]):
+    elif presets.get(cfg["recipe"])["shape"] in ("detour", "pair") and not (
+        ph["main"]["tokens"] or ph["main"]["steps"]
+    ):
         raise ConfigError(
             "phases.main.tokens", ph["main"]["tokens"], "the main phase needs a budget > 0 (tokens or steps)"
         )

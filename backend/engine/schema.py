@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import backend.detour.presets as presets
 from backend.core.paths import DEFAULT_MODEL
 from backend.engine.trackers import TRACKERS
 
 MAX_INT = 10**15  # any count without its own bound (tokens, steps, sizes): beyond every real run, exact as a float
 MAX_SEED = 2**32 - 1  # what every generator a seed reaches accepts (numpy's legacy seeds, torch after offsets)
-RECIPES = ("clm_detour", "mlm", "pair", "pretrain", "hybrid", "mask_schedule", "alternate", "mixed", "custom")
+RECIPES = presets.names()  # one YAML file each in backend/detour/presets/, and custom (a phase list)
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flex_attention", "flash_attention_2")
 DECAY_SHAPES = ("1-sqrt", "linear")
@@ -68,12 +69,8 @@ _FREEZE_HELP = "blocks kept bit-identical: a range like '0-7' or '0-3,6' (blank/
 SCHEMA: list[Key] = [
     Key("name", "detour", "str", "run name: letters, digits, _ - . (a folder under runs/; never overwritten)",
         label="Run name", form=1),
-    Key("recipe", "pair", "choice",
-        "clm_detour | mlm | pair (both, same data and budget) | pretrain (from scratch) | hybrid (CLM share, then "
-        "MLM) | mask_schedule (MLM, a list of mask rates) | alternate (blocks of objectives in turn, AntLM) | mixed "
-        "(causal and masked rows in every step, GPT-BERT) | custom (phases written as a list; the default then)",
-        choices=RECIPES, label="Recipe", form=2,
-        form_choices=("pair", "clm_detour", "mlm", "hybrid", "mask_schedule", "alternate", "mixed", "custom")),
+    Key("recipe", "pair", "choice", presets.help_text("phases written as a list; the default then"),
+        choices=RECIPES, label="Recipe", form=2, form_choices=presets.form_names()),
     # model
     Key("model.name", DEFAULT_MODEL, "str", "bundled name | local folder | run dir | hub id | from_scratch",
         label="Model", form=3, widget="model"),

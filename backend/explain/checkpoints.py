@@ -8,7 +8,7 @@ from pathlib import Path
 from backend.core.errors import DetourError, ModelSpecError
 from backend.engine.models import resolve_model
 from backend.engine.rundir import read_config, read_metrics, read_status, saved_models
-from backend.explain.surprise import MAX_TOKENS, token_surprise
+from backend.explain.surprise import MAX_TOKENS, token_surprise, views
 
 FEW = 4  # fewer saved points than this and the scrub says how to get more
 SCRUB_POINTS = 10  # what the advice aims at
@@ -84,10 +84,10 @@ def _advice(cfg: dict, status: dict, points: list[dict]) -> str | None:
 
 
 def surprise_through_run(run_dir: str | Path, text: str, max_tokens: int = MAX_TOKENS) -> dict:
-    """``run_checkpoints`` with the mean next-token (``clm_mean``) and masked (``mlm_mean``) surprise of ``text`` at
-    every point: the phase switch seen on one text."""
-    res = run_checkpoints(run_dir)
+    """``run_checkpoints`` with the mean surprise of ``text`` under each per-token view (``<objective>_mean``, the
+    views in ``views``) at every point: the phase switch seen on one text."""
+    res = {**run_checkpoints(run_dir), "views": views()}
     for p in res["points"]:
         s = token_surprise([p["model"]], text, max_tokens)[0]
-        p["clm_mean"], p["mlm_mean"] = s["clm_mean"], s["mlm_mean"]
+        p.update({f"{v['objective']}_mean": s[f"{v['objective']}_mean"] for v in s["views"]})
     return res

@@ -103,20 +103,21 @@ def _mean(value: float | None, count: int) -> str:
 
 
 def surprise_html(results: list[dict]) -> str:
-    """Each model's text twice, each token coloured by its surprise: next-token (causal) and masked (bidirectional)."""
+    """Each model's text once per per-token view (``views``: next token, masked...), each token coloured by its
+    surprise; the views' names come from their objectives."""
     top = max(r["blind_guess"] for r in results)
     blocks = [legend_html(top)]
     for res in results:
         cut = " (cut to the first tokens)" if res.get("truncated") else ""
+        lines = "".join(
+            f'<div style="font-size:0.85em;color:#475569">{html.escape(v["text"] + v["note"])}: '
+            f"{_mean(res[v['objective'] + '_mean'], res[v['objective'] + '_count'])}</div>"
+            f'<div style="line-height:1.9;margin-bottom:6px">{_tokens_html(res, v["objective"], top)}</div>'
+            for v in res["views"]
+        )
         blocks.append(
             '<div style="margin:0 0 14px;padding:8px 10px;border:1px solid #e2e8f0;border-radius:6px">'
-            f'<div style="font-weight:600;margin-bottom:4px">{html.escape(str(res["model"]))}{cut}</div>'
-            f'<div style="font-size:0.85em;color:#475569">next token, causal mask (the detour): '
-            f"{_mean(res['clm_mean'], res['clm_count'])}</div>"
-            f'<div style="line-height:1.9;margin-bottom:6px">{_tokens_html(res, "clm", top)}</div>'
-            f'<div style="font-size:0.85em;color:#475569">masked, bidirectional (MLM, one token at a time): '
-            f"{_mean(res['mlm_mean'], res['mlm_count'])}</div>"
-            f'<div style="line-height:1.9">{_tokens_html(res, "mlm", top)}</div></div>'
+            f'<div style="font-weight:600;margin-bottom:4px">{html.escape(str(res["model"]))}{cut}</div>{lines}</div>'
         )
     return "".join(blocks)
 
@@ -185,7 +186,8 @@ def trace_figure(res: dict, rows: list[dict]) -> go.Figure:
     pts = [p for p in res["points"] if p.get("tokens_seen") is not None]
     x, labels = [p["tokens_seen"] for p in pts], [p["label"] for p in pts]
     fig = go.Figure()
-    for objective, name in (("clm", "next token (causal)"), ("mlm", "masked (bidirectional)")):
+    for v in res["views"]:  # each per-token view, named by its objective
+        objective, name = v["objective"], v["text"]
         y = [p[f"{objective}_mean"] for p in pts]
         hover = "%{text}<br>%{y:.2f} nats<extra>" + name + "</extra>"
         fig.add_trace(_line(x, y, name, objective, text=labels, hovertemplate=hover))

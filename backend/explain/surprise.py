@@ -1,13 +1,16 @@
 """How surprised a model is by every token of one text under each objective: the per-token loss, in nats.
 
-* Next token (CLM, the detour): the text is packed exactly like a training row (``[CLS] text [SEP]`` by
+Each objective that declares a per-token view (``per_token``, ``backend/detour/objectives/``) is read with it, under
+its own name in the result (``<name>``, ``<name>_mean``, ...; ``views`` lists them in the registry's order). Two views:
+
+* ``next-token`` (CLM, the detour): the text is packed exactly like a training row (``[CLS] text [SEP]`` by
   ``engine.data.pack``), labelled by the trainer's ``clm_labels`` and run through the MLM head under the trainer's
   causal masks. Token t's surprise is the loss at position t-1: it saw only the tokens before it. The mean over the
   labelled tokens is the trainer's CLM loss on this text (tested against ``EncoderLM``). As in training, the first
   word opens a document and is never predicted, and ``[SEP]`` is.
-* Masked (MLM): pseudo-log-likelihood. Each non-special token is replaced by the mask token on its own (one copy of
-  the text per token, batched) and predicted with the bidirectional mask from everything else. Training masks
-  15-30% of the tokens at once, so this per-token view is easier than the training MLM loss.
+* ``masked-alone`` (MLM): pseudo-log-likelihood. Each non-special token is replaced by the mask token on its own
+  (one copy of the text per token, batched) and predicted with the bidirectional mask from everything else. Training
+  masks 15-30% of the tokens at once, so this per-token view is easier than the training MLM loss.
 
 The causal pass gives ``causal_attention`` an all-ones padding mask: explicit masks, the same outputs as the sdpa
 shortcut that training takes (``tests/detour/test_attention.py``), and no ``is_causal`` flag flipped on a model that
@@ -24,6 +27,7 @@ import torch.nn.functional as F
 
 from backend.analysis.fill_mask import get_model
 from backend.core.errors import DetourError
+from backend.detour import objectives
 from backend.detour.attention import causal_attention
 from backend.detour.objectives import IGNORE, clm_labels, special_ids
 from backend.engine.data import pack
@@ -121,32 +125,49 @@ def _token(tokenizer, i: int | None) -> str | None:
     return None if i is None else tokenizer.decode([i])
 
 
+VIEWS = {  # per-token view -> (model, row, tokenizer) -> (surprise, expected id), and what it adds to its name
+    "next-token": (lambda model, row, tok: clm_surprise(model, row["ids"], row["doc_start"]), ""),
+    "masked-alone": (
+        lambda model, row, tok: pll_surprise(model, row["ids"], special_ids(tok), tok.mask_token_id),
+        ", one token at a time",
+    ),
+}
+
+
+def views() -> list[dict]:
+    """The objectives read token by token, in the registry's order: name, what people call the view, colour."""
+    out = []
+    for o in objectives.all_objectives():
+        if o.per_token and o.per_token not in VIEWS:
+            raise SurpriseError(f"objective {o.name}: per-token view {o.per_token!r}; known: {', '.join(VIEWS)}")
+        if o.per_token:
+            out.append({"objective": o.name, "text": o.per_token_text, "note": VIEWS[o.per_token][1],
+                        "colour": o.colour})  # fmt: skip
+    return out
+
+
 def surprise_of(tokenizer, model, text: str, max_tokens: int = MAX_TOKENS) -> dict:
-    """Both views of one text for one loaded model (see the module docstring)."""
+    """Every view of one text for one loaded model (see the module docstring)."""
     row = encode(tokenizer, check_text(text), max_tokens)
     specials = special_ids(tokenizer)
-    clm, clm_top = clm_surprise(model, row["ids"], row["doc_start"])
-    mlm, mlm_top = pll_surprise(model, row["ids"], specials, tokenizer.mask_token_id)
-    clm_mean, clm_n = _mean(clm)
-    mlm_mean, mlm_n = _mean(mlm)
-    return {
+    out = {
         "pieces": [list(p) for p in row["pieces"]],
         "special": [i in set(specials) for i in row["ids"][0].tolist()],
-        "clm": clm,
-        "clm_expected": [_token(tokenizer, i) for i in clm_top],
-        "mlm": mlm,
-        "mlm_expected": [_token(tokenizer, i) for i in mlm_top],
-        "clm_mean": clm_mean,
-        "clm_count": clm_n,
-        "mlm_mean": mlm_mean,
-        "mlm_count": mlm_n,
+        "views": views(),
         "blind_guess": math.log(model.config.vocab_size),  # nats of a uniform guess over the vocabulary
         "truncated": row["truncated"],
     }
+    for v in out["views"]:
+        name = v["objective"]
+        surprise, top = VIEWS[objectives.get(name).per_token][0](model, row, tokenizer)
+        out[name], out[f"{name}_expected"] = surprise, [_token(tokenizer, i) for i in top]
+        out[f"{name}_mean"], out[f"{name}_count"] = _mean(surprise)
+    return out
 
 
 def token_surprise(specs: list[str], text: str, max_tokens: int = MAX_TOKENS) -> list[dict]:
-    """Per-token CLM and masked (PLL) surprise of ``text`` for each model spec (models from the fill-mask cache)."""
+    """Per-token surprise under each view (next token, masked alone) of ``text`` for each model spec (models from the
+    fill-mask cache)."""
     check_text(text)
     if not specs:
         raise SurpriseError("surprise: choose at least one model")

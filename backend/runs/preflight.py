@@ -44,7 +44,7 @@ def dense_mask_phase(cfg: dict) -> str | None:
     masks (``attention.py``), which only sdpa and eager take."""
     for _, c in split_pair(cfg):
         for p in build_phases(c):
-            if p.attention in ("prefix", "per-sequence"):
+            if p.attention not in ("bidirectional", "causal"):  # a per-row prefix or per-row attention
                 return f"phase '{p.name}' ({p.spec.title}) attends per row ({p.attention})"
     return None
 

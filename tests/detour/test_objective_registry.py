@@ -65,3 +65,41 @@ def test_a_phase_list_validates_its_objective_settings(name):
 def test_an_unknown_objective_lists_the_known_ones():
     with pytest.raises(ConfigError, match=r"phases\[0\]\.objective.*" + ".*".join(NAMES)):
         _list_config({"objective": "nope", "steps": 2})
+
+
+# Code whose quoted words spelled like an objective are not one: a pair's run roles (its '-detour' and '-mlm' run
+# folders) and the paper replication's runs.
+NOT_OBJECTIVES = {"app/__init__.py": "a pair's run roles", "backend/replication": "the replication's runs"}
+
+
+def test_no_code_outside_the_objectives_names_one():
+    """Issue 29: the trainer, config checks, presets, explain, the CLI and the app read objectives from the registry
+    (their names, words and colours); a quoted objective name in other code is a branch a new objective would miss."""
+    import re
+
+    from backend.core.paths import REPO_ROOT
+
+    word = re.compile(r"""(["'])(""" + "|".join(map(re.escape, NAMES)) + r")\1")
+    found = []
+    for path in sorted([*(REPO_ROOT / "backend").rglob("*.py"), *(REPO_ROOT / "app").rglob("*.py")]):
+        rel = path.relative_to(REPO_ROOT).as_posix()
+        if rel.startswith("backend/detour/objectives/") or any(rel.startswith(k) for k in NOT_OBJECTIVES):
+            continue
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if word.search(line):
+                found.append(f"{rel}:{i}: {line.strip()}")
+    assert not found, "objective names outside backend/detour/objectives/:\n" + "\n".join(found)
+
+
+def test_every_preset_file_names_registered_objectives_and_presets():
+    """The presets are data (``backend/detour/presets/*.yaml``): each names objectives of the registry (a typo there
+    would fail only when that preset is launched), a pair names two presets."""
+    from backend.detour import presets
+
+    for name in presets.names()[:-1]:
+        p = presets.get(name)
+        named = p.get("objectives") or []
+        named = list(named.values()) if isinstance(named, dict) else list(named)
+        named += [p[k] for k in ("objective", "baseline", "detour") if k in p]
+        assert set(named) <= set(NAMES), (name, named)
+        assert set((p.get("runs") or {}).values()) <= set(presets.names()), name

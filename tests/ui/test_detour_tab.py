@@ -42,7 +42,7 @@ def test_surprise_view_side_by_side(tiny_modernbert_dir, tiny_bert_dir):
     html, msg = detour_tab.show_surprise(
         "A <b>bold</b> claim & more.", [str(tiny_modernbert_dir), None, str(tiny_bert_dir), ""]
     )
-    assert html.count("next token, causal mask") == 2 and html.count("masked, bidirectional") == 2
+    assert html.count("next token (causal)") == 2 and html.count("masked (bidirectional), one token at a time") == 2
     assert "&lt;" in html and "&gt;" in html and "<b>bold" not in html  # the text is escaped, never rendered
     rows = [r for r in msg.splitlines() if r.startswith("| ") and "nats" in r]
     assert len(rows) == 2 and "blind guess" in msg
@@ -63,7 +63,7 @@ def test_scrub_through_a_run():
     for i in range(5):
         timeline, fill, html, msg = detour_tab.scrub("scrub", 512 * i, detour_tab.EXAMPLE_MASKED, "The cell divides.")
         assert msg.startswith("**"), msg
-        assert len(fill.data[0].x) == 5 and "next token, causal mask" in html
+        assert len(fill.data[0].x) == 5 and "next token (causal)" in html
         selected = [s for s in timeline.layout.shapes if s.line.width == 3]
         assert [s.x0 for s in selected] == [512 * i]
         assert any(s.x0 == 1024 for s in timeline.layout.shapes if s.line.dash == "dash")  # the CLM -> MLM switch
@@ -80,7 +80,7 @@ def test_scrub_through_a_run():
 def test_trace_a_text_through_the_run(detour_run_dir):
     fig, msg = detour_tab.trace("scrub", "The cell divides.")
     assert msg.startswith("✓ 5 saved models"), msg
-    assert [t.name for t in fig.data] == ["next token (causal)", "masked (bidirectional)"]
+    assert [t.name for t in fig.data] == ["masked (bidirectional)", "next token (causal)"]  # the registry's order
     assert list(fig.data[0].x) == [0, 512, 1024, 1536, 2048]
     assert all(v is not None and v > 0 for t in fig.data for v in t.y)
     assert any(s.x0 == 1024 for s in fig.layout.shapes)  # the phase switch

@@ -87,3 +87,24 @@ def test_a_fraction_takes_its_share_of_the_forms_total_tokens(tiny_modernbert_di
     res = launch_tab.validate_form(values, deep=False, base=base)
     assert res["ok"], res["message"]
     assert res["cfg"]["train"]["total_tokens"] == 8192 and "total_tokens: 8192" in res["yaml"]
+
+
+def test_every_objectives_settings_have_columns_and_reach_the_list(tiny_modernbert_dir):
+    """The editor's setting columns come from what each objective declares (issue 29): a prefix share and a causal
+    share typed in the table reach the phase list (they had no column: the prefix phase trained at its default)."""
+    from backend.detour import objectives
+
+    assert {timeline_editor.KEY_OF[c] for c in timeline_editor.COLUMNS} >= set(objectives.setting_names())
+    assert {"prefix share", "causal share", "mask rate"} <= set(timeline_editor.COLUMNS)  # headings from the modules
+    phases = [{"objective": "prefix", "tokens": 1024, "prefix_share": 0.25},
+              {"objective": "mixed", "tokens": 1024, "causal_share": 0.5, "mlm_probability": 0.2}]  # fmt: skip
+    rows = timeline_editor.phases_to_rows(phases)
+    assert timeline_editor.rows_to_phases(rows) == phases
+    values = form(tiny_modernbert_dir)
+    base, msg, _ = timeline_editor.apply_rows(rows, values[launch_tab.KEYS.index("recipe")], None)
+    assert msg.startswith("✓"), msg
+    assert [(p.get("prefix_share"), p.get("causal_share")) for p in base["phases"]] == [(0.25, None), (None, 0.5)]
+    bad = timeline_editor.phases_to_rows([{"objective": "mlm", "tokens": 1024, "mlm_probability": 0.2,
+                                           "prefix_share": 0.3}])  # fmt: skip
+    base, msg, _ = timeline_editor.apply_rows(bad, "custom", None)
+    assert base is None and "phases[0].prefix_share" in msg  # another objective's setting: refused, named

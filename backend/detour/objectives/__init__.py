@@ -15,7 +15,8 @@ from backend.detour.objectives.base import ATTENTIONS, Batch, Masking, Objective
 from backend.detour.objectives.masking import IGNORE, mlm_mask, replacement_vocab, special_ids
 
 __all__ = ["ATTENTIONS", "IGNORE", "Batch", "Masking", "Objective", "Setting", "all_objectives", "get", "masking_of",
-           "mlm_mask", "names", "next_token_labels", "replacement_vocab", "setting_names", "special_ids"]  # fmt: skip
+           "mlm_mask", "names", "next_token_labels", "replacement_vocab", "setting_headings", "setting_names",
+           "special_ids"]  # fmt: skip
 
 clm_labels = next_token_labels  # the name older callers (tests, benches) import
 
@@ -53,6 +54,14 @@ def get(name: str) -> Objective:
 def setting_names() -> tuple[str, ...]:
     """Every setting any objective takes (the keys a phase may carry besides budget, LR and freezing)."""
     return tuple(dict.fromkeys(s.name for o in all_objectives() for s in o.settings))
+
+
+def setting_headings() -> dict[str, str]:
+    """Each setting name -> its heading (the first objective declaring it says it): the timeline editor's columns."""
+    out: dict[str, str] = {}
+    for s in (s for o in all_objectives() for s in o.settings):
+        out.setdefault(s.name, s.heading)
+    return out
 
 
 def choices_text() -> str:

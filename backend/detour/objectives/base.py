@@ -50,6 +50,11 @@ class Setting:
     hi: float = 1.0
     lo_open: bool = True
     hi_open: bool = True
+    column: str = ""  # its column in the app's timeline editor (default: the name, in words)
+
+    @property
+    def heading(self) -> str:
+        return self.column or self.name.replace("_", " ")
 
     def range_text(self) -> str:
         return f"{'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
@@ -71,6 +76,9 @@ class Objective:
     predicted_share: Callable[[dict], float] = lambda s: 1.0  # share of positions projected on the vocabulary
     picture: Callable[[int], bool | torch.Tensor] = lambda t: False  # the attention of one row of t tokens, drawn
     picture_note: str = ""  # what the drawn row stands for, when the objective has several
+    per_token: str = ""  # the per-token surprise view ``explain`` reads a text with ("next-token" or "masked-alone",
+    # ``backend/explain/surprise.py``), "" for none
+    per_token_text: str = ""  # that view's name for people, e.g. "next token (causal)"
     order: int = 100  # where it comes in lists (the two existing ones first)
 
     def defaults(self) -> dict:

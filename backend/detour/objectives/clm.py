@@ -19,5 +19,7 @@ OBJECTIVE = Objective(
     label=lambda s: "CLM",
     always_evaluated=True,
     picture=lambda t: True,
+    per_token="next-token",
+    per_token_text="next token (causal)",
     order=1,
 )

@@ -5,7 +5,8 @@ from __future__ import annotations
 from backend.detour.objectives.base import Batch, Objective, Setting
 from backend.detour.objectives.masking import mlm_mask
 
-RATE = Setting("mlm_probability", None, "its masking rate")  # a phase list gives it; the presets have their own
+# a phase list gives it; the presets have their own
+RATE = Setting("mlm_probability", None, "its masking rate", column="mask rate")
 
 
 def _make(ids, doc_start, settings, masking, generator) -> Batch:
@@ -28,5 +29,7 @@ OBJECTIVE = Objective(
     accuracy=True,
     predicted_share=lambda s: s["mlm_probability"],
     picture=lambda t: False,
+    per_token="masked-alone",
+    per_token_text="masked (bidirectional)",
     order=0,
 )
