@@ -60,6 +60,14 @@ def _root(root: str | Path | None) -> Path:
     return Path(root).resolve() if root else runs_dir()
 
 
+def check_max_concurrent(n: object, what: str = "--max-concurrent") -> int:
+    """A count of training jobs at once: a whole number >= 1 (0 was silently the default, and a negative one made a
+    worker that serves forever and starts nothing)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise JobError(f"{what} {n!r}: expected a whole number >= 1 (training jobs at once)")
+    return n
+
+
 def default_max_concurrent() -> int:
     raw = os.environ.get(MAX_CONCURRENT_ENV, "1")
     try:
@@ -99,7 +107,7 @@ def ensure_worker(
     with _spawn_lock:
         if worker_pid(root) is not None:
             return None
-        n = max_concurrent or default_max_concurrent()
+        n = default_max_concurrent() if max_concurrent is None else check_max_concurrent(max_concurrent)
         argv = [sys.executable, "-m", "backend", "queue", "--root", str(root), "--max-concurrent", str(n)]
         argv += ["--pin-gpus"] if pin_gpus else []
         return spawn_detached(argv, root / WORKER_LOG).pid
@@ -330,7 +338,9 @@ def run_worker(
     root = _root(root)
     root.mkdir(parents=True, exist_ok=True)
     gpus = list(gpus or [])
-    n = slots(max_concurrent or default_max_concurrent(), gpus)
+    n = slots(default_max_concurrent() if max_concurrent is None else check_max_concurrent(max_concurrent), gpus)
+    if not poll_s > 0:  # time.sleep of a negative number is a traceback at the first wait; 0 a busy loop
+        raise JobError(f"--poll {poll_s!r}: expected seconds > 0 between looks at the queue")
     lock = FileLock(root / LOCK_NAME, f"queue {root}")
     while True:
         try:
