@@ -15,13 +15,18 @@ from backend.engine.throughput import step_rate
 FINISHING = "final evaluation and save"  # every step trained, the trainer has not written its end yet
 
 
+def _number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
 def phase_groups(rows: Sequence[dict]) -> list[tuple[list[dict], float]]:
     """metrics.jsonl's train rows split by phase, each with the tokens seen where its first interval began (a
-    resumed run's first process began at its checkpoint's step, which its first ``machine`` row records)."""
-    train = [r for r in rows if r.get("type") == "train"]
+    resumed run's first process began at its checkpoint's step, which its first ``machine`` row records). A row
+    without a numeric step and tokens_seen (a hand-edited file) is left out, never a crash of the Runs table."""
+    train = [r for r in rows if r.get("type") == "train" and _number(r.get("tokens_seen")) and _number(r.get("step"))]
     first_machine = next((r for r in rows if r.get("type") == "machine"), {})
     per_step = train[0]["tokens_seen"] / train[0]["step"] if train and train[0].get("step") else 0
-    before = first_machine.get("step", 0) * per_step
+    before = (first_machine.get("step") if _number(first_machine.get("step")) else 0) * per_step
     groups: list[tuple[list[dict], float]] = []
     current: list[dict] = []
     for r in train:
@@ -37,7 +42,8 @@ def phase_groups(rows: Sequence[dict]) -> list[tuple[list[dict], float]]:
 def effective_rate(rows: Sequence[dict], tokens_before: float) -> float | None:
     """tokens/s over wall time of one phase's train rows (evaluation and checkpoints included), None without a
     logged split."""
-    wall = sum((r.get("time_split") or {}).get("wall", 0.0) for r in rows)
+    splits = [r.get("time_split") for r in rows]
+    wall = sum(w for x in splits if isinstance(x, dict) and _number(w := x.get("wall")))
     tokens = rows[-1]["tokens_seen"] - tokens_before if rows else 0
     return tokens / wall if wall and tokens > 0 else None
 

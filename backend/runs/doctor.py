@@ -33,13 +33,15 @@ COMPILE_SPEEDUP_CPU = {"bf16": (1.2, "bench/results/train.run1.json, a CPU with 
 def _phase_stats(rows: list[dict], tokens_before: float) -> dict:
     """tokens/s (median of the logged intervals, the first one left out where there are others: warm-up), MFU,
     the summed split and the effective rate (tokens over wall time, evaluation and checkpoints included)."""
-    mfus = [r["mfu"] for r in rows if r.get("mfu") is not None]
+    mfus = [r["mfu"] for r in rows if isinstance(r.get("mfu"), int | float)]
     mfus = mfus[1:] or mfus
     peak = next((r for r in reversed(rows) if r.get("peak_flops")), {})  # the peak the newest MFU was taken against
     split = {k: 0.0 for k in (*PARTS, "other", "wall", "n_eval", "n_checkpoint")}
     for r in rows:
-        for k, v in (r.get("time_split") or {}).items():
-            split[k] = split.get(k, 0.0) + v
+        parts = r.get("time_split")
+        for k, v in (parts if isinstance(parts, dict) else {}).items():
+            if isinstance(v, int | float):  # a hand-edited row's text is left out, as engine.progress leaves it
+                split[k] = split.get(k, 0.0) + v
     first = rows[0]
     return {
         "phase": first["phase"],

@@ -58,3 +58,16 @@ def test_the_panel_follows_the_run_to_its_end_with_the_table(isolated_runs_dir):
     second = runs_tab.poll_update([], "r", "tokens_seen", first["state"])  # metrics.jsonl did not change
     assert _row_of("r")["state"] == "done" and _row_of("r")["ETA"] == ""
     assert second["panel"] is not None and "(done)" in second["panel"] and "ETA" not in second["panel"]
+
+
+def test_hand_edited_metrics_rows_never_break_the_table(isolated_runs_dir):
+    """Rows without a numeric step, tokens_seen, rate or wall time (a hand-edited metrics.jsonl) are left out of the
+    reading; the table still lists the run with the rate of the rows that hold one."""
+    good = [_row(s, {"forward_backward": 1.0}) for s in (5, 10)]
+    bad = [{"type": "train"}, {"type": "train", "step": "x", "tokens_seen": 1}, {**good[0], "tokens_per_s": "fast"},
+           {**good[1], "time_split": {"wall": "slow"}}]  # fmt: skip
+    _write_run(isolated_runs_dir, "r", CFG, MACHINE, bad + good,
+               _running(step=10, total_steps=20, tokens_seen=10_000, total_tokens=20_000))  # fmt: skip
+    row = _row_of("r")
+    assert row["state"] == "running" and row["tok/s"] == "500" and row["ETA"].endswith("s"), row
+    assert "(running)" in throughput_panel.panel_markdown("r")
