@@ -159,7 +159,13 @@ def launch_hybrid(preset: str = "quick") -> tuple[str, str]:
         raise DetourError(f"'{name}' is already running (pid {read_state(out).get('pid')}); wait for it to finish")
     resolve_hybrid(preset)  # data absent: said here, not in a log
     proc = start_detached(out, preset, ["--study", "hybrid-splits"])
-    return f"Started the second paper's study ({preset}) in `{out}` (pid {proc.pid}). The status below updates.", name
+    from backend.replication.hybrid import estimate_text, hybrid_estimate
+
+    when = estimate_text(hybrid_estimate(preset))
+    return (
+        f"Started the second paper's study ({preset}) in `{out}` (pid {proc.pid}). {when} The status below updates.",
+        name,
+    )
 
 
 def quick_measurement() -> dict:
@@ -226,6 +232,21 @@ def time_note() -> str:
     return f"The plan estimates {_minutes(seconds)} on 2 CPU cores (`--plan` prints the breakdown)."
 
 
+def hybrid_time_note() -> str:
+    from backend.replication.hybrid import estimate_text, hybrid_estimate
+
+    return estimate_text(hybrid_estimate("quick"))
+
+
+def hybrid_button_label() -> str:
+    """The second study's button: its time from this machine's measured rate (``hybrid_estimate``), or none."""
+    from backend.replication.hybrid import hybrid_estimate
+
+    est = hybrid_estimate("quick")
+    when = f"~{max(1, round(est['total_s'] / 60))} min" if est["total_s"] else "time not measured here yet"
+    return f"Run the second paper's study (quick, {when})"
+
+
 EMPTY = (
     "**No report yet.** A report is a small replication of the paper on this machine: it trains a CLM-detour run, "
     "an MLM run and their controls from the bundled base, compares their layers (CKA) and their NER scores, and "
@@ -265,7 +286,7 @@ def build(ctx) -> dict:
         )
         refresh_btn = gr.Button("Refresh", scale=1, min_width=120)
         launch_btn = gr.Button(button, variant="primary", scale=2, elem_id="rep-launch")
-        hybrid_btn = gr.Button("Run the second paper's study (quick, ~15 min)", scale=2, elem_id="rep-launch-hybrid")
+        hybrid_btn = gr.Button(hybrid_button_label(), scale=2, elem_id="rep-launch-hybrid")
     time_md = gr.Markdown(_time_text(), elem_id="rep-time")
     launch_msg = gr.Markdown("", elem_id="rep-launch-msg")
     empty = gr.Markdown(EMPTY.format(button=button), visible=not names, elem_id="rep-empty")
@@ -336,9 +357,10 @@ def build(ctx) -> dict:
         """The button's time and its note read again: a quick replication that finished after the page was built
         shows what it took."""
         label = button_label()
-        return [gr.update(value=label), _time_text(), gr.update(value=EMPTY.format(button=label))]
+        hybrid = gr.update(value=hybrid_button_label())  # this machine's rate may have been measured meanwhile
+        return [gr.update(value=label), _time_text(), gr.update(value=EMPTY.format(button=label)), hybrid]
 
-    keep_fresh(times, [launch_btn, time_md, empty], button=refresh_btn)
+    keep_fresh(times, [launch_btn, time_md, empty, hybrid_btn], button=refresh_btn)
     from app import suite_panel
 
     suites = suite_panel.build()  # pick a suite, pick models, run with progress (python -m backend evaluate --suite)
@@ -351,6 +373,7 @@ def build(ctx) -> dict:
         "plots": plots,
         "timer": timer,
         "launch": launch_btn,
+        "hybrid": hybrid_btn,
         "empty": empty,
         "view": view_col,
         "listing": listing,
@@ -361,8 +384,9 @@ def build(ctx) -> dict:
 
 def _time_text() -> str:
     return (
-        f"{time_note()} The quick preset shows the pipeline; `--preset mini` (about an hour) is the one to read "
-        "results from."
+        f"{time_note()} The quick preset shows the pipeline; `--preset mini` is the one to read results from "
+        "(`python -m backend replicate --preset mini --plan` estimates its time). The second paper's study: "
+        f"{hybrid_time_note()}"
     )
 
 

@@ -12,6 +12,7 @@ from backend.analysis import plots
 from backend.core.errors import DetourError
 from backend.core.paths import runs_dir
 from backend.engine.config import check_run_name
+from backend.engine.progress import run_progress
 from backend.engine.rundir import list_runs, read_log, read_metrics, read_status, root_problem
 from backend.runs import jobs
 
@@ -40,16 +41,17 @@ def run_infos():
     return sorted(runs, key=lambda r: (r.status.get("created_at") or 0, r.name), reverse=True)
 
 
-_summaries: dict[Path, tuple[tuple, dict]] = {}  # metrics.jsonl -> ((size, mtime), its table numbers)
+_summaries: dict[Path, tuple[tuple, list[dict], dict]] = {}  # metrics.jsonl -> ((size, mtime), rows, table numbers)
 
 
-def metrics_summary(run_dir: Path) -> dict:
-    """The run table's losses and throughput, read again only when metrics.jsonl changed (the table is polled)."""
+def _metrics(run_dir: Path) -> tuple[list[dict], dict]:
+    """The run's metrics rows and the table's losses, read again only when metrics.jsonl changed (the table is
+    polled)."""
     p = run_dir / "metrics.jsonl"
     try:
         st = p.stat()
     except OSError:
-        return {}
+        return [], {}
     sig = (st.st_size, st.st_mtime_ns)
     hit = _summaries.get(p)
     if hit is None or hit[0] != sig:
@@ -57,14 +59,23 @@ def metrics_summary(run_dir: Path) -> dict:
             rows = read_metrics(run_dir)
         except DetourError:  # a metrics.jsonl that links out of the run folder: not read (the log panel says why)
             rows = []
-        hit = _summaries[p] = (sig, plots.metrics_summary(rows))
-    return hit[1]
+        hit = _summaries[p] = (sig, rows, plots.metrics_summary(rows))
+    return hit[1], hit[2]
+
+
+def metrics_summary(run_dir: Path) -> dict:
+    """The run table's losses and throughput (cached on metrics.jsonl's size and time)."""
+    return _metrics(run_dir)[1]
 
 
 def runs_table() -> list[list]:
+    """One row per run; state, step, ETA and tok/s are ``engine.progress.run_progress``, the reading the throughput
+    panel (the doctor) shows too."""
     rows = []
     for r in run_infos():
-        row = plots.run_summary(r.name, {**r.status, "state": r.state}, metrics_summary(r.path))
+        status = {**r.status, "state": r.state}
+        metrics, summary = _metrics(r.path)
+        row = plots.run_summary(r.name, status, summary, progress=run_progress(status, metrics))
         rows.append([row[c] for c in TABLE_COLUMNS])
     return rows
 
@@ -206,7 +217,11 @@ def poll_update(selected, log_name, axis: str, state: dict | None, force: bool =
     ]
     out["log"] = log_tail(log_name) if force or log_sig != state.get("log_sig") else None
     # the doctor's panel follows the picked run's metrics, the timeline the plotted runs (their configs and status)
-    panel_sig = [log_name, *[_size(runs_dir() / log_name / "metrics.jsonl") if log_name in names else -1]]
+    panel_sig = [  # its state and ETA change with status.json (a run's end) as the table's do
+        log_name,
+        *[_size(runs_dir() / log_name / f) if log_name in names else -1 for f in ("metrics.jsonl", "status.json")],
+        next((r[1] for r in rows if r[0] == log_name), None),
+    ]
     out["panel"] = panel_markdown(log_name) if force or panel_sig != state.get("panel_sig") else None
     timeline_sig = [axis, *[(n, _size(runs_dir() / n / "status.json") > 0) for n in plotted]]
     fresh = force or timeline_sig != state.get("timeline_sig")

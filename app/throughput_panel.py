@@ -9,7 +9,7 @@ from backend.core.paths import evals_dir, runs_dir
 from backend.engine.config import check_run_name
 from backend.engine.throughput import PART_LABELS, format_mfu, shares
 from backend.evaluation.results_file import read_results
-from backend.runs.doctor import diagnose, evaluation_throughput, hms, phase_peak
+from backend.runs.doctor import diagnose, evaluation_throughput, phase_peak
 
 
 def _rate(x: float | None) -> str:
@@ -36,7 +36,8 @@ def panel_markdown(name: str | None) -> str:
     if not doc["phases"]:
         return f"{name}: no training steps logged yet."
     m = doc["machine"]
-    lines = [f"**{name}** ({doc['state']})" + (f" on {m.get('device')}, {m.get('precision')}" if m else ""), "",
+    state = doc["state"] + (f": {doc['progress']['phase']}" if doc["progress"]["finishing"] else "")
+    lines = [f"**{name}** ({state})" + (f" on {m.get('device')}, {m.get('precision')}" if m else ""), "",
              "| phase | objective | tok/s | MFU (of the peak, where from) | " + " | ".join(PART_LABELS.values()) + " |",
              "|---|---|---|---|" + "---|" * len(PART_LABELS)]  # fmt: skip
     for p in doc["phases"]:
@@ -48,8 +49,8 @@ def panel_markdown(name: str | None) -> str:
         )
     if doc.get("tokens_per_s"):  # the Runs table's tok/s: one definition (throughput.step_rate), one number
         lines.append(f"| whole run | | {doc['tokens_per_s']:,.0f} | | " + " | ".join("" for _ in PART_LABELS) + " |")
-    if doc["state"] != "done":
-        lines += ["", f"ETA at the measured rate: **{hms(doc['eta_s'])}**"]
+    if doc["state"] == "running":  # the Runs table's ETA: the same reading (engine.progress)
+        lines += ["", f"ETA at the measured rate: **{doc['eta']}**"]
     lines += ["", "**Findings**" if doc["findings"] else "No finding: forward+backward holds the time."]
     lines += [f"- {f}: {fix}" for f, fix in doc["findings"]]
     lines += ["", f"The same from a terminal: `python -m backend doctor {name}`"]

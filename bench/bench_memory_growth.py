@@ -58,9 +58,17 @@ def main() -> None:
     (run_dir,) = prepare_runs(cfg, root=root)
     proc, samples, done = psutil.Process(), [], threading.Event()
 
+    live = Path(args.out).with_suffix(".live.jsonl")
+    live.write_text(json.dumps({"run_dir": str(run_dir)}) + "\n")
+
     def sample() -> None:
+        """Also appends a sample every ~5 s to <out>.live.jsonl, so a run stopped early still leaves its curve."""
         while not done.is_set():
             samples.append((time.time(), proc.memory_info().rss, _anon_mb()))
+            if len(samples) % 20 == 1:
+                ts, rss, anon = samples[-1]
+                with live.open("a") as f:
+                    f.write(json.dumps({"time": ts, "rss_mb": round(rss / 2**20, 1), "anon_mb": anon}) + "\n")
             time.sleep(0.25)
 
     t = threading.Thread(target=sample, daemon=True)

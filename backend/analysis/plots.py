@@ -182,34 +182,32 @@ def metrics_summary(rows: Sequence[dict]) -> dict:
 ERROR_CHARS = 60  # the table shows the start of an error; the Runs tab's log panel shows all of it
 
 
-def run_summary(name: str, status: dict, metrics: dict | None = None, now: float | None = None) -> dict:
-    """One table row: progress (%), tokens and ETA from status.json; time (duration); throughput (tok/s) and final
-    losses from ``metrics_summary``."""
-    tokens, total = status.get("tokens_seen"), status.get("total_tokens")
-    step, steps = status.get("step"), status.get("total_steps")
-    pct = f"{100 * tokens / total:.0f}%" if tokens is not None and total else ""
-    eta = status.get("eta_s")
-    if status.get("state") != "running":
-        eta_txt = ""
-    elif eta is None:
-        eta_txt = "…"
-    else:
-        eta_txt = _fmt_duration(eta)
+def run_summary(
+    name: str, status: dict, metrics: dict | None = None, now: float | None = None, progress: dict | None = None
+) -> dict:
+    """One table row: state, phase, step, tokens, %, ETA and tok/s from ``engine.progress.run_progress`` (what the
+    doctor's panel shows too: one reading of where a run stands); time (duration); losses from ``metrics_summary``.
+    Without ``progress`` it is read from ``status`` alone (no logged rate: no ETA)."""
+    from backend.engine.progress import eta_text, run_progress
     from backend.engine.rundir import time_spent
 
+    p = progress if progress is not None else run_progress(status, [])
+    tokens, total = p["tokens_seen"], p["total_tokens"]
+    step, steps = p["step"], p["total_steps"]
+    pct = f"{100 * tokens / total:.0f}%" if tokens is not None and total else ""
     duration = time_spent(status, now)  # a resumed run: its earlier processes' time too
     m = metrics or {}
     error = status.get("error") or ""
     return {
         "run": name,
-        "state": status.get("state", "unknown"),
-        "phase": status.get("phase") or "",
+        "state": p["state"],
+        "phase": p["phase"],
         "step": f"{step or 0}/{steps}" if steps else (str(step) if step else ""),
         "tokens": f"{_fmt_int(tokens)}/{_fmt_int(total)}" if total else _fmt_int(tokens),
         "%": pct,
-        "ETA": eta_txt,
+        "ETA": eta_text(p),
         "time": _fmt_duration(duration) if duration is not None and duration >= 0 else "",
-        "tok/s": _fmt_int(m.get("tokens_per_s")),
+        "tok/s": _fmt_int(p["tokens_per_s"] if progress is not None else m.get("tokens_per_s")),
         "train loss": _fmt_loss(m.get("train_loss")),
         "held-out MLM": _fmt_loss(m.get("eval_mlm_loss")),
         "held-out CLM": _fmt_loss(m.get("eval_clm_loss")),

@@ -2,7 +2,7 @@
 
 Examples::
 
-    python -m backend replicate --preset quick                 # ~10 min demo -> reports/quick/report.html
+    python -m backend replicate --preset quick                 # the demo -> reports/quick/report.html
     python -m backend replicate --preset mini --seeds 5        # ~1 hour -> reports/mini/
     python -m backend replicate --preset mini --model runs/my-base --corpus ../my_corpus --out reports/mine
     python -m backend replicate --preset quick --plan          # print the plan and sizes, run nothing
@@ -33,7 +33,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="detour: the CLM detour paper (default); hybrid-splits: the second paper (objective splits from "
         "scratch and the 40%% MLM continuation), built on sweeps",
     )
-    p.add_argument("--preset", choices=list(PRESETS), default="quick", help="quick (~10 min) or mini (~1 hour)")
+    p.add_argument(
+        "--preset",
+        choices=list(PRESETS),
+        default="quick",
+        help="quick (the demo) or mini (the one to read); --plan estimates the time from this machine's rate",
+    )
     p.add_argument("--seeds", type=int, help="fine-tuning seeds per model (preset default: 5)")
     p.add_argument("--out", help="output folder (default reports/<preset>); rerun with the same folder to resume")
     p.add_argument("--model", help="base encoder: bundled name, model folder or run directory (default: bundled)")
@@ -54,7 +59,7 @@ def _fmt_s(s: float) -> str:
 
 
 def print_plan(settings: dict, out: Path) -> None:
-    from backend.replication.plan import LABELS, RUNS, estimate, run_names
+    from backend.replication.plan import LABELS, RUNS, estimate, machine_train_rate, run_names
     from backend.replication.replicate import read_markers
     from backend.replication.steps import build_plan
 
@@ -78,10 +83,18 @@ def print_plan(settings: dict, out: Path) -> None:
         f"lr {e['lr']}, {e['max_train_examples']} train / {e['max_eval_examples']} dev+test sentences"
     )
     print(f"  CKA    {c['n_texts']} held-out paragraphs, max_len {c['max_len']}, sampling seeds {c['seeds']}")
-    est = estimate(settings)
+    rate = machine_train_rate(settings)  # this machine's measured rate, as the Launch form's estimate
+    est = estimate(settings, rate)
+    source = (
+        f"training at this machine's last measured {rate:,.0f} tokens/s"
+        if rate
+        else (
+            "no training rate measured on this machine yet for this base: training at the plan's fitted 2,300 tokens/s"
+        )
+    )
     print(
-        f"  time   ~{_fmt_s(est['total_s'])} on 2 CPU cores (train {_fmt_s(est['train_s'])}, NER "
-        f"{_fmt_s(est['ner_s'])}, CKA {_fmt_s(est['cka_s'])})"
+        f"  time   ~{_fmt_s(est['total_s'])} (train {_fmt_s(est['train_s'])}, NER {_fmt_s(est['ner_s'])}, CKA "
+        f"{_fmt_s(est['cka_s'])}; {source}, fine-tuning and CKA at the plan's rates)"
     )
     done = read_markers(out)
     print(f"  out    {out}")
@@ -105,7 +118,10 @@ def run_hybrid_study(args: argparse.Namespace) -> int:
             args.preset, corpus=args.corpus, ner_data=args.ner_data, seeds=args.seeds, overrides=args.overrides
         )
         if args.plan:
+            from backend.replication.hybrid import estimate_text, hybrid_estimate
+
             print(f"hybrid-splits {args.preset}: {s['description']}")
+            print(f"time: {estimate_text(hybrid_estimate(args.preset))}")
             print(
                 json.dumps(
                     {k: s[k] for k in ("arch", "train", "budgets", "seeds", "eval", "corpus", "ner_data")}, indent=1

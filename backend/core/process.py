@@ -12,10 +12,13 @@ import fcntl
 import os
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 from backend.core.errors import DetourError
 from backend.core.paths import REPO_ROOT
+
+LOCK_FD_ENV = "DETOUR_LOCK_FD"  # the fd of a FileLock a parent handed to this process (spawn_detached keep_lock)
 
 
 class Busy(DetourError):
@@ -46,7 +49,7 @@ class FileLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock_nb(fd, fcntl.LOCK_EX)
         except OSError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
             message = self.busy_message.format(what=self.what, pid=holder)
@@ -65,6 +68,27 @@ class FileLock:
         self.fd = fd
         return self
 
+    def adopt(self, fd: int) -> FileLock:
+        """Take over the lock a parent acquired and passed down (``spawn_detached(..., keep_lock=...)``): the
+        kernel held it for this process from its first instant, so no one saw the run unclaimed in between. The fd
+        must be this lock's file (same inode); it is made non-inheritable again, so nothing this process starts
+        keeps the lock alive after it."""
+        st, want = os.fstat(fd), os.stat(self.path)
+        if (st.st_dev, st.st_ino) != (want.st_dev, want.st_ino):
+            raise DetourError(f"{self.what}: the inherited lock fd {fd} is not {self.path}")
+        os.set_inheritable(fd, False)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self.fd = fd
+        return self
+
+    def hand_over(self) -> None:
+        """Close this process's copy without unlocking (``LOCK_UN`` would free it for the child too): after
+        ``spawn_detached(..., keep_lock=self)`` the child alone holds it, until it exits."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
     def release(self) -> None:
         if self.fd is not None:
             os.ftruncate(self.fd, 0)
@@ -77,6 +101,37 @@ class FileLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _flock_nb(fd: int, op: int) -> None:
+    """A non-blocking ``flock`` that looks a few times over ~0.1 s before giving up: ``is_held`` probes with a shared
+    lock held for microseconds, which must never make a real owner fail as "busy"."""
+    for attempt in range(5):
+        try:
+            fcntl.flock(fd, op | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if attempt == 4:
+                raise
+            time.sleep(0.02)
+
+
+def is_held(path: str | Path) -> bool:
+    """True while some live process holds the ``FileLock`` at ``path`` (the kernel says so: a holder that died
+    released it). Probes with a shared lock taken and dropped at once; a missing file is held by nobody."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing drops the probe's shared lock
+    return False
 
 
 def holder_pid(path: str | Path) -> int | None:
@@ -160,13 +215,22 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def spawn_detached(argv: list[str], log_path: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+def spawn_detached(
+    argv: list[str], log_path: Path, extra_env: dict[str, str] | None = None, keep_lock: FileLock | None = None
+) -> subprocess.Popen:
     """Start ``argv`` in its own session, output appended to ``log_path``; never a shell, never a pipe.
+
+    ``keep_lock``: a held ``FileLock`` the child inherits (its fd number in ``DETOUR_LOCK_FD``; the child calls
+    ``FileLock.adopt``) and this process then lets go of (``hand_over``): the lock is the child's from the moment it
+    exists, so a parent killed before it could write down the child's pid leaves nothing unclaimed.
 
     A daemon thread waits on the child, so it is reaped the moment it exits: the app starts a queue worker and
     may start nothing else for hours, and an unwaited child stays a defunct (zombie) entry that long. ``wait``
     stores the exit code in the ``Popen``, so a caller that keeps it still reads it with ``poll``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    extra_env = dict(extra_env or {})
+    if keep_lock is not None:
+        extra_env[LOCK_FD_ENV] = str(keep_lock.fd)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             argv,
@@ -177,6 +241,9 @@ def spawn_detached(argv: list[str], log_path: Path, extra_env: dict[str, str] | 
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
+            pass_fds=(keep_lock.fd,) if keep_lock is not None else (),
         )
+    if keep_lock is not None:
+        keep_lock.hand_over()
     threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
     return proc

@@ -49,6 +49,22 @@ def _gone(st: dict, run_dir: str | Path) -> str:
     )
 
 
+NUMBER_FIELDS = ("step", "total_steps", "tokens_seen", "total_tokens", "eta_s", "created_at", "queued_at",
+                 "started_at", "finished_at", "updated_at", "trained_before_s")  # fmt: skip
+
+
+def _bad_field(st: dict) -> str | None:
+    """What makes a status mapping unusable, in words (a state outside ``STATES``, a number field holding text), or
+    None: every reader (the Runs table, the doctor, the queue) may then do arithmetic on it."""
+    if st.get("state") not in (*STATES, None):
+        return f"state {st.get('state')!r} is not one of {', '.join(STATES)}"
+    for key in NUMBER_FIELDS:
+        v = st.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+            return f"{key} {v!r} is not a number"
+    return None
+
+
 def read_status(run_dir: str | Path) -> dict:
     """status.json; ``running`` only while its recorded process runs (a trainer killed, one whose disk filled up
     before it could record its end, or a pid now held by another process reads ``failed``, resumable, with why and
@@ -62,6 +78,8 @@ def read_status(run_dir: str | Path) -> dict:
         st = None
     if not isinstance(st, dict):
         return {"state": "unknown", "error": f"no readable status.json in {run_dir}"}
+    if problem := _bad_field(st):
+        return {"state": "unknown", "error": f"{p}: {problem} (a status.json edited by hand or by another program?)"}
     if st.get("state") == "running" and not runs_process(st):
         st["state"] = "failed"
         st["resumable"] = True

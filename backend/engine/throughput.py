@@ -282,7 +282,7 @@ def step_rate(train_rows: list[dict]) -> float | None:
     kept, phase = [], object()
     for r in train_rows:
         rate = r.get("tokens_per_s")
-        if rate is None:
+        if not isinstance(rate, int | float) or isinstance(rate, bool):  # not logged (or a hand-edited row)
             continue
         group = r.get("phase")
         if group != phase:

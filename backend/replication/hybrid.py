@@ -45,12 +45,13 @@ PAPER = {
     ),
 }
 
-# Tiny from-scratch encoders: budgets in tokens (tokens per step = batch_size x seq_len). The quick preset fits
-# 15 minutes on 2 busy CPU cores: 20 + 4 runs of 16-32 optimizer steps and one NER fine-tune per run and seed.
+# Tiny from-scratch encoders: budgets in tokens (tokens per step = batch_size x seq_len). The quick preset is 20 + 4
+# runs of 16-32 optimizer steps and one NER fine-tune per run and seed; its time is ``hybrid_estimate``'s (this
+# machine's measured rate), never a fixed string.
 HYBRID_PRESETS: dict[str, dict] = {
     "quick": {
         "description": (
-            "Demo: ~15 minutes on 2 CPU cores. 2-layer d=128 encoders, 5 splits x 2 budgets (16k, 32k tokens) x 2 "
+            "Demo: 2-layer d=128 encoders, 5 splits x 2 budgets (16k, 32k tokens) x 2 "
             "seeds, NER on 128 sentences, then the 40% MLM continuation. Far too small to conclude; it runs the "
             "whole study and shows which way the numbers lean."
         ),
@@ -83,7 +84,7 @@ HYBRID_PRESETS: dict[str, dict] = {
     },
     "mini": {
         "description": (
-            "About an hour on 2 CPU cores: 4-layer d=192 encoders, 5 splits x 2 budgets (131k, 262k tokens) x 3 "
+            "4-layer d=192 encoders, 5 splits x 2 budgets (131k, 262k tokens) x 3 "
             "seeds, NER on 400 sentences over 2 fine-tuning seeds, then the 40% MLM continuation."
         ),
         "corpus": "shared:craft_pmc_oa_text",
@@ -137,6 +138,57 @@ def resolve_hybrid(
     if seeds:
         s["seeds"] = int(seeds)
     return s
+
+
+_N_PARAMS: dict[str, int] = {}
+
+
+def hybrid_estimate(preset: str) -> dict:
+    """How long the study takes here: its training tokens over this machine's last measured rate for an encoder of
+    its size and precision (``engine.throughput.last_rate``, what the Launch form's estimate uses), plus its NER
+    fine-tunes at the replication plan's per-sentence rates. ``{'rate', 'n_params', 'precision', 'train_tokens',
+    'finetunes', 'train_s', 'ner_s', 'total_s'}``; ``rate`` and the seconds are None before this machine has trained
+    a model of this size (the study's first runs record one)."""
+    import torch
+
+    from backend.engine.models import model_config_of
+    from backend.engine.precision import resolve_precision
+    from backend.engine.throughput import last_rate
+    from backend.runs.doctor import parameter_count
+
+    s = {**HYBRID_PRESETS[preset], "preset": preset, "corpus": "", "ner_data": ""}
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    precision = resolve_precision(s["train"]["precision"], device)[0]
+    arch = json.dumps(s["arch"], sort_keys=True)
+    if arch not in _N_PARAMS:  # a meta-device build, once per architecture (the page asks on every load)
+        _N_PARAMS[arch] = parameter_count(model_config_of(base_config(s)["model"]))
+    n_params = _N_PARAMS[arch]
+    found = last_rate(n_params, precision, device)
+    rate = found["tokens_per_s"] if found else None
+    seeds, budgets = s["seeds"], s["budgets"]
+    train_tokens = len(SHARES) * sum(budgets) * seeds + 2 * seeds * budgets[0]  # the splits, then the 2 continuations
+    finetunes = (len(SHARES) * len(budgets) * seeds + 2 * seeds) * s["eval"]["seeds"]
+    e = s["eval"]
+    per_ft = 1 + e["epochs"] * (0.03 * e["max_train_examples"] + 0.012 * e["max_eval_examples"])  # plan.estimate's
+    out = {"rate": rate, "n_params": n_params, "precision": precision, "device": device,
+           "train_tokens": train_tokens, "finetunes": finetunes, "train_s": None, "ner_s": finetunes * per_ft,
+           "total_s": None, "measured_at": found.get("measured_at") if found else None}  # fmt: skip
+    if rate:
+        out["train_s"] = train_tokens / rate + 8 * (len(SHARES) * len(budgets) + 2) * seeds  # 8 s a run to start
+        out["total_s"] = out["train_s"] + out["ner_s"]
+    return out
+
+
+def estimate_text(est: dict) -> str:
+    """The estimate in one sentence, saying where it comes from, or that no rate is measured here yet."""
+    size = f"{est['n_params'] / 1e6:.1f}M-parameter encoder ({est['precision']}, {est['device']})"
+    if est["rate"] is None:
+        return (f"No training rate is measured on this machine yet for this study's {size}, so no time is "
+                f"estimated; its first runs record one ({est['train_tokens']:,} training tokens, "
+                f"{est['finetunes']} NER fine-tunes).")  # fmt: skip
+    return (f"~{max(1, round(est['total_s'] / 60))} min: {est['train_tokens']:,} training tokens at this machine's "
+            f"last measured {est['rate']:,.0f} tokens/s for its {size}, plus {est['finetunes']} NER fine-tunes at "
+            "the plan's rates.")  # fmt: skip
 
 
 def base_config(s: dict) -> dict:

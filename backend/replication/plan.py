@@ -28,8 +28,8 @@ RUN_PREFIX = "rep"
 PRESETS: dict[str, dict] = {
     "quick": {
         "description": (
-            "Demo: about 8-10 minutes on 2 CPU cores with the bundled 6-layer base. Far too small to conclude "
-            "anything about the paper; it shows the whole pipeline and which way the numbers lean."
+            "Demo with the bundled 6-layer base (--plan estimates its time from this machine's rate). Far too "
+            "small to conclude anything about the paper; it shows the whole pipeline and which way the numbers lean."
         ),
         "corpus": "shared:craft_pmc_oa_text",
         "ner_data": "shared:ncbi_disease",
@@ -62,7 +62,7 @@ PRESETS: dict[str, dict] = {
     },
     "mini": {
         "description": (
-            "About an hour on 2 CPU cores with the bundled 6-layer base: 10x the quick training budget, NER on "
+            "The bundled 6-layer base at 10x the quick training budget (--plan estimates its time), NER on "
             "600 sentences over 5 seeds (the base included), CKA on 500 held-out paragraphs with 3 sampling seeds."
         ),
         "corpus": "shared:craft_pmc_oa_text",

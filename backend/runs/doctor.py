@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from backend.engine.progress import effective_rate, eta_text, hms, phase_groups, run_progress
 from backend.engine.rundir import read_config, read_metrics, read_status
 from backend.engine.throughput import PART_LABELS, PARTS, format_mfu, format_split, last_rate, shares, step_rate
 
@@ -32,26 +33,27 @@ COMPILE_SPEEDUP_CPU = {"bf16": (1.2, "bench/results/train.run1.json, a CPU with 
 def _phase_stats(rows: list[dict], tokens_before: float) -> dict:
     """tokens/s (median of the logged intervals, the first one left out where there are others: warm-up), MFU,
     the summed split and the effective rate (tokens over wall time, evaluation and checkpoints included)."""
-    mfus = [r["mfu"] for r in rows if r.get("mfu") is not None]
+    mfus = [r["mfu"] for r in rows if isinstance(r.get("mfu"), int | float)]
     mfus = mfus[1:] or mfus
     peak = next((r for r in reversed(rows) if r.get("peak_flops")), {})  # the peak the newest MFU was taken against
     split = {k: 0.0 for k in (*PARTS, "other", "wall", "n_eval", "n_checkpoint")}
     for r in rows:
-        for k, v in (r.get("time_split") or {}).items():
-            split[k] = split.get(k, 0.0) + v
-    first, last = rows[0], rows[-1]
-    tokens = last["tokens_seen"] - tokens_before  # the tokens the summed intervals trained
+        parts = r.get("time_split")
+        for k, v in (parts if isinstance(parts, dict) else {}).items():
+            if isinstance(v, int | float):  # a hand-edited row's text is left out, as engine.progress leaves it
+                split[k] = split.get(k, 0.0) + v
+    first = rows[0]
     return {
         "phase": first["phase"],
         "objective": first.get("objective"),
-        "steps": (first["step"], last["step"]),
+        "steps": (first["step"], rows[-1]["step"]),
         "logged": len(rows),
         "tokens_per_s": step_rate(rows),
         "mfu": statistics.median(mfus) if mfus else None,
         "peak_flops": peak.get("peak_flops"),
         "peak_source": peak.get("peak_source"),
         "split": split if split["wall"] else None,
-        "effective_tokens_per_s": tokens / split["wall"] if split["wall"] and tokens > 0 else None,
+        "effective_tokens_per_s": effective_rate(rows, tokens_before),
     }
 
 
@@ -60,19 +62,9 @@ def diagnose(run_dir: str | Path) -> dict:
     run_dir = Path(run_dir)
     cfg, status = read_config(run_dir), read_status(run_dir)
     rows = read_metrics(run_dir)
+    progress = run_progress(status, rows)
     machine = next((r for r in reversed(rows) if r.get("type") == "machine"), {})
-    train = [r for r in rows if r.get("type") == "train"]
-    phases, current = [], []
-    first_machine = next((r for r in rows if r.get("type") == "machine"), {})  # where the first process began
-    start = first_machine.get("step", 0) * (train[0]["tokens_seen"] / train[0]["step"]) if train else 0
-    before = start  # tokens seen where the first interval of a phase began
-    for r in train:
-        if current and r["phase"] != current[-1]["phase"]:
-            phases.append(_phase_stats(current, before))
-            before, current = current[-1]["tokens_seen"], []
-        current.append(r)
-    if current:
-        phases.append(_phase_stats(current, before))
+    phases = [_phase_stats(group, before) for group, before in phase_groups(rows)]
     total = {k: 0.0 for k in (*PARTS, "other", "wall", "n_eval", "n_checkpoint")}
     for p in phases:
         for k, v in (p["split"] or {}).items():
@@ -83,23 +75,15 @@ def diagnose(run_dir: str | Path) -> dict:
         "machine": machine,
         "phases": phases,
         "split": total if total["wall"] else None,
-        "eta_s": _eta(status, phases),
-        "tokens_per_s": step_rate(train),  # the whole run's rate: the Runs table's tok/s
+        "eta_s": progress["eta_s"],  # the Runs table's ETA and tok/s: one reading (engine.progress)
+        "eta": eta_text(progress),
+        "tokens_per_s": progress["tokens_per_s"],
         "tokens_seen": status.get("tokens_seen"),
         "total_tokens": status.get("total_tokens"),
+        "progress": progress,
     }
     out["findings"] = findings(cfg, machine, out["split"])
     return out
-
-
-def _eta(status: dict, phases: list[dict]) -> float | None:
-    """Seconds left: the tokens still to train over the effective rate of the newest phase (evaluation and
-    checkpoint time included, so it is the time the run will really take, not the bare step rate)."""
-    if status.get("state") == "done":
-        return 0.0
-    left = (status.get("total_tokens") or 0) - (status.get("tokens_seen") or 0)
-    rate = next((p["effective_tokens_per_s"] or p["tokens_per_s"] for p in reversed(phases)), None)
-    return left / rate if rate and left > 0 else None
 
 
 def findings(cfg: dict, machine: dict, split: dict | None) -> list[tuple[str, str]]:
@@ -170,13 +154,6 @@ def phase_peak(phase: dict, machine: dict) -> tuple[float | None, str | None]:
     return machine.get("peak_flops"), machine.get("peak_source")
 
 
-def hms(seconds: float | None) -> str:
-    if seconds is None:
-        return "unknown"
-    s = int(round(seconds))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
 def report(d: dict) -> str:
     """The doctor's diagnosis as plain text (the CLI's output)."""
     m = d["machine"]
@@ -199,8 +176,8 @@ def report(d: dict) -> str:
         s = d["split"]
         lines.append("time: " + ", ".join(f"{PART_LABELS[k]} {s[k]:.1f} s" for k in (*PARTS, "other")) +
                      f" of {s['wall']:.1f} s")  # fmt: skip
-    if d["state"] not in ("done",):
-        lines.append(f"ETA: {hms(d['eta_s'])} at the measured rate")
+    if d["state"] == "running":
+        lines.append(f"ETA: {d['eta'] if d['eta'] != '…' else 'unknown'} at the measured rate")
     lines.append("findings:" if d["findings"] else "findings: none (forward+backward holds the time)")
     lines += [f"  - {f}: {fix}" for f, fix in d["findings"]]
     return "\n".join(lines)

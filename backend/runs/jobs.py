@@ -12,6 +12,9 @@
 * ``ROOT/.queue.lock`` holds the worker's pid under an ``flock``: a second worker exits at once. Before exiting, a
   worker clears the pid, releases the lock and looks at the queue once more, so a run submitted at that moment
   is never stranded (``ensure_worker`` starts a new worker whenever the lock file names no live worker).
+* The worker takes each run's ``.train.lock`` before it spawns the trainer and hands it over (the trainer inherits
+  and adopts it): a run's lock is held from the trainer's first instant, so a worker killed before it wrote the pid
+  down leaves an orphan that the next worker counts (``is_held``) instead of starting the run twice.
 * ``cancel(run_dir)`` sends SIGTERM to a running run (the trainer checkpoints and writes ``cancelled``) or marks
   a queued one cancelled; ``resume(run_dir)`` re-queues a stopped run with ``resume_requested: true`` and the
   worker passes ``--resume``.
@@ -32,7 +35,7 @@ from pathlib import Path
 from backend.core import faults
 from backend.core.errors import DetourError
 from backend.core.paths import runs_dir
-from backend.core.process import Busy, FileLock, holder_pid, pid_alive, spawn_detached
+from backend.core.process import Busy, FileLock, holder_pid, is_held, pid_alive, spawn_detached
 from backend.core.process import identity as process_identity
 from backend.engine import rundir
 from backend.engine.config import default_config
@@ -41,6 +44,7 @@ from backend.runs.gpus import pick_gpu, slots
 LOCK_NAME = ".queue.lock"
 WORKER_LOG = ".queue.log"
 MAX_CONCURRENT_ENV = "DETOUR_MAX_CONCURRENT"
+TRAIN_LOCK = ".train.lock"  # held by a run's trainer while it trains (backend.runs.train.train_run)
 
 _spawn_lock = threading.Lock()
 
@@ -54,6 +58,14 @@ class JobError(DetourError):
 
 def _root(root: str | Path | None) -> Path:
     return Path(root).resolve() if root else runs_dir()
+
+
+def check_max_concurrent(n: object, what: str = "--max-concurrent") -> int:
+    """A count of training jobs at once: a whole number >= 1 (0 was silently the default, and a negative one made a
+    worker that serves forever and starts nothing)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise JobError(f"{what} {n!r}: expected a whole number >= 1 (training jobs at once)")
+    return n
 
 
 def default_max_concurrent() -> int:
@@ -95,7 +107,7 @@ def ensure_worker(
     with _spawn_lock:
         if worker_pid(root) is not None:
             return None
-        n = max_concurrent or default_max_concurrent()
+        n = default_max_concurrent() if max_concurrent is None else check_max_concurrent(max_concurrent)
         argv = [sys.executable, "-m", "backend", "queue", "--root", str(root), "--max-concurrent", str(n)]
         argv += ["--pin-gpus"] if pin_gpus else []
         return spawn_detached(argv, root / WORKER_LOG).pid
@@ -255,18 +267,27 @@ def train_argv(run_dir: Path, resume: bool) -> list[str]:
     return argv + ["--resume"] if resume else argv
 
 
+def _training(info: rundir.RunInfo) -> bool:
+    """A trainer holds the run's ``.train.lock`` (the kernel says so, whoever started it: this worker, one killed
+    since -- even before it could write the pid down, as the worker hands the lock to the trainer at birth -- or
+    a terminal). The probe is for queued or running runs only: a finished one holds no slot."""
+    return info.status.get("state") in ("queued", "running", "failed") and is_held(info.path / TRAIN_LOCK)
+
+
 def _occupied(info: rundir.RunInfo) -> bool:
-    """A run that holds a training slot: running with its recorded process, or launched (by this worker or one
-    that died since: its trainer is an orphan that still trains) and not yet reporting."""
+    """A run that holds a training slot: running with its recorded process, launched (by this worker or one that
+    died since: its trainer is an orphan that still trains) and not yet reporting, or held by a trainer."""
     st = info.status
     if st.get("state") == "running" and rundir.runs_process(st):
         return True
-    return st.get("state") == "queued" and rundir.runs_process(st, "launched_pid")
+    if st.get("state") == "queued" and rundir.runs_process(st, "launched_pid"):
+        return True
+    return _training(info)
 
 
 def queued_runs(root: Path) -> list[rundir.RunInfo]:
     runs = [r for r in rundir.list_runs(root) if r.status.get("state") == "queued"]
-    runs = [r for r in runs if not rundir.runs_process(r.status, "launched_pid")]
+    runs = [r for r in runs if not rundir.runs_process(r.status, "launched_pid") and not _training(r)]
     # runs prepared by `python -m backend train CONFIG` are trained by that process itself
     runs = [r for r in runs if not rundir.runs_process(r.status, "claimed_by")]
     runs = [r for r in runs if r.status.get("executor") != "slurm"]  # a Slurm job trains it (train --executor slurm)
@@ -317,7 +338,9 @@ def run_worker(
     root = _root(root)
     root.mkdir(parents=True, exist_ok=True)
     gpus = list(gpus or [])
-    n = slots(max_concurrent or default_max_concurrent(), gpus)
+    n = slots(default_max_concurrent() if max_concurrent is None else check_max_concurrent(max_concurrent), gpus)
+    if not poll_s > 0:  # time.sleep of a negative number is a traceback at the first wait; 0 a busy loop
+        raise JobError(f"--poll {poll_s!r}: expected seconds > 0 between looks at the queue")
     lock = FileLock(root / LOCK_NAME, f"queue {root}")
     while True:
         try:
@@ -362,9 +385,19 @@ def _serve(
             env = {"DETOUR_STDOUT_IS_LOG": "1"}  # stdout already is train.log: the trainer must not tee into it
             if gpu is not None:
                 env["CUDA_VISIBLE_DEVICES"] = gpu
-            try:
-                proc = spawn_detached(argv, info.path / "train.log", env)
+            claim = FileLock(info.path / TRAIN_LOCK, f"run {info.name}")
+            try:  # the trainer gets the run's lock at birth: a worker killed before the next line leaves no doubt
+                claim.acquire()
+            except Busy:  # a trainer nobody recorded holds it (started by hand, or by a worker killed meanwhile)
+                continue
             except OSError as exc:
+                why = faults.user_message(exc) or exc
+                _write_status(info.path, state="failed", error=f"could not lock the run: {why}")
+                continue
+            try:
+                proc = spawn_detached(argv, info.path / "train.log", env, keep_lock=claim)
+            except OSError as exc:
+                claim.release()
                 _write_status(
                     info.path, state="failed", error=f"could not start training: {faults.user_message(exc) or exc}"
                 )

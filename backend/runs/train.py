@@ -22,7 +22,7 @@ from backend import __version__
 from backend.core import atomic, faults
 from backend.core.errors import ConfigError, DetourError, RunStartedError
 from backend.core.paths import runs_dir
-from backend.core.process import FileLock
+from backend.core.process import LOCK_FD_ENV, FileLock
 from backend.detour.recipe import split_pair
 from backend.engine import resume_guard
 from backend.engine.config import check_run_name, validate_config
@@ -208,8 +208,9 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
         if rank0
         else None
     )
-    if lock is not None:
-        lock.acquire()  # one trainer per run directory, whoever launched it
+    if lock is not None:  # one trainer per run directory, whoever launched it
+        inherited = os.environ.pop(LOCK_FD_ENV, None)  # the queue worker took it for us before we existed
+        lock.adopt(int(inherited)) if inherited else lock.acquire()
     try:
         cfg = _config_to_train(run_dir, resume, rank0)
     except BaseException:

@@ -4,13 +4,14 @@ per logged step, and the findings name the setting that fixes each, on run direc
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
 import pytest
 
 from backend.__main__ import main
-from backend.core import atomic
+from backend.core import atomic, process
 from backend.detour import trainer
 from backend.engine import throughput
 from backend.engine.models import load_masked_lm
@@ -103,7 +104,8 @@ def test_findings_name_the_setting_that_fixes_each(tmp_path):
                "peak_flops": 67e12, "peak_source": "published", "parameters": 149_000_000, "world": 1}  # fmt: skip
     rows = [_row(s, {"data": 0.5, "forward_backward": 1.0, "checkpoint": 4.0, "n_checkpoint": 1}) for s in (10, 20)]
     d = _write_run(tmp_path, "gpu", cfg, machine, rows,
-                   {"state": "running", "tokens_seen": 20_000, "total_tokens": 131_000})  # fmt: skip
+                   {"state": "running", "tokens_seen": 20_000, "total_tokens": 131_000,
+                    "pid": os.getpid(), "pid_identity": process.identity()})  # fmt: skip  # a running run: ours
     doc = diagnose(d)
     text = dict(doc["findings"])
     assert text["checkpoint writes stall 4.0 s each (73% of the wall time)"].startswith(

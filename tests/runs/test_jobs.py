@@ -309,3 +309,21 @@ def test_a_new_worker_counts_the_trainer_a_killed_worker_left_running(tmp_path, 
     assert [e[1] for e in ev if e[0] == "start"] == ["a", "b"]  # the orphan was not started twice
     assert t[("start", "b")] >= t[("end", "a")], f"two trainers at once under --max-concurrent 1: {ev}"
     assert rundir.read_status(root / "b")["state"] == "done"
+
+
+@pytest.mark.parametrize(
+    "args", [["--max-concurrent", "-1"], ["--max-concurrent", "0"], ["--poll", "-1"], ["--poll", "0"]]
+)
+def test_a_queue_worker_with_an_impossible_count_or_poll_is_one_line(isolated_runs_dir, args, capsys):
+    """--max-concurrent -1 made a worker that served forever and started nothing, 0 was silently 1, and --poll -1 was
+    a ValueError traceback at the first wait: each is refused in one line, before anything is served."""
+    from backend.__main__ import main
+
+    root = isolated_runs_dir
+    make_run(root, "a", 1.0)
+    assert main(["queue", "--root", str(root), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and args[0] in err and "Traceback" not in err, err
+    assert rundir.read_status(root / "a")["state"] == "queued" and not (root / "a" / "train.log").exists()
+    with pytest.raises(jobs.JobError):
+        jobs.ensure_worker(root, max_concurrent=0)

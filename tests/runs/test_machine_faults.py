@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from backend.core import faults
+from backend.core import atomic, faults
 from backend.core.paths import REPO_ROOT
+from backend.engine import rundir
+from backend.engine.config import default_config
 from backend.engine.rundir import list_runs, read_status, write_status
 from backend.runs.train import prepare_runs
 from conftest import TINY_MODERNBERT, save_tiny_model, tiny_train_cfg
@@ -300,3 +302,33 @@ def test_a_full_disk_at_start_leaves_no_folder_that_blocks_the_name(small_fs, ti
     (root / "filler").unlink()
     (run,) = prepare_runs(cfg, root=root)
     assert run == root / "fresh" and read_status(run)["state"] == "queued"
+
+
+def test_a_status_with_a_wrong_typed_value_is_unknown_naming_the_key_and_the_runs_table_lists_the_rest(tmp_path):
+    """A status.json whose numbers are text (``"tokens_seen": "x"``) or whose state is not a state crashed the whole
+    Runs table and the doctor (a TypeError in the ETA and % arithmetic): it reads ``unknown`` with one line naming
+    the file and the key, and every other run is still listed."""
+    from app import runs_tab
+
+    root = tmp_path / "runs"
+    good = root / "good"
+    good.mkdir(parents=True)
+    atomic.write_yaml(good / "config.yaml", default_config())
+    rundir.write_status(good, state="done", step=3, total_steps=3, tokens_seen=30, total_tokens=30)
+    bad = {
+        "text": {"state": "running", "tokens_seen": "x", "total_tokens": 10},
+        "odd": {"state": ["running"]},
+        "when": {"state": "failed", "started_at": "yesterday"},
+    }
+    for name, st in bad.items():
+        d = root / name
+        d.mkdir()
+        atomic.write_yaml(d / "config.yaml", default_config())
+        atomic.write_json(d / "status.json", st)
+        read = rundir.read_status(d)
+        assert read["state"] == "unknown" and str(d / "status.json") in read["error"], read
+    assert "tokens_seen 'x' is not a number" in rundir.read_status(root / "text")["error"]
+    table = {r[0]: r for r in runs_tab.runs_table()}
+    assert (
+        set(table) == {"good", "text", "odd", "when"} and table["good"][1] == "done" and table["text"][1] == "unknown"
+    )

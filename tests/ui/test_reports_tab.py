@@ -74,7 +74,7 @@ def test_the_button_shows_a_run_that_finished_after_build_with_its_machine_load(
         marker = json.loads((d / "steps" / f"step{i}.json").read_text())
         marker["machine"] = {"load_1m": load, "load_15m": load, "cpus": 2}
         (d / "steps" / f"step{i}.json").write_text(json.dumps(marker))
-    label, note, empty = parts["times"]()
+    label, note, empty, _ = parts["times"]()
     assert label["value"] == "Run the quick preset (~23 min)" != estimated
     assert "took 22 min 42 s under a machine load of 3.5 on 2 CPUs" in note  # (1000 * 3 + 362 * 5) / 1362
     assert label["value"] in empty["value"]
@@ -109,3 +109,27 @@ def test_the_quick_presets_time_uses_this_machines_rate(tmp_path, monkeypatch):
     assert m["how"] == "estimated from this machine's rate" and m["rate"] == 460.0
     assert m["seconds"] == estimate(PRESETS["quick"], 460.0)["total_s"] > estimate(PRESETS["quick"])["total_s"]
     assert "460 tokens/s" in reports_tab.time_note()
+
+
+def test_the_second_studys_time_is_this_machines_not_a_fixed_string(reports_root):
+    """Issue 32: the second study's button said "~15 min" whatever this machine does. Its time is now its training
+    tokens over this machine's measured rate for an encoder of its size (as the Launch form's estimate), or it says
+    that no rate is measured here yet."""
+    from backend.engine.throughput import record_rate
+    from backend.replication.hybrid import hybrid_estimate
+
+    est = hybrid_estimate("quick")
+    assert est["rate"] is None and est["total_s"] is None  # a fresh cache: nothing measured for this size
+    assert reports_tab.hybrid_button_label() == "Run the second paper's study (quick, time not measured here yet)"
+    assert "No training rate is measured on this machine yet" in reports_tab.hybrid_time_note()
+    labels = []
+    for rate in (400.0, 4000.0):
+        record_rate(est["n_params"], est["precision"], est["device"], "mlm", rate)
+        again = hybrid_estimate("quick")
+        minutes = max(1, round(again["total_s"] / 60))
+        assert again["rate"] == rate and again["total_s"] > again["train_tokens"] / rate
+        label = reports_tab.hybrid_button_label()  # what the button shows on each page load (and Refresh)
+        assert label == f"Run the second paper's study (quick, ~{minutes} min)"
+        assert f"last measured {rate:,.0f} tokens/s" in reports_tab.hybrid_time_note()
+        labels.append(label)
+    assert labels[0] != labels[1]  # a slower machine, a longer time

@@ -4,10 +4,12 @@ form's message carries the estimate from this machine's last measured rate for a
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from app import launch_tab, throughput_panel
+from backend.core import process
 from backend.engine import throughput
 from backend.engine.models import model_config_of
 from backend.runs import jobs
@@ -29,7 +31,8 @@ def test_panel_shows_rates_split_and_findings(isolated_runs_dir):
                "peak_source": "measured", "parameters": 5_500_000}  # fmt: skip
     rows = [_row(s, {"data": 3.0, "forward_backward": 1.0}) for s in (5, 10)]
     _write_run(isolated_runs_dir, "r", cfg, machine, rows, {"state": "running", "tokens_seen": 10_000,
-                                                             "total_tokens": 20_000})  # fmt: skip
+                                                             "total_tokens": 20_000, "pid": os.getpid(),
+                                                             "pid_identity": process.identity()})  # fmt: skip
     md = throughput_panel.panel_markdown("r")
     assert "| main | clm | 500 | 20.0% of 800 GFLOP/s (measured) | 75% | 25% |" in md  # data 75%, fwd+bwd 25%
     assert "75% of the step waits for data" in md and "ETA at the measured rate: **0m08s**" in md
