@@ -33,8 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_fillmask_load import free_port, stats  # noqa: E402
-from common import cpu_name, save  # noqa: E402
+from common import cpu_name, save, start_app, stats  # noqa: E402
 
 USER, PASSWORD = "detour", "bench-load-password"
 FILL_TEXT = "The patient was treated with [MASK] for the infection."
@@ -59,28 +58,6 @@ def fine_tune_ner(model: str, evals: Path, env: dict) -> None:
          "--epochs", "1", "--max-train-examples", "16", "--max-eval-examples", "16", "--out", str(evals / "bench")],
         cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL,
     )  # fmt: skip
-
-
-def start_app(runs: Path, env: dict, log: Path) -> tuple[subprocess.Popen, str]:
-    import urllib.request
-
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port), "--runs-dir", str(runs)],
-        cwd=REPO, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + 600  # a busy shared machine: importing torch, transformers and gradio takes minutes
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=5):
-                return proc, url
-        except OSError:
-            if proc.poll() is not None:
-                raise SystemExit(log.read_text()) from None
-            time.sleep(0.5)
-    proc.kill()
-    raise SystemExit("the app did not start")
 
 
 def tokens_rate(runs: Path, name: str, seconds: float) -> float:

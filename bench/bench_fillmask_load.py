@@ -16,45 +16,19 @@ import json
 import os
 import platform
 import signal
-import socket
-import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from common import start_app, stats  # noqa: E402
 
 TEXT = "The patient was treated with [MASK] for the infection."
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_app(runs: Path, env: dict, log: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "--port", str(port), "--runs-dir", str(runs)],
-        cwd=REPO, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}/"
-    for _ in range(180):
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return proc, url
-        except OSError:
-            if proc.poll() is not None:
-                raise SystemExit(log.read_text()) from None
-            time.sleep(0.5)
-    proc.kill()
-    raise SystemExit("the app did not start")
 
 
 def model_spec(requested: str | None, tmp: Path) -> str:
@@ -72,15 +46,6 @@ def model_spec(requested: str | None, tmp: Path) -> str:
 
 def fill_args(model: str) -> list:
     return [TEXT, 5, model, None, None, None, False, False, False, False]
-
-
-def stats(xs: list[float]) -> dict:
-    if not xs:
-        return {"n": 0}
-    xs = sorted(xs)
-    q = lambda p: xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))]  # noqa: E731
-    return {"n": len(xs), "p50_ms": 1000 * q(0.5), "p95_ms": 1000 * q(0.95), "max_ms": 1000 * xs[-1],
-            "mean_ms": 1000 * statistics.fmean(xs)}  # fmt: skip
 
 
 def main() -> int:

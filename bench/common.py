@@ -1,10 +1,15 @@
-"""Shared helpers for benchmarks: results as JSON + a Markdown table."""
+"""Shared helpers for benchmarks: results as JSON + a Markdown table, and the app started in its own process for
+the load benchmarks (bench_app_load, bench_fillmask_load)."""
 
 from __future__ import annotations
 
 import json
+import socket
+import statistics
+import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import torch
@@ -12,7 +17,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from backend.core.machine import cpu_name, cpu_speed_flags  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
 
 
 def machine() -> dict:
@@ -47,3 +53,42 @@ def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 10) -> float:
         a @ b
     dt = (time.perf_counter() - t) / repeats
     return 2 * n**3 / dt / 1e9
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_app(runs: Path, env: dict, log: Path, wait_s: float = 600) -> tuple[subprocess.Popen, str]:
+    """``python -m app`` on a free loopback port with ``runs`` as its runs folder, once it answers; its output goes
+    to ``log``, shown if it exits first. ``wait_s`` is long: on a busy shared machine, importing torch,
+    transformers and gradio takes minutes."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port), "--runs-dir", str(runs)],
+        cwd=REPO, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.time() + wait_s
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return proc, url
+        except OSError:
+            if proc.poll() is not None:
+                raise SystemExit(log.read_text()) from None
+            time.sleep(0.5)
+    proc.kill()
+    raise SystemExit("the app did not start")
+
+
+def stats(xs: list[float]) -> dict:
+    """Latency percentiles of ``xs`` (seconds) in milliseconds."""
+    if not xs:
+        return {"n": 0}
+    xs = sorted(xs)
+    q = lambda p: xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))]  # noqa: E731
+    return {"n": len(xs), "p50_ms": 1000 * q(0.5), "p95_ms": 1000 * q(0.95), "max_ms": 1000 * xs[-1],
+            "mean_ms": 1000 * statistics.fmean(xs)}  # fmt: skip

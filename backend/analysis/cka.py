@@ -27,7 +27,7 @@ and ``CKA_debiased = HSIC_u(K, L) / sqrt(HSIC_u(K, K) · HSIC_u(L, L))`` (NaN wh
 
 Three implementations, tested to agree to 1e-10:
 
-* :class:`StreamingSimilarity` (alias ``StreamingCKA``) — the one the app and the CLI use. Every row (shifted by a
+* :class:`StreamingSimilarity` — the one the app and the CLI use. Every row (shifted by a
   per-feature reference, see below) is augmented to ``[x, 1, ||x||²]`` and it accumulates, batch by batch and
   in float64, ``[X 1 q]ᵀ[X 1 q]`` per layer and ``[Y 1 p]ᵀ[X 1 q]`` per pair of layers: XᵀX, YᵀX, the column
   sums, n, and the row-norm moments ``Σ q x``, ``Σ p x``, ``Σ q y``, ``Σ q p``, ``Σ q²`` the unbiased estimator
@@ -483,6 +483,3 @@ class StreamingSimilarity:
                     p["nuc"] = _nuclear(cross)
                 pairs[(i, j)] = p
         return la, lb, pairs
-
-
-StreamingCKA = StreamingSimilarity  # the name the CKA-only version had

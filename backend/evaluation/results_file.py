@@ -5,11 +5,10 @@ what the fields mean stays with ``backend.evaluation.runner``, which writes it."
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from backend.core.errors import DetourError
-from backend.core.paths import read_text_confined
+from backend.core.json_file import read_json_object
 
 NAME = "results.json"
 
@@ -24,18 +23,7 @@ def read_results(path: str | Path) -> dict:
     if path.is_dir():
         path = path / NAME
     fix = "run the evaluation again into this folder (finished seeds are kept), or choose another folder"
-    try:
-        text = read_text_confined(path, encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ResultsFileError(f"{path}: unreadable ({getattr(exc, 'strerror', None) or exc})") from None
-    try:
-        res = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ResultsFileError(
-            f"{path}: not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno}: torn or edited?); {fix}"
-        ) from None
-    if not isinstance(res, dict):
-        raise ResultsFileError(f"{path}: holds a JSON {type(res).__name__}, not an evaluation's results; {fix}")
+    res = read_json_object(path, ResultsFileError, "an evaluation's results", fix, fix_when_unreadable=False)
     shape = {"task": str, "hparams": dict, "models": list}
     bad = [k for k, t in shape.items() if not isinstance(res.get(k), t)]
     if bad:

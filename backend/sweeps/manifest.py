@@ -3,12 +3,12 @@ read by the launcher, the measurements, the report and the app alike."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from backend.core import atomic
 from backend.core.errors import DetourError
-from backend.core.paths import is_plain_name, read_text_confined
+from backend.core.json_file import read_json_object
+from backend.core.paths import is_plain_name
 from backend.engine import rundir
 
 MANIFEST = "sweep.json"
@@ -30,18 +30,7 @@ def read_manifest(out: str | Path) -> dict:
     if not p.exists() and not p.is_symlink():
         raise SweepError(f"{out}: not a sweep folder (no {MANIFEST})")
     fix = "restore it, or move the folder away and plan the sweep again (finished runs are never retrained in place)"
-    try:
-        text = read_text_confined(p, encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SweepError(f"{p}: unreadable ({getattr(exc, 'strerror', None) or exc}); {fix}") from None
-    try:
-        m = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SweepError(
-            f"{p}: not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno}: torn or edited?); {fix}"
-        ) from None
-    if not isinstance(m, dict):
-        raise SweepError(f"{p}: holds a JSON {type(m).__name__}, not a sweep manifest (an object with cells); {fix}")
+    m = read_json_object(p, SweepError, "a sweep manifest (an object with cells)", fix)
     bad = [k for k, t in _FIELDS.items() if not isinstance(m.get(k), t)]
     if bad:
         raise SweepError(f"{p}: not a sweep manifest: {', '.join(bad)} missing or of the wrong type; {fix}")

@@ -11,7 +11,7 @@ import torch
 
 from backend.analysis.cka import (
     MEASURES,
-    StreamingCKA,
+    StreamingSimilarity,
     debiased_cka,
     gram_cka,
     gram_similarity,
@@ -32,7 +32,7 @@ def _data(n=200, d1=12, d2=9, seed=0):
 
 
 def _stream(x, y, splits, measure="linear", **kw) -> float:
-    acc = StreamingCKA(**kw)
+    acc = StreamingSimilarity(**kw)
     s = 0
     for m in splits:
         acc.update([x[s : s + m]], [y[s : s + m]])
@@ -73,7 +73,7 @@ def test_symmetric():
     x, y = _data()
     assert linear_cka(x, y) == pytest.approx(linear_cka(y, x), abs=TOL)
     assert gram_cka(x, y) == pytest.approx(gram_cka(y, x), abs=TOL)
-    acc = StreamingCKA()
+    acc = StreamingSimilarity()
     acc.update([x, y], [y, x])
     m = acc.matrix()
     assert m[0, 0].item() == pytest.approx(m[1, 1].item(), abs=TOL)
@@ -187,7 +187,7 @@ def test_layer_by_layer_matrix_different_depths_and_widths():
     xs = [torch.randn(n, d, generator=g, dtype=torch.float64) for d in (8, 16, 8)]
     ys = [xs[0] @ torch.randn(8, 5, generator=g, dtype=torch.float64), torch.randn(n, 11, generator=g)]
     for br in (0, "auto", 10**9):
-        acc = StreamingCKA(buffer_rows=br, chunk_rows=16)
+        acc = StreamingSimilarity(buffer_rows=br, chunk_rows=16)
         for s in range(0, n, 40):
             acc.update([t[s : s + 40] for t in xs], [t[s : s + 40].float() for t in ys])
         for measure in ("debiased", "linear"):
@@ -202,7 +202,7 @@ def test_layer_by_layer_matrix_different_depths_and_widths():
 def test_diagonal_mode_matches_full_matrix():
     x, y = _data()
     xs, ys = [x, y, x[:, :3]], [y, x, y[:, :4]]
-    full, diag = StreamingCKA(buffer_rows=0), StreamingCKA(pairs="diagonal", buffer_rows=0)
+    full, diag = StreamingSimilarity(buffer_rows=0), StreamingSimilarity(pairs="diagonal", buffer_rows=0)
     for acc in (full, diag):
         for s in range(0, 200, 64):
             acc.update([t[s : s + 64] for t in xs], [t[s : s + 64] for t in ys])
@@ -246,7 +246,7 @@ def test_float64_accumulation_stays_exact_where_float32_drifts():
         for measure in MEASURES:
             want = similarity(xf, yf, measure)
             assert _stream(xf, yf, [256] * 8, measure, buffer_rows=br) == pytest.approx(want, abs=1e-10)
-    acc = StreamingCKA(buffer_rows=0)
+    acc = StreamingSimilarity(buffer_rows=0)
     for s in range(0, n, 256):
         acc.update([x[s : s + 256]], [y[s : s + 256]])
     assert acc.matrix("linear").item() == pytest.approx(ref, abs=1e-10)
@@ -255,20 +255,20 @@ def test_float64_accumulation_stays_exact_where_float32_drifts():
 
 
 def test_undefined_and_bad_input():
-    acc = StreamingCKA()
+    acc = StreamingSimilarity()
     acc.update([torch.ones(5, 3)], [torch.randn(5, 2)])  # no variance in X
     assert math.isnan(acc.matrix().item())
-    one = StreamingCKA()
+    one = StreamingSimilarity()
     one.update([torch.randn(1, 3)], [torch.randn(1, 2)])
     assert math.isnan(one.matrix().item())
     assert math.isnan(linear_cka(torch.ones(4, 2), torch.randn(4, 2)))
     with pytest.raises(ValueError):
-        StreamingCKA().update([torch.randn(5, 3)], [torch.randn(4, 3)])
+        StreamingSimilarity().update([torch.randn(5, 3)], [torch.randn(4, 3)])
     with pytest.raises(ValueError):
         linear_cka(torch.randn(5, 3), torch.randn(4, 3))
     with pytest.raises(ValueError):
-        StreamingCKA(pairs="diagonal").update([torch.randn(5, 3)] * 2, [torch.randn(5, 3)])
-    acc = StreamingCKA()
+        StreamingSimilarity(pairs="diagonal").update([torch.randn(5, 3)] * 2, [torch.randn(5, 3)])
+    acc = StreamingSimilarity()
     acc.update([torch.randn(5, 3)], [torch.randn(5, 2)])
     with pytest.raises(ValueError):
         acc.update([torch.randn(5, 4)], [torch.randn(5, 2)])
@@ -278,12 +278,12 @@ def test_memory_does_not_grow_with_rows():
     x, y = _data(n=3000, d1=16, d2=16)
     sizes = {}
     for n in (500, 3000):
-        acc = StreamingCKA()
+        acc = StreamingSimilarity()
         for s in range(0, n, 100):
             acc.update([x[s : s + 100]], [y[s : s + 100]])
         sizes[n] = acc.memory_bytes()
     assert sizes[500] == sizes[3000] > 0
-    kept = StreamingCKA(buffer_rows=10**9)  # rows kept instead: grows, which is why "auto" caps it
+    kept = StreamingSimilarity(buffer_rows=10**9)  # rows kept instead: grows, which is why "auto" caps it
     kept.update([x], [y])
     assert kept.memory_bytes() == 3000 * 32 * 8
 

@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from backend.analysis.cka import StreamingCKA, linear_cka
+from backend.analysis.cka import StreamingSimilarity, linear_cka
 from backend.analysis.hidden_states import (
     LayerCapture,
     check_same_tokenization,
@@ -108,7 +108,7 @@ def test_token_cka_unchanged_by_padding_and_specials(models, family):
     for a, p in zip(alone, padded):
         assert torch.allclose(a, p, atol=1e-5)
     ref = _rows(other, tok, TEXTS, "token", batch_size=2)
-    acc_alone, acc_padded = StreamingCKA(), StreamingCKA()
+    acc_alone, acc_padded = StreamingSimilarity(), StreamingSimilarity()
     acc_alone.update(alone, ref)
     acc_padded.update(padded, ref)
     assert torch.allclose(acc_alone.matrix(), acc_padded.matrix(), atol=1e-6)
@@ -133,7 +133,7 @@ def test_bf16_model_rows(tiny_modernbert_dir):
     tok_rows = next(iter_layer_features(model, tok, TEXTS[:2], pooling="token", max_len=32, batch_size=2))
     mean_rows = next(iter_layer_features(model, tok, TEXTS[:2], pooling="mean", max_len=32, batch_size=2))
     assert tok_rows[1].dtype == torch.bfloat16 and mean_rows[1].dtype == torch.float64
-    acc = StreamingCKA()
+    acc = StreamingSimilarity()
     acc.update(tok_rows, tok_rows)
     assert torch.allclose(acc.diagonal(), torch.ones(5, dtype=torch.float64), atol=1e-10)
 

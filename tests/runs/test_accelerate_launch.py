@@ -163,11 +163,20 @@ def test_two_machines_train_one_run_with_the_single_machine_weights_and_a_refusa
     world. Then the same two-machine launch of a name that exists: before, machine 1 was refused and machine 0
     waited for it until killed; now the main process's refusal stops both, each with the one line, at once."""
     cfg = str(config_file(tmp_path, tiny_modernbert_dir, "base"))
-    one = _accelerate(
-        "--multi_gpu", "--num_processes", "2", "--main_process_port", str(free_port()), train=(cfg, "--set", "name=one")
-    )
-    assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
-    (r0, out0), (r1, out1) = _two_machines(free_port(), (cfg, "--set", "name=two"), timeout=400)
+    # the one-machine run trains while the two machines do (its own name and port; the token store's lock lets one
+    # process build the store and the others wait for it): the two launches wait on each other's starts, not CPU
+    flags = ["--multi_gpu", "--num_processes", "2", "--main_process_port", str(free_port())]
+    one = subprocess.Popen(
+        [_exe(), "launch", *flags, "-m", "backend", "train", cfg, "--set", "name=one"],
+        cwd=REPO_ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        (r0, out0), (r1, out1) = _two_machines(free_port(), (cfg, "--set", "name=two"), timeout=400)
+        out_one = one.communicate(timeout=400)[0]
+    finally:
+        if one.poll() is None:
+            os.killpg(one.pid, signal.SIGKILL)
+    assert one.returncode == 0, out_one[-3000:]
     assert r0 == 0 and r1 == 0, out0[-3000:] + out1[-3000:]
     assert sorted(p.name for p in isolated_runs_dir.iterdir()) == ["one", "two"]
     two = isolated_runs_dir / "two"

@@ -28,6 +28,29 @@ PAIR = {
 }
 
 
+def _start_train(model, name: str, env: dict, tmp_path):
+    """(run, process, its output file): ``python -m backend train`` of a compiled clm_detour run named ``name``, in
+    a fresh process."""
+    (run,) = prepare_runs(tiny_train_cfg(model, name, **{**PAIR, "recipe": "clm_detour", "train.compile": "true"}))
+    out = tmp_path / f"{name}.out"
+    with open(out, "wb") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "backend", "train", "--run-dir", str(run)], cwd=REPO_ROOT,
+                                env=env, stdout=f, stderr=subprocess.STDOUT)  # fmt: skip
+    return run, proc, out
+
+
+def _compile_lines(run, proc, out) -> list[str]:
+    """Once the fresh process has trained ``run``: its train.log's "compile: first ..." lines."""
+    try:
+        proc.wait(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out.read_text()[-6000:]
+    assert json.loads((run / "status.json").read_text())["state"] == "done"
+    return [ln for ln in (run / "train.log").read_text().splitlines() if "compile: first" in ln]
+
+
 def _train_rows(run):
     return {r["step"]: r for r in read_metrics(run) if r["type"] == "train"}
 
@@ -62,6 +85,11 @@ def test_compiled_pair_matches_eager_compiles_each_graph_once_and_caches_its_ker
         out = real_eval(s)
         calls.append(("held-out evaluation", graphs()))
         return out
+
+    # A fresh process compiles a clm_detour run meanwhile, on the other core, into a cache of its own (checked at the
+    # end: a later process loads its kernels); this process's kernels are checked in isolated_cache_dir alone.
+    env = {**os.environ, "DETOUR_CACHE_DIR": str(tmp_path / "fresh-cache")}
+    fresh = _start_train(model, "first", env, tmp_path)
 
     monkeypatch.setattr(trainer, "_train_step", step)
     monkeypatch.setattr(trainer, "evaluate", evaluate)
@@ -103,14 +131,7 @@ def test_compiled_pair_matches_eager_compiles_each_graph_once_and_caches_its_ker
     # ... and a fresh process (the queue trains every run in its own, a resume too) loads the kernels an earlier
     # process compiled instead of building them. Both are fresh processes, as in use: this pytest process has
     # compiled other graphs before (flex attention tests), whose state can key its cache entries differently.
-    env = {**os.environ, "DETOUR_CACHE_DIR": str(isolated_cache_dir)}
-    logs = []
-    for name in ("first", "again"):
-        (run,) = prepare_runs(tiny_train_cfg(model, name, **{**PAIR, "recipe": "clm_detour", "train.compile": "true"}))
-        proc = subprocess.run([sys.executable, "-m", "backend", "train", "--run-dir", str(run)], cwd=REPO_ROOT,
-                              env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        assert json.loads((run / "status.json").read_text())["state"] == "done"
-        logs.append([ln for ln in (run / "train.log").read_text().splitlines() if "compile: first" in ln])
+    logs = [_compile_lines(*fresh)]
+    logs.append(_compile_lines(*_start_train(model, "again", env, tmp_path)))  # once "first" has finished
     lines = logs[1]
     assert len(lines) == 3 and all("0 miss(es)" in ln and "0 hit(s)" not in ln for ln in lines), logs
