@@ -308,6 +308,9 @@ def _banded_function(causal: bool):
     return attend
 
 
+BANDED_MIN_REACHES = 8  # below this many reaches per row the blocks cost more than the band (``_banded_here``)
+
+
 def _banded_here(model, input_ids: torch.Tensor, pad_mask, causal) -> bool:
     """ModernBERT's local layers on a CPU under sdpa, packed rows (no padding), bidirectional or causal (not per-row
     prefixes), not under CPU bf16 autocast training (the matmul attention runs there), and rows of at least
@@ -323,9 +326,6 @@ def _banded_here(model, input_ids: torch.Tensor, pad_mask, causal) -> bool:
         return False
     reach = model.config.local_attention // 2
     return input_ids.shape[1] >= BANDED_MIN_REACHES * reach and not cpu_bf16_training(input_ids.device)
-
-
-BANDED_MIN_REACHES = 8
 
 
 @contextlib.contextmanager
