@@ -216,10 +216,9 @@ def run_summary(
 
 
 def _fmt_duration(s: float) -> str:
-    s = int(s)
-    if s >= 3600:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 60}m{s % 60:02d}s"
+    from backend.engine.progress import hms
+
+    return hms(int(s))  # whole seconds elapsed, truncated as before
 
 
 def _fmt_loss(v) -> str:

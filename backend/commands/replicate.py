@@ -53,12 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report-only", action="store_true", help="rebuild the report from what --out holds")
 
 
-def _fmt_s(s: float) -> str:
-    s = int(round(s))
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
 def print_plan(settings: dict, out: Path) -> None:
+    from backend.engine.progress import hms
     from backend.replication.plan import LABELS, RUNS, estimate, machine_train_rate, run_names
     from backend.replication.replicate import read_markers
     from backend.replication.steps import build_plan
@@ -93,8 +89,8 @@ def print_plan(settings: dict, out: Path) -> None:
         )
     )
     print(
-        f"  time   ~{_fmt_s(est['total_s'])} (train {_fmt_s(est['train_s'])}, NER {_fmt_s(est['ner_s'])}, CKA "
-        f"{_fmt_s(est['cka_s'])}; {source}, fine-tuning and CKA at the plan's rates)"
+        f"  time   ~{hms(est['total_s'])} (train {hms(est['train_s'])}, NER {hms(est['ner_s'])}, CKA "
+        f"{hms(est['cka_s'])}; {source}, fine-tuning and CKA at the plan's rates)"
     )
     done = read_markers(out)
     print(f"  out    {out}")
