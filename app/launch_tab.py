@@ -152,8 +152,8 @@ def values_to_config(values: list, base: dict | None = None) -> tuple[dict, list
             continue  # the timeline editor's list is the recipe: the preset's phase fields are unused
         if f.kind == "sci":  # a number typed as text: 2e-4
             v = _scalar(f.key, v) if str(v or "").strip() else None
-        elif f.kind == "text":
-            v = (v or "").strip()
+        elif f.kind == "text":  # an optional key left blank is null, as in the YAML: not '', a second "unset"
+            v = (v or "").strip() or (None if f.key in schema.BY_KEY and schema.BY_KEY[f.key].optional else "")
         elif f.kind == "layers":
             v = (v or "").strip() or None
         elif f.kind in ("int", "optint"):
@@ -559,6 +559,9 @@ def build(ctx) -> dict:
                 launch_btn = gr.Button("Launch", variant="primary", elem_id="launch-btn")
                 save_btn = gr.Button("Save config")
                 overwrite = gr.Checkbox(False, label="Replace a saved config of the same name", elem_id="save-replace")
+            # what the last launch did, apart from the form's check: a check answering after a launch (one still
+            # pending when Launch was pressed, or the corpus read) rewrites the check's status, never this
+            launched = gr.Markdown("", elem_id="launch-result")
             status = gr.Markdown(first["message"], elem_id="launch-status")
             saved_file = gr.File(label="Saved config", visible=False, interactive=False)
             with gr.Accordion("Load a config", open=False):
@@ -585,7 +588,6 @@ def build(ctx) -> dict:
     err_outputs = [errs[k] for k in KEYS]
     last_ok = gr.State({k: first[k] for k in PREVIEW})  # what the preview shows while a field is invalid
     base = gr.State(None)  # a loaded config: the keys the form does not show come from it
-    queued_msg = gr.State("")  # what the last launch queued, until the check that follows it has shown it
 
     def render(res: dict) -> list:
         ups = []
@@ -595,18 +597,15 @@ def build(ctx) -> dict:
         return [res["yaml"], res["python"], res["accelerate"], res["message"], *ups]
 
     def on_change(*vals):
-        *vals, last, loaded, queued = vals
+        *vals, last, loaded = vals
         res = validate_form(list(vals), base=loaded)
-        shown = keep_last_preview(res, last)
-        if queued:  # the check that follows a launch (the name moved on to a free one) keeps the launch's message
-            shown = {**shown, "message": f"{queued}\n\nnext launch: {shown['message']}"}
-        return [*render(shown), {k: res[k] for k in PREVIEW} if res["ok"] else last, ""]
+        return [*render(keep_last_preview(res, last)), {k: res[k] for k in PREVIEW} if res["ok"] else last]
 
     preview_outputs = [yaml_box, py_cmd, acc_cmd, status, *err_outputs]
     # .change, not .input: a value set without typing (a paste, a loaded config, an upload, a script) is checked too
     validate_kw = dict(
-        inputs=[*inputs, last_ok, base, queued_msg],
-        outputs=[*preview_outputs, last_ok, queued_msg],
+        inputs=[*inputs, last_ok, base],
+        outputs=[*preview_outputs, last_ok],
         show_progress="hidden",
         concurrency_limit=1,
         concurrency_id="validate",
@@ -617,7 +616,7 @@ def build(ctx) -> dict:
     def on_corpus(*vals):
         """After a check that left the corpus pending ("checking corpus…"): read it, then show the form's check
         again, with any problem under the Corpus field. Nothing to do otherwise."""
-        *form_vals, _, loaded, _ = vals
+        *form_vals, _, loaded = vals
         try:
             cfg, _ = values_to_config(list(form_vals), loaded)
         except (DetourError, ValueError):
@@ -636,15 +635,19 @@ def build(ctx) -> dict:
                                                 total=comps["train.total_tokens"])  # fmt: skip
 
     def on_launch(*vals):
+        """Queued: the result under Launch, and the name moves on to a free one (its check redraws the preview).
+        Refused: the form's errors under their fields, and the reason under Launch too."""
         *vals, loaded, last, where = vals
         res = launch(list(vals), ctx.max_concurrent, base=loaded, last=last, target=where)
-        name_update = gr.update(value=_free_name(res["cfg"]["name"])) if res.get("runs") else gr.update()
-        return [*render(res), name_update, res["message"] if res.get("runs") else ""]
+        if res.get("runs"):
+            preview = [gr.skip()] * len(preview_outputs)
+            return [*preview, gr.update(value=_free_name(res["cfg"]["name"])), res["message"]]
+        return [*render(res), gr.update(), res["message"]]
 
     launch_btn.click(
         on_launch,
         inputs=[*inputs, base, last_ok, target],
-        outputs=[*preview_outputs, comps["name"], queued_msg],
+        outputs=[*preview_outputs, comps["name"], launched],
         concurrency_limit=1,
         api_name="launch",
     )
@@ -699,6 +702,7 @@ def build(ctx) -> dict:
         "inputs": comps,
         "errors": errs,
         "status": status,
+        "launched": launched,
         "yaml": yaml_box,
         "python": py_cmd,
         "launch": launch_btn,

@@ -14,7 +14,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from backend.core.paths import BUNDLED_TOKENIZER_DIR, shared_data  # noqa: E402
+from backend.core.paths import (  # noqa: E402
+    BUNDLED_TOKENIZER_DIR,
+    EVALS_ENV,
+    REPORTS_ENV,
+    SWEEPS_ENV,
+    UPLOADS_ENV,
+    shared_data,
+)
 from backend.engine.models import build_from_scratch  # noqa: E402
 
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # also where something imported torch before this file
@@ -71,6 +78,14 @@ def isolated_runs_dir(tmp_path, monkeypatch) -> Path:
     d = tmp_path / "runs"
     monkeypatch.setenv("DETOUR_RUNS_DIR", str(d))
     return d
+
+
+@pytest.fixture(autouse=True)
+def isolated_output_dirs(tmp_path, monkeypatch) -> None:
+    """Reports, evaluations, uploads and sweeps under the test's tmp dir too: a test that writes one without asking
+    for its own folder (the suite panel's did) would otherwise write into the checkout and fail the next run."""
+    for env, name in ((REPORTS_ENV, "reports"), (EVALS_ENV, "evals"), (UPLOADS_ENV, "uploads"), (SWEEPS_ENV, "sweeps")):
+        monkeypatch.setenv(env, str(tmp_path / name))
 
 
 @pytest.fixture(autouse=True)

@@ -70,14 +70,10 @@ def test_page_launch_plot_fill_mask(tmp_path, isolated_runs_dir, tiny_modernbert
                 "() => [...document.querySelectorAll('input, textarea')].some(e => e.value === 'browser-run')",
                 timeout=30_000,
             )
-            # the check of the loaded form has answered (its preview names the run) before Launch is pressed: a
-            # check still pending when the launch answers would write its older message over "queued ..."
-            page.wait_for_function(
-                "() => (document.querySelector('#yaml-preview')?.innerText || '').includes('name: browser-run')",
-                timeout=60_000,
-            )
+            # Launch at once, while the check of the loaded form may still be pending: what was queued is shown
+            # under Launch, where no check writes (it once shared the check's line, and a late check erased it)
             page.click("#launch-btn")
-            page.wait_for_selector("#launch-status :text('queued browser-run')", timeout=60_000)
+            page.wait_for_selector("#launch-result :text('queued browser-run')", timeout=60_000)
 
             # the Runs tab polls the run directory; the loss plot renders with real points
             page.get_by_role("tab", name="Runs").click()

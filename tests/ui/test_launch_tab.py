@@ -224,3 +224,18 @@ def test_a_loaded_timeline_reads_as_a_timeline_not_a_python_dict(tiny_modernbert
     values, msg, base = launch_tab.load_config_file(str(path))
     assert values is not None, msg
     assert "a timeline of 2 phases (warm → detour" in msg and "{" not in msg and "'objective'" not in msg
+
+
+def test_a_blank_optional_field_is_null_so_the_untouched_form_is_the_bare_command(isolated_runs_dir):
+    """The form shows null as an empty box; read back, an empty box was '' (a second way of typing "unset"): the
+    untouched form's CLI command then carried three `--set 'slurm.partition='''` a user had never asked for, and
+    config.yaml a partition '' that sbatch would have been given."""
+    from backend.engine.config import default_config
+
+    values = launch_tab.config_to_values(default_config())
+    cfg, _ = launch_tab.values_to_config(values)
+    assert cfg["slurm"]["partition"] is None and cfg["slurm"]["account"] is None and cfg["model"]["tokenizer"] is None
+    res = launch_tab.validate_form(values)
+    assert res["ok"] and res["python"] == f"python -m backend train --name {cfg['name']}", res["python"]
+    values[launch_tab.KEYS.index("slurm.partition")] = "  gpu "
+    assert "--set slurm.partition=gpu " in launch_tab.validate_form(values)["python"]
