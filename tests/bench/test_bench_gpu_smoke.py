@@ -30,17 +30,20 @@ def bench():
     return _load_bench()
 
 
-@pytest.mark.slow  # ~2 min on 2 cores: compiles flex_attention (checks) and the encoder (sdpa:chunked:on rows)
+@pytest.mark.slow  # ~1 min: compiles flex_attention (checks) and the encoder (sdpa:chunked:on, CLM and MLM)
 def test_cpu_smoke_end_to_end(tmp_path, bench):
     out = tmp_path / "gpu.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, str(SCRIPT), "--cpu-smoke", "--steps", "2", "--warmup", "1", "--out", str(out)]
+    # one sequence length (the smoke's default runs 64 and 128): the second only compiled the same step again for a
+    # new shape, ~60 s of the suite for no path the first does not take
+    cmd = [sys.executable, str(SCRIPT), "--cpu-smoke", "--seq-lens", "64", "--steps", "2", "--warmup", "1"]
+    cmd += ["--out", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads(out.read_text())
     rows = {(r["setup"], r["seq_len"], r["objective"]): r for r in data["results"]}
     setups = [*bench.SMOKE_SETUPS, "hf"]
-    assert set(rows) == {(s, t, o) for s in setups for t in (64, 128) for o in ("clm", "mlm")}
+    assert set(rows) == {(s, 64, o) for s in setups for o in ("clm", "mlm")}
     for (setup, t, objective), r in rows.items():
         if setup.startswith("flex_attention"):  # no flex backward on a CPU: said, not crashed
             assert r["status"] == "skipped" and "no flex backward on CPU" in r["reason"], r
@@ -66,7 +69,7 @@ def test_cpu_smoke_end_to_end(tmp_path, bench):
     assert flash["status"] == "skipped" and flash["pass"] is None
     assert data["causality_pass"] is True
     table = out.with_suffix(".md").read_text()
-    assert table.count("| hf |") == 4 and "| ref |" in table and "304,267" in table
+    assert table.count("| hf |") == 2 and "| ref |" in table and "304,267" in table
 
 
 def test_without_cuda_exits_with_a_message(tmp_path):
