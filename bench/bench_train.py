@@ -7,7 +7,9 @@ Same model, same packed data (the bundled demo corpus), same batch (16 x 256) fo
 projects only masked positions to the vocabulary; the Trainer uses DataCollatorForLanguageModeling
 (30%) and full logits. CLM: ours uses causal masks + shifted labels; the Trainer has no causal
 switch for an encoder, so its "CLM" row (mlm=False collator) measures full-vocabulary logits on
-every token under bidirectional attention: the same arithmetic, not the same objective.
+every token under bidirectional attention: the same arithmetic, not the same objective. The Trainer's dataset is the
+corpus's rows cycled to whole batches, and its tokens/s counts the tokens of the batches its collator made (a last
+short batch of an epoch was once counted as full: ``trainer_rows``).
 --compile adds this engine with ``train.compile=true`` and the Trainer with ``torch_compile=True``
 (steady-state tokens/s: the first logged steps, which include compiling, are skipped for both).
 --precision auto (the default) measures what training would use on this machine (``train.precision: auto``):
