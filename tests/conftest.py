@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 # One thread, in this process and in every process a test starts (trainers, the app, launchers) unless the test or
@@ -103,6 +104,13 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+def free_port() -> int:
+    """A loopback port free now (the app, accelerate's rendezvous and the Slurm daemons the tests start)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def require_shared(name: str) -> Path:

@@ -14,7 +14,6 @@ import hashlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ import yaml
 from backend.core.paths import REPO_ROOT
 from backend.engine.rundir import read_metrics, read_status
 from backend.runs.train import prepare_runs
-from conftest import tiny_train_cfg
+from conftest import free_port, tiny_train_cfg
 
 STEPS = {"phases.main.steps": 2, "phases.decay.steps": 1, "logging.checkpoint_every": 3}
 
@@ -47,12 +46,6 @@ def _accelerate(*flags: str, run=None, train: tuple[str, ...] = ()) -> subproces
     """``accelerate launch FLAGS -m backend train`` with ``--run-dir RUN`` or the ``train`` arguments given."""
     argv = [_exe(), "launch", *flags, "-m", "backend", "train", *(("--run-dir", str(run)) if run else train)]
     return subprocess.run(argv, cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=600)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def config_file(tmp_path: Path, model_dir: Path, name: str) -> Path:

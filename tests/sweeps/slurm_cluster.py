@@ -19,18 +19,14 @@ import subprocess
 import time
 from pathlib import Path
 
+from conftest import free_port
+
 NODE = "detour1"
 BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "sinfo", "sbatch", "squeue", "scancel", "scontrol")
 
 
 class ClusterUnavailable(RuntimeError):
     pass
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _which(name: str) -> str | None:
@@ -59,8 +55,8 @@ class SlurmCluster:
                 [
                     f"ClusterName=detour{os.getpid()}",
                     f"SlurmctldHost={host}(127.0.0.1)",
-                    f"SlurmctldPort={_free_port()}",
-                    f"SlurmdPort={_free_port()}",
+                    f"SlurmctldPort={free_port()}",
+                    f"SlurmdPort={free_port()}",
                     "AuthType=auth/munge",
                     "CredType=cred/munge",
                     f"AuthInfo=socket={r / 'munge' / 'munge.socket'}",

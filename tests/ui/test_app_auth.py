@@ -5,7 +5,6 @@ start with one line, and a session cookie that another app on the same machine h
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -18,14 +17,9 @@ import pytest
 
 from app.main import AppContext, start
 from backend.core.paths import REPO_ROOT
+from conftest import free_port
 
 USER, PASSWORD = "lab", "right-password"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

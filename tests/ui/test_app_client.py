@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,15 +19,10 @@ import pytest
 from app import launch_tab
 from backend.engine import rundir
 from backend.engine.config import default_config
+from conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_app(runs: Path, tmp: Path, *extra: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
