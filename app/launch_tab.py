@@ -153,7 +153,7 @@ def values_to_config(values: list, base: dict | None = None) -> tuple[dict, list
         if f.kind == "sci":  # a number typed as text: 2e-4
             v = _scalar(f.key, v) if str(v or "").strip() else None
         elif f.kind == "text":  # an optional key left blank is null, as in the YAML: not '', a second "unset"
-            v = (v or "").strip() or (None if f.key in schema.BY_KEY and schema.BY_KEY[f.key].optional else "")
+            v = (v or "").strip() or (None if schema.BY_KEY[f.key].optional else "")  # (seeds: read above)
         elif f.kind == "layers":
             v = (v or "").strip() or None
         elif f.kind in ("int", "optint"):

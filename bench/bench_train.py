@@ -112,11 +112,11 @@ def hf_trainer(model: str, objective: str, steps: int, precision: str, out: Path
     tok = load_tokenizer(model)
     train, _, _ = open_corpus(load_config(None)["data"], tok, 256)
     ds = [{"input_ids": ids} for ids in train.rows(trainer_rows(len(train), steps))[0]]
-    mlm_collator = DataCollatorForLanguageModeling(tok, mlm=objective == "mlm", mlm_probability=0.30)
+    lm_collator = DataCollatorForLanguageModeling(tok, mlm=objective == "mlm", mlm_probability=0.30)
     times, batches = [], []  # the end of each step; the tokens of each batch the collator made, in order
 
     def collator(rows):
-        out = mlm_collator(rows)
+        out = lm_collator(rows)
         batches.append(out["input_ids"].numel())
         return out
 
