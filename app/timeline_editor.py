@@ -8,9 +8,9 @@ from __future__ import annotations
 import copy
 
 from app import warn
+from backend import objectives
 from backend.core.errors import DetourError
 from backend.core.paths import runs_dir
-from backend.detour import objectives
 from backend.engine.config import default_config, load_config
 from backend.engine.schema import LR_SHAPES
 from backend.explain.timeline_figure import config_timelines, empty_timeline, run_timeline, timeline_figure

@@ -115,12 +115,12 @@ from backend.core.errors import ConfigError  # noqa: E402
 from backend.detour import encoder_lm  # noqa: E402  (FUSED_LOSS_DEVICES: a "chunked" setup turns the fused loss off)
 from backend.detour.attention import causal_attention  # noqa: E402
 from backend.detour.encoder_lm import IGNORE, EncoderLM, fused_vocab_loss  # noqa: E402
-from backend.detour.objectives import clm_labels, mlm_mask  # noqa: E402
 from backend.detour.recipe import build_optimizer  # noqa: E402
 from backend.engine.compiling import compile_encoder as compile_in_place  # noqa: E402
 from backend.engine.compiling import resolve_compile  # noqa: E402
 from backend.engine.models import flash_attn_status, resolve_attn_implementation  # noqa: E402
 from backend.engine.schema import BY_KEY  # noqa: E402
+from backend.objectives import clm_labels, mlm_mask  # noqa: E402
 
 
 def compile_encoder(device: torch.device) -> bool:

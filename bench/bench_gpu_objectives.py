@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_gpu import BASE_ARCH, MASK_ID, TINY_ARCH, build_model, machine_info  # noqa: E402
 
-from backend.detour import objectives  # noqa: E402
+from backend import objectives  # noqa: E402
 from backend.detour.attention import causal_attention  # noqa: E402
 from backend.detour.encoder_lm import EncoderLM  # noqa: E402
 from backend.detour.recipe import build_optimizer  # noqa: E402

@@ -33,11 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backend.detour.attention import _modernbert_masks, _sdpa_sliding_causal  # noqa: E402
 from backend.detour.encoder_lm import EncoderLM  # noqa: E402
-from backend.detour.objectives import clm_labels, mlm_mask, replacement_vocab, special_ids  # noqa: E402
 from backend.engine.config import load_config  # noqa: E402
 from backend.engine.models import load_masked_lm, load_tokenizer  # noqa: E402
 from backend.engine.precision import resolve_precision  # noqa: E402
 from backend.engine.tokenstore import open_corpus  # noqa: E402
+from backend.objectives import clm_labels, mlm_mask, replacement_vocab, special_ids  # noqa: E402
 
 
 def main() -> None:

@@ -14,8 +14,8 @@ LAYERS = {  # package -> layer; an import may go sideways within a package or do
     "backend.engine": 1,
     "backend.reporting": 1,  # figure files and the HTML page every report writes
     "backend.detour": 2,
-    "backend.detour.objectives": 0.5,  # what each objective declares (torch only): the config checks read it
-    "backend.detour.presets": 0.5,  # the named recipes as data (YAML): the schema lists them
+    "backend.objectives": 0.5,  # what each objective declares (torch only): the config checks read it
+    "backend.presets": 0.5,  # the named recipes as data (YAML): the schema lists them
     "backend.analysis": 2,
     "backend.evaluation": 2,
     "backend.runs": 3,

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from backend.detour.attention import causal_attention, cpu_bf16_training
-from backend.detour.objectives.base import IGNORE  # a position without a label (HF's -100)
+from backend.objectives.base import IGNORE  # a position without a label (HF's -100)
 
 
 def _parts(model: nn.Module) -> tuple[nn.Module, nn.Module, nn.Linear | None]:

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from backend import objectives, presets
 from backend.core.errors import ConfigError
-from backend.detour import objectives, presets
 from backend.engine.config import default_phase_name, parse_layer_range
 from backend.engine.models import parameter_groups
 
@@ -63,7 +63,7 @@ class Phase:
 
     @property
     def spec(self) -> objectives.Objective:
-        """What the objective declares (``backend/detour/objectives/``)."""
+        """What the objective declares (``backend/objectives/``)."""
         return objectives.get(self.objective)
 
     @property

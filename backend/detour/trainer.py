@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
+from backend import objectives
 from backend.core import atomic
 from backend.core.errors import DataError
-from backend.detour import objectives
 from backend.detour.encoder_lm import IGNORE, EncoderLM
 from backend.detour.recipe import (
     Phase,

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-import backend.detour.presets as presets
+import backend.presets as presets
 from backend.core import strict_yaml
 from backend.core.errors import ConfigError
 from backend.core.paths import MAX_NAME_LEN, is_plain_name
@@ -382,7 +382,7 @@ BASE_PHASE_KEYS = ("name", "objective", "tokens", "steps", "fraction", "shape", 
 
 def phase_keys() -> tuple[str, ...]:
     """What a phase may carry: budget, LR and freezing, and the settings of every objective (each declares its own)."""
-    import backend.detour.objectives as objectives  # the registry (below the config: declarations, torch only)
+    import backend.objectives as objectives  # the registry (below the config: declarations, torch only)
 
     return (*BASE_PHASE_KEYS[:5], *objectives.setting_names(), *BASE_PHASE_KEYS[5:])
 
@@ -397,7 +397,7 @@ def check_phase_list(cfg: dict) -> None:
     Errors name the phase by its index, e.g. ``phases[1].mlm_probability``. Phases are normalised in place (numbers
     as int/float); defaults (shape ``constant``, ``final_lr_ratio`` 0.1, no freezing, the objective's own settings)
     are left to the recipe."""
-    import backend.detour.objectives as objectives
+    import backend.objectives as objectives
 
     phases, t = cfg["phases"], cfg["train"]
     keys = phase_keys()
@@ -493,7 +493,7 @@ def _check_phase_warmup(p: dict, key: str, shape: str, warm: list[str], tps: int
 
 def check_alternate_blocks(text) -> None:
     """``alternate.blocks``: 'objective:weight' items, comma-separated, each a known objective and a weight > 0."""
-    import backend.detour.objectives as objectives
+    import backend.objectives as objectives
 
     key = "alternate.blocks"
     items = [x.strip() for x in text.split(",")] if isinstance(text, str) else []
@@ -516,7 +516,7 @@ def check_alternate_blocks(text) -> None:
 
 
 def _check_objective_settings(p: dict, key: str, spec, every: tuple[str, ...]) -> None:
-    """The phase's objective declares its settings (``backend/detour/objectives/``): each is a number in its range,
+    """The phase's objective declares its settings (``backend/objectives/``): each is a number in its range,
     one without a default must be given, and another objective's setting is refused."""
     own = {s.name: s for s in spec.settings}
     for name in every:

@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import backend.detour.presets as presets
+import backend.presets as presets
 from backend.core.paths import DEFAULT_MODEL
 from backend.engine.trackers import TRACKERS
 
 MAX_INT = 10**15  # any count without its own bound (tokens, steps, sizes): beyond every real run, exact as a float
 MAX_SEED = 2**32 - 1  # what every generator a seed reaches accepts (numpy's legacy seeds, torch after offsets)
-RECIPES = presets.names()  # one YAML file each in backend/detour/presets/, and custom (a phase list)
+RECIPES = presets.names()  # one YAML file each in backend/presets/, and custom (a phase list)
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "flex_attention", "flash_attention_2")
 DECAY_SHAPES = ("1-sqrt", "linear")

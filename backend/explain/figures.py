@@ -9,8 +9,8 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
+from backend import objectives
 from backend.analysis.plots import fit_y_range, phase_boundaries
-from backend.detour import objectives
 
 ALLOWED, MASKED = "#2563eb", "#f1f5f9"
 SURPRISE_SCALE = "YlOrRd"

@@ -1,4 +1,4 @@
-"""What each layer may attend to, under each objective (``backend/detour/objectives/``: each says which attention one of
+"""What each layer may attend to, under each objective (``backend/objectives/``: each says which attention one of
 its rows trains with, ``Objective.picture``).
 
 The pattern is read, not drawn: one forward of the encoder under the trainer's own ``causal_attention`` (called as
@@ -20,8 +20,8 @@ from functools import partial
 
 import torch
 
+from backend import objectives
 from backend.core.errors import DetourError
-from backend.detour import objectives
 from backend.detour.attention import causal_attention
 from backend.detour.encoder_lm import EncoderLM
 from backend.engine.models import load_masked_lm, quiet_transformers, transformer_blocks

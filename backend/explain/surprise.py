@@ -1,6 +1,6 @@
 """How surprised a model is by every token of one text under each objective: the per-token loss, in nats.
 
-Each objective that declares a per-token view (``per_token``, ``backend/detour/objectives/``) is read with it, under
+Each objective that declares a per-token view (``per_token``, ``backend/objectives/``) is read with it, under
 its own name in the result (``<name>``, ``<name>_mean``, ...; ``views`` lists them in the registry's order). Two views:
 
 * ``next-token`` (CLM, the detour): the text is packed exactly like a training row (``[CLS] text [SEP]`` by
@@ -25,12 +25,12 @@ import math
 import torch
 import torch.nn.functional as F
 
+from backend import objectives
 from backend.analysis.fill_mask import get_model
 from backend.core.errors import DetourError
-from backend.detour import objectives
 from backend.detour.attention import causal_attention
-from backend.detour.objectives import IGNORE, clm_labels, special_ids
 from backend.engine.data import pack
+from backend.objectives import IGNORE, clm_labels, special_ids
 
 MAX_TOKENS = 128  # the masked view runs one copy of the text per token: its cost grows with the square of this
 MAX_TEXT_CHARS = 2000

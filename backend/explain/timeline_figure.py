@@ -9,7 +9,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from backend.detour import objectives
+from backend import objectives
 from backend.detour.recipe import expand_phases, split_pair, tokens_per_step
 from backend.engine.config import validate_config
 from backend.engine.rundir import read_config, read_status

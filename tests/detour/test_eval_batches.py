@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.detour import objectives
+from backend import objectives
 from backend.detour.encoder_lm import EncoderLM
 from backend.detour.trainer import _full_batch
 from conftest import TINY_MODERNBERT, bundled_tokenizer

@@ -7,9 +7,9 @@ import pytest
 import torch
 from objective_probe import tiny_lm
 
-from backend.detour import objectives
-from backend.detour.objectives.masking import mlm_mask
-from backend.detour.objectives.mixed import causal_rows
+from backend import objectives
+from backend.objectives.masking import mlm_mask
+from backend.objectives.mixed import causal_rows
 from conftest import bundled_tokenizer
 
 MIXED = objectives.get("mixed")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from objective_probe import hidden, tiny_lm
 
-from backend.detour import objectives
-from backend.detour.objectives.masking import mlm_mask
+from backend import objectives
+from backend.objectives.masking import mlm_mask
 from conftest import bundled_tokenizer
 
 MNTP = objectives.get("mntp")

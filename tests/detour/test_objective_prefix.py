@@ -7,9 +7,9 @@ import pytest
 import torch
 from objective_probe import hidden, tiny_lm
 
+from backend import objectives
 from backend.core.errors import ConfigError
-from backend.detour import objectives
-from backend.detour.objectives.prefix import prefix_length
+from backend.objectives.prefix import prefix_length
 from conftest import bundled_tokenizer
 
 PREFIX = objectives.get("prefix")

@@ -1,4 +1,4 @@
-"""What every registered objective promises, checked for each one found in ``backend/detour/objectives/`` (a new
+"""What every registered objective promises, checked for each one found in ``backend/objectives/`` (a new
 module is covered here the moment it exists): deterministic batches per seed and step, labels and attention of the
 right shape, settings checked by ``validate`` with errors naming the phase's key, a label and colour for drawing."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from backend import objectives
 from backend.core.errors import ConfigError
-from backend.detour import objectives
 from backend.detour.recipe import build_phases, expand_phases
 from backend.engine.config import load_config
 from conftest import bundled_tokenizer
@@ -83,18 +83,18 @@ def test_no_code_outside_the_objectives_names_one():
     found = []
     for path in sorted([*(REPO_ROOT / "backend").rglob("*.py"), *(REPO_ROOT / "app").rglob("*.py")]):
         rel = path.relative_to(REPO_ROOT).as_posix()
-        if rel.startswith("backend/detour/objectives/") or any(rel.startswith(k) for k in NOT_OBJECTIVES):
+        if rel.startswith("backend/objectives/") or any(rel.startswith(k) for k in NOT_OBJECTIVES):
             continue
         for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if word.search(line):
                 found.append(f"{rel}:{i}: {line.strip()}")
-    assert not found, "objective names outside backend/detour/objectives/:\n" + "\n".join(found)
+    assert not found, "objective names outside backend/objectives/:\n" + "\n".join(found)
 
 
 def test_every_preset_file_names_registered_objectives_and_presets():
-    """The presets are data (``backend/detour/presets/*.yaml``): each names objectives of the registry (a typo there
+    """The presets are data (``backend/presets/*.yaml``): each names objectives of the registry (a typo there
     would fail only when that preset is launched), a pair names two presets."""
-    from backend.detour import presets
+    from backend import presets
 
     for name in presets.names()[:-1]:
         p = presets.get(name)

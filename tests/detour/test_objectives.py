@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.detour.objectives import IGNORE, clm_labels, mlm_mask, replacement_vocab, special_ids
 from backend.engine.data import pack
+from backend.objectives import IGNORE, clm_labels, mlm_mask, replacement_vocab, special_ids
 from conftest import TINY_BERT, TINY_MODERNBERT, bundled_tokenizer, save_tiny_model
 
 

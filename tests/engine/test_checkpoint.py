@@ -21,11 +21,11 @@ from backend.engine import checkpoint
 def trained(model_dir):
     """(accelerator, lm, optimizer, tokenizer, step) for a tiny model that has optimizer state; ``step()`` trains."""
     from backend.detour.encoder_lm import EncoderLM
-    from backend.detour.objectives import clm_labels
     from backend.detour.recipe import build_optimizer
     from backend.engine.config import load_config
     from backend.engine.models import load_masked_lm, load_tokenizer, resolve_model, resolve_tokenizer
     from backend.engine.precision import make_accelerator
+    from backend.objectives import clm_labels
 
     torch.manual_seed(0)
     accelerator = make_accelerator("fp32")

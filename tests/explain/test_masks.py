@@ -48,7 +48,7 @@ def test_modernbert_patterns_per_layer_kind(tiny_modernbert_dir, impl):
 def test_every_objective_is_drawn_with_the_attention_it_trains_with(tiny_modernbert_dir, impl):
     """Each registered objective's row (``Objective.picture``): bidirectional, causal, or bidirectional over a prefix
     and causal after it, the local window kept, and the measurement agrees with what is drawn."""
-    from backend.detour import objectives
+    from backend import objectives
 
     res = patterns_of(load_masked_lm(str(tiny_modernbert_dir), attn_implementation=impl).eval(), SEQ)
     assert [o["name"] for o in res["objectives"]] == list(objectives.names())

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 
 from backend.analysis.fill_mask import get_model
 from backend.detour.encoder_lm import EncoderLM
-from backend.detour.objectives import clm_labels
 from backend.explain.surprise import SurpriseError, encode, surprise_of, token_surprise
+from backend.objectives import clm_labels
 
 TEXT = "Aspirin inhibits the synthesis of prostaglandins, which mediate <inflammation> & pain."
 

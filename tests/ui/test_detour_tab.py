@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app import detour_tab
-from backend.detour import objectives
+from backend import objectives
 
 
 @pytest.fixture(autouse=True)

@@ -92,7 +92,7 @@ def test_a_fraction_takes_its_share_of_the_forms_total_tokens(tiny_modernbert_di
 def test_every_objectives_settings_have_columns_and_reach_the_list(tiny_modernbert_dir):
     """The editor's setting columns come from what each objective declares (issue 29): a prefix share and a causal
     share typed in the table reach the phase list (they had no column: the prefix phase trained at its default)."""
-    from backend.detour import objectives
+    from backend import objectives
 
     assert {timeline_editor.KEY_OF[c] for c in timeline_editor.COLUMNS} >= set(objectives.setting_names())
     assert {"prefix share", "causal share", "mask rate"} <= set(timeline_editor.COLUMNS)  # headings from the modules

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from backend.detour.objectives.base import IGNORE
+from backend.objectives.base import IGNORE
 
 __all__ = ["IGNORE", "mlm_mask", "replacement_vocab", "special_ids"]
 

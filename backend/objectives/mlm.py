@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from backend.detour.objectives.base import Batch, Objective, Setting
-from backend.detour.objectives.masking import mlm_mask
+from backend.objectives.base import Batch, Objective, Setting
+from backend.objectives.masking import mlm_mask
 
 # a phase list gives it; the presets have their own
 RATE = Setting("mlm_probability", None, "its masking rate", column="mask rate")

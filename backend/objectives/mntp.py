@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from backend.detour.objectives.base import IGNORE, Batch, Objective, Setting
-from backend.detour.objectives.masking import mlm_mask
+from backend.objectives.base import IGNORE, Batch, Objective, Setting
+from backend.objectives.masking import mlm_mask
 
 
 def shift_left(labels: torch.Tensor, doc_start: torch.Tensor) -> torch.Tensor:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from backend.detour.objectives.base import Batch, Objective, Setting, next_token_labels
-from backend.detour.objectives.masking import mlm_mask
+from backend.objectives.base import Batch, Objective, Setting, next_token_labels
+from backend.objectives.masking import mlm_mask
 
 
 def causal_rows(rows: int, share: float, generator: torch.Generator) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from backend.detour.objectives.base import IGNORE, Batch, Objective, Setting, next_token_labels
+from backend.objectives.base import IGNORE, Batch, Objective, Setting, next_token_labels
 
 
 def prefix_length(seq_len: int, share: float) -> int:

@@ -11,8 +11,8 @@ import functools
 import importlib
 import pkgutil
 
-from backend.detour.objectives.base import ATTENTIONS, Batch, Masking, Objective, Setting, next_token_labels
-from backend.detour.objectives.masking import IGNORE, mlm_mask, replacement_vocab, special_ids
+from backend.objectives.base import ATTENTIONS, Batch, Masking, Objective, Setting, next_token_labels
+from backend.objectives.masking import IGNORE, mlm_mask, replacement_vocab, special_ids
 
 __all__ = ["ATTENTIONS", "IGNORE", "Batch", "Masking", "Objective", "Setting", "all_objectives", "get", "masking_of",
            "mlm_mask", "names", "next_token_labels", "replacement_vocab", "setting_headings", "setting_names",

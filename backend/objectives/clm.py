@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backend.detour.objectives.base import Batch, Objective, next_token_labels
+from backend.objectives.base import Batch, Objective, next_token_labels
 
 
 def _make(ids, doc_start, settings, masking, generator) -> Batch:
