@@ -108,6 +108,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import gpu_levers  # noqa: E402
 from common import machine as cpu_machine  # noqa: E402
 
 # --- project imports: the only names this script takes from backend/ (repoint here when the package moves) ---
@@ -117,7 +118,7 @@ from backend.detour.attention import causal_attention  # noqa: E402
 from backend.detour.encoder_lm import IGNORE, EncoderLM, fused_vocab_loss  # noqa: E402
 from backend.detour.recipe import build_optimizer  # noqa: E402
 from backend.engine.compiling import compile_encoder as compile_in_place  # noqa: E402
-from backend.engine.compiling import resolve_compile  # noqa: E402
+from backend.engine.compiling import kernel_cache_dir, resolve_compile  # noqa: E402
 from backend.engine.models import flash_attn_status, resolve_attn_implementation  # noqa: E402
 from backend.engine.schema import BY_KEY  # noqa: E402
 from backend.objectives import clm_labels, mlm_mask  # noqa: E402
@@ -364,31 +365,35 @@ def make_batches(objective: str, n_batches: int, batch: int, seq_len: int, vocab
 
 @dataclass(frozen=True)
 class Setup:
-    """One way to run the trainer's step: ``ATTN:LOSS:COMPILE`` (see the module docstring)."""
+    """One way to run the trainer's step: ``ATTN:LOSS:COMPILE[+LEVER...]`` (see the module docstring and
+    ``gpu_levers``)."""
 
     attn: str
     loss: str
     compile: str
+    levers: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, spec: str) -> Setup:
-        parts = spec.split(":")
+        base, *levers = spec.split("+")
+        parts = base.split(":")
         ok = (
             len(parts) == 3
             and parts[0] in ("auto", *IMPLS)
             and parts[1] in ("auto", "fused", "chunked")
             and parts[2] in ("auto", "on", "off")
+            and all(lv in gpu_levers.LEVERS for lv in levers)
         )
         if not ok:
             raise ValueError(
-                f"setup {spec!r}: want ATTN:LOSS:COMPILE with ATTN auto|{'|'.join(IMPLS)}, "
-                "LOSS auto|fused|chunked, COMPILE auto|on|off"
+                f"setup {spec!r}: want ATTN:LOSS:COMPILE[+LEVER...] with ATTN auto|{'|'.join(IMPLS)}, "
+                f"LOSS auto|fused|chunked, COMPILE auto|on|off, LEVER {'|'.join(gpu_levers.LEVERS)}"
             )
-        return cls(*parts)
+        return cls(*parts, tuple(levers))
 
     @property
     def name(self) -> str:
-        return f"{self.attn}:{self.loss}:{self.compile}"
+        return "+".join([f"{self.attn}:{self.loss}:{self.compile}", *self.levers])
 
     def resolve(self, config, device: torch.device) -> dict:
         """-> {'attn', 'fused', 'compiled', 'why'}; raises ConfigError where this machine cannot train that way."""
@@ -398,8 +403,13 @@ class Setup:
             raise ConfigError(
                 "loss", "fused", "liger-kernel's fused loss runs only on CUDA with liger-kernel installed"
             )
+        missing = gpu_levers.unavailable(self.levers, device)
+        if missing:
+            raise ConfigError("setup", self.name, missing)
         fused = fused_here and self.loss != "chunked"
         compiled = compile_encoder(device) if self.compile == "auto" else self.compile == "on"
+        if gpu_levers.compile_mode(self.levers) and not compiled:
+            raise ConfigError("setup", self.name, "a compile-mode lever needs COMPILE auto (on a GPU) or on")
         return {"attn": attn, "fused": fused, "compiled": compiled, "why": why}
 
 
@@ -445,8 +455,13 @@ def train_ours(setup: Setup, arch, seq_len, objective, batches, accum, a, device
     with torch.device(device):
         model = AutoModelForMaskedLM.from_config(config, attn_implementation=how["attn"])
     counts = param_counts(model)
+    levers = gpu_levers.apply(model, setup.levers)
     lm = EncoderLM(model).train()
-    if how["compiled"]:
+    mode = gpu_levers.compile_mode(setup.levers)
+    if how["compiled"] and mode:
+        kernel_cache_dir()
+        lm.encoder().compile(dynamic=False, mode=mode)
+    elif how["compiled"]:
         compile_in_place(lm)  # as the trainer does: in place, static shapes, kernels cached in <cache>/inductor
     opt = build_optimizer(model, TRAIN_DEFAULTS)
     causal = objective == "clm"
@@ -475,6 +490,8 @@ def train_ours(setup: Setup, arch, seq_len, objective, batches, accum, a, device
             sync(device)
             if step >= a.warmup:
                 times.append(time.perf_counter() - t0)
+        if getattr(a, "profile", None) and device.type == "cuda":
+            profile_step(lm, opt, on_device[-1], causal, accum, a, device, f"{setup.name} T={seq_len} {objective}")
     if not all(math.isfinite(x) for x in losses):
         raise FloatingPointError(f"non-finite loss {losses}")
     fpt = model_flops_per_token(model.config, counts, seq_len, causal, labelled)
@@ -484,12 +501,35 @@ def train_ours(setup: Setup, arch, seq_len, objective, batches, accum, a, device
         attn_why=how["why"],
         loss_kind="fused (liger-kernel)" if how["fused"] else "chunked",
         compiled=how["compiled"],
+        levers=levers,
+        compile_mode=mode or "default",
         labelled_fraction=labelled,
         losses=losses,
         params=counts,
     )
     del lm, model, opt, on_device
     return row
+
+
+def profile_step(lm, opt, batch, causal: bool, accum: int, a, device, title: str) -> None:
+    """One more optimizer step under torch.profiler: the kernels that took the GPU's time, appended to
+    ``--profile`` (where the step's time goes is what says which lever could help)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    ids, labels = batch
+    micro = ids.shape[0] // accum
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for m in range(accum):
+            sl = slice(m * micro, (m + 1) * micro)
+            with autocast_ctx(device, a.precision):
+                loss, _, _ = lm(ids[sl], labels[sl], causal=causal)
+            (loss / accum).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sync(device)
+    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=30, max_name_column_width=70)
+    with open(a.profile, "a") as f:
+        f.write(f"\n=== {title} ===\n{table}\n")
 
 
 def collator_tokenizer(vocab: int):
@@ -609,6 +649,11 @@ def compare(rows: list[dict]) -> None:
         if r["status"] != "ok":
             continue
         r["speedup_vs_hf"] = r["tokens_per_s"] / hf["tokens_per_s"] if hf else None
+        base = r["setup"].split("+")[0]
+        plain = next((o for o in same if o["setup"] == base and o["status"] == "ok"), None)
+        if plain and r["setup"] != base and len(r["losses"]) == len(plain["losses"]):
+            r["speedup_vs_base"] = r["tokens_per_s"] / plain["tokens_per_s"]
+            r["loss_max_abs_diff_vs_base"] = max(abs(x - y) for x, y in zip(r["losses"], plain["losses"]))
         if before and r["setup"] not in ("hf", BEFORE) and len(r["losses"]) == len(before["losses"]):
             diffs = [abs(x - y) for x, y in zip(r["losses"], before["losses"])]
             r["loss_max_abs_diff_vs_before"] = max(diffs)
@@ -956,6 +1001,9 @@ def markdown(payload: dict) -> str:
         mem = f"{r['peak_memory_gib']:.1f}" if r["peak_memory_gib"] is not None else "n/a"
         vs = f"{r['speedup_vs_hf']:.2f}x" if r.get("speedup_vs_hf") else "-"
         dl = f"{r['loss_max_abs_diff_vs_before']:.2g}" if r.get("loss_max_abs_diff_vs_before") is not None else "-"
+        if r.get("speedup_vs_base") is not None:  # a lever row: against the same setup without its levers
+            vs += f" ({r['speedup_vs_base']:.2f}x base)"
+            dl = f"{r['loss_max_abs_diff_vs_base']:.2g} vs base"
         lines.append(
             f"{head} {r['attn']} | {r['loss_kind'].split(' ')[0]} | {'yes' if r['compiled'] else 'no'} | "
             f"{r['micro_batch']} x {r['grad_accum']} | {1000 * r['step_time_s_mean']:.1f} | {r['tokens_per_s']:,.0f} | "
@@ -1024,6 +1072,7 @@ def parse_args(argv=None):
     p.add_argument("--probe-size", type=int, default=8192, help="matmul probe n (n x n x n)")
     p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/gpu.json); .md beside it")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", type=Path, default=None, help="append one profiled step per setup (CUDA) to this file")
     p.add_argument("--cpu-smoke", action="store_true", help="2-layer tiny model, fp32, on CPU: exercises the code")
     a = p.parse_args(argv)
     smoke = a.cpu_smoke
