@@ -176,3 +176,22 @@ def test_setups_are_parsed_and_bad_ones_named(bench):
     assert bench.Setup.parse("flex_attention:fused:on") == bench.Setup("flex_attention", "fused", "on")
     with pytest.raises(SystemExit):
         bench.parse_args(["--cpu-smoke", "--setups", "sdpa:cheap:off"])
+
+
+def test_levers_parse_and_are_refused_where_they_cannot_run(bench):
+    """A lever is part of the setup's name (so its row says what ran) and a CPU refuses it with the reason, as a
+    'skipped' row rather than a silent run without it."""
+    setup = bench.Setup.parse("auto:auto:auto+fp8+liger-norm")
+    assert setup.levers == ("fp8", "liger-norm") and setup.name == "auto:auto:auto+fp8+liger-norm"
+    with pytest.raises(ValueError, match="LEVER"):
+        bench.Setup.parse("auto:auto:auto+turbo")
+    with pytest.raises(bench.ConfigError, match="CUDA"):
+        setup.resolve(bench._config(bench.TINY_ARCH), torch.device("cpu"))
+    assert bench.gpu_levers.unavailable(("autotune", "cudagraphs"), torch.device("cuda")) is not None
+
+
+def test_a_lever_that_changes_nothing_is_an_error(bench):
+    """liger-geglu on a model without ModernBERT's MLP would measure the plain setup under the lever's name."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    with pytest.raises(RuntimeError, match="found nothing"):
+        bench.gpu_levers.apply(model, ("liger-geglu",))
