@@ -55,6 +55,23 @@ def public_without_password(host: str, share: bool, auth) -> str | None:
     )
 
 
+MIN_PASSWORD = 8
+
+
+def weak_password(user: str, password: str) -> str | None:
+    """Why ``password`` cannot guard a reachable app, or None. A one-space or four-letter password passed the
+    presence check and let anyone who guessed it start trainings on a lab server."""
+    if not password.strip():
+        return "DETOUR_PASSWORD is blank"
+    if len(password) < MIN_PASSWORD:
+        return f"DETOUR_PASSWORD has {len(password)} characters; use at least {MIN_PASSWORD}"
+    if len(set(password)) == 1:
+        return "DETOUR_PASSWORD is one character repeated"
+    if password.strip().lower() == user.strip().lower():
+        return "DETOUR_PASSWORD is the user name"
+    return None
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.runs_dir:
@@ -63,6 +80,11 @@ def main(argv=None) -> int:
     auth = (os.environ.get("DETOUR_USER", "detour"), password) if password else None
     if refusal := public_without_password(args.host, args.share, auth):
         print(f"error: {refusal}", file=sys.stderr)
+        return 2
+    reachable = args.share or args.host not in LOOPBACK
+    if auth and reachable and (weak := weak_password(*auth)):
+        print(f"error: {weak}: the app is reachable from other machines (--host {args.host}"
+              f"{', --share' if args.share else ''}); set a stronger one, or serve on 127.0.0.1 only", file=sys.stderr)
         return 2
     if args.max_concurrent is not None and args.max_concurrent < 1:
         print("error: --max-concurrent must be >= 1", file=sys.stderr)

@@ -92,3 +92,23 @@ def test_no_password_on_a_public_host_is_refused_at_start_with_one_line(flags):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "set DETOUR_PASSWORD" in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("password", [" ", "   \t", "abc", "aaaaaaaaaa", "detour"])
+def test_a_blank_or_trivial_password_off_loopback_is_refused_at_start(password):
+    """A one-space DETOUR_PASSWORD once passed on --host 0.0.0.0, and a one-space login then opened the lab."""
+    env = {**os.environ, "DETOUR_PASSWORD": password, "DETOUR_USER": "detour"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "app", "--host", "0.0.0.0"], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: DETOUR_PASSWORD"), proc.stderr
+
+
+def test_a_real_password_passes_the_check():
+    from app.__main__ import weak_password
+
+    assert weak_password("detour", "correct horse battery") is None
+    assert weak_password("detour", "DETOUR") is not None
