@@ -144,7 +144,17 @@ def resolve_tokenizer(spec: str) -> ModelSource:
     p = Path(spec).expanduser()
     if p.is_dir() and ((p / "tokenizer.json").exists() or (p / "tokenizer_config.json").exists()):
         return ModelSource("local", str(p.resolve()), spec)
-    return resolve_model(spec)
+    if p.is_dir() and not any(p.iterdir()):  # "not a model (no config.json)" sent users looking for the wrong file
+        raise ModelSpecError(f"tokenizer '{spec}': the folder is empty (a tokenizer folder holds tokenizer.json)")
+    try:
+        return resolve_model(spec)
+    except ModelSpecError as exc:
+        if p.is_dir():
+            raise ModelSpecError(
+                f"tokenizer '{spec}': no tokenizer.json or tokenizer_config.json in the folder, and it is not a model "
+                "or run either"
+            ) from exc
+        raise
 
 
 def load_tokenizer(source: ModelSource | str, trust_remote_code: bool = False):

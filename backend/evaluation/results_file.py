@@ -22,7 +22,9 @@ def read_results(path: str | Path) -> dict:
     path = Path(path)
     if path.is_dir():
         path = path / NAME
-    fix = "run the evaluation again into this folder (finished seeds are kept), or choose another folder"
+    # evaluate refuses to write over a results.json it cannot read as its own (merge.merge_previous): the advice
+    # must not send the user back into that folder, or the two answers loop
+    fix = "evaluate into another --out folder, or move this file away to reuse the folder"
     res = read_json_object(path, ResultsFileError, "an evaluation's results", fix, fix_when_unreadable=False)
     shape = {"task": str, "hparams": dict, "models": list}
     bad = [k for k, t in shape.items() if not isinstance(res.get(k), t)]

@@ -137,3 +137,16 @@ def test_cli_prints_one_clean_error_line(tmp_path):
         "error: config key 'phases.main.mlm_probability': got 2; must be in (0, 1)"
     ]
     assert issubclass(ConfigError, DetourError)
+
+
+def test_an_empty_or_foreign_tokenizer_folder_is_named_as_a_tokenizer_problem(tmp_path):
+    """An empty tokenizer folder was reported as "not a model (no config.json)": the user looked for the wrong file."""
+    from backend.engine.models import ModelSpecError, resolve_tokenizer
+
+    empty = tmp_path / "tok"
+    empty.mkdir()
+    with pytest.raises(ModelSpecError, match="tokenizer '.*': the folder is empty"):
+        resolve_tokenizer(str(empty))
+    (empty / "notes.txt").write_text("x")
+    with pytest.raises(ModelSpecError, match="no tokenizer.json or tokenizer_config.json"):
+        resolve_tokenizer(str(empty))
