@@ -189,7 +189,7 @@ def run_summary(
     doctor's panel shows too: one reading of where a run stands); time (duration); losses from ``metrics_summary``.
     Without ``progress`` it is read from ``status`` alone (no logged rate: no ETA)."""
     from backend.engine.progress import eta_text, run_progress
-    from backend.engine.rundir import time_spent
+    from backend.engine.rundir import clock_moved, time_spent
 
     p = progress if progress is not None else run_progress(status, [])
     tokens, total = p["tokens_seen"], p["total_tokens"]
@@ -206,7 +206,9 @@ def run_summary(
         "tokens": f"{_fmt_int(tokens)}/{_fmt_int(total)}" if total else _fmt_int(tokens),
         "%": pct,
         "ETA": eta_text(p),
-        "time": _fmt_duration(duration) if duration is not None and duration >= 0 else "",
+        "time": "clock moved back"
+        if clock_moved(status, now)
+        else (_fmt_duration(duration) if duration is not None and duration >= 0 else ""),
         "tok/s": _fmt_int(p["tokens_per_s"] if progress is not None else m.get("tokens_per_s")),
         "train loss": _fmt_loss(m.get("train_loss")),
         "held-out MLM": _fmt_loss(m.get("eval_mlm_loss")),

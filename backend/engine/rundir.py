@@ -232,3 +232,19 @@ def time_spent(status: dict, now: float | None = None) -> float | None:
     if not ended and status.get("state") != "running":
         ended = status.get("updated_at")  # died without saying when
     return (status.get("trained_before_s") or 0.0) + max((ended or now or time.time()) - started, 0.0)
+
+
+CLOCK_SLACK_S = 5.0  # two processes' clocks, or a write and a read, may differ by this much without meaning anything
+
+
+def clock_moved(status: dict, now: float | None = None) -> bool:
+    """Whether a run's timestamps lie in the future of its own end, or of ``now`` (the machine's clock was stepped
+    back since it started): its duration cannot be measured and must not read 0m00s as if it were."""
+    started = status.get("started_at")
+    if not isinstance(started, int | float) or isinstance(started, bool):
+        return False
+    ended = status.get("finished_at")
+    if not ended and status.get("state") != "running":
+        ended = status.get("updated_at")
+    end = ended if isinstance(ended, int | float) and not isinstance(ended, bool) else (now or time.time())
+    return end - started < -CLOCK_SLACK_S

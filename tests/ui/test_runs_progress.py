@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from app import runs_tab, throughput_panel
 from backend.core import atomic, process
 from tests.runs.test_doctor import _row, _write_run
@@ -71,3 +73,19 @@ def test_hand_edited_metrics_rows_never_break_the_table(isolated_runs_dir):
     row = _row_of("r")
     assert row["state"] == "running" and row["tok/s"] == "500" and row["ETA"].endswith("s"), row
     assert "(running)" in throughput_panel.panel_markdown("r")
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        {"state": "running", "started_at": 2_000.0},  # started in the future of now
+        {"state": "done", "started_at": 2_000.0, "finished_at": 1_500.0},  # ended before it started
+    ],
+)
+def test_a_clock_stepped_back_is_said_not_shown_as_zero(status):
+    """Timestamps in the future of the clock read '0m00s' without a word: the duration cannot be measured."""
+    from backend.analysis.plots import run_summary
+
+    assert run_summary("r", status, now=1_000.0)["time"] == "clock moved back"
+    normal = {"state": "done", "started_at": 1_000.0, "finished_at": 1_065.0}
+    assert run_summary("r", normal, now=5_000.0)["time"] == "1m05s"
