@@ -261,12 +261,14 @@ def record_rate(n_params: int, precision: str, device: str, objective: str, toke
 
 
 def last_rate(n_params: int, precision: str, device: str, objective: str | None = None) -> dict | None:
-    """{'tokens_per_s', 'measured_at', ...} last recorded for this size (any objective if None), or None."""
+    """{'tokens_per_s', 'measured_at', 'objective', ...} last recorded for this size (the slowest objective measured
+    if None), or None. ``objective`` in the answer is the one really measured."""
     entry = _read_rates().get(size_key(n_params, precision, device), {})
     if objective in entry:
-        return entry[objective]
-    if objective is None or not entry:
-        return min(entry.values(), key=lambda r: r["tokens_per_s"]) if entry else None
+        return {**entry[objective], "objective": objective}
+    if objective is None or not entry:  # the slowest objective measured: an estimate errs long, never short
+        slowest = min(entry, key=lambda k: entry[k]["tokens_per_s"]) if entry else None
+        return {**entry[slowest], "objective": slowest} if slowest else None
     return None
 
 

@@ -192,7 +192,12 @@ def launch_estimate(n_params: int, precision: str, device: str, objectives: dict
         if r is None:
             return None
         seconds += tokens / r["tokens_per_s"]
-        used.append(f"{r['tokens_per_s']:,.0f} tok/s {objective.upper()}, {r['measured_at'].replace('T', ' ')[:16]}")
+        when = r["measured_at"].replace("T", " ")[:16]
+        if r.get("objective") == objective:
+            used.append(f"{r['tokens_per_s']:,.0f} tok/s {objective.upper()}, {when}")
+        else:  # never name a measurement that was not made: say whose rate stands in
+            used.append(f"{objective.upper()} not measured here, taken at {str(r.get('objective')).upper()}'s "
+                        f"{r['tokens_per_s']:,.0f} tok/s, {when}")  # fmt: skip
     return f"~{hms(seconds)} at this machine's last measured rate ({'; '.join(used)})"
 
 

@@ -159,3 +159,13 @@ def test_evaluation_folders_get_seconds_per_seed_and_the_fine_tuning_rate(tmp_pa
     out = capsys.readouterr().out
     assert "base: 2/3 seeds, 40 s per seed, 7.5 examples/s, <= 960 tokens/s" in out  # 600 examples in 80 s
     assert "late: no seed finished yet" in out
+
+
+def test_the_launch_estimate_never_names_a_rate_that_was_not_measured():
+    """Only CLM was measured for this size: an MNTP run's estimate once read '100 tok/s MNTP', a measurement that
+    was never made. It now says whose rate stands in."""
+    n = 123_457
+    throughput.record_rate(n, "fp32", "cpu", "clm", 100.0)
+    est = launch_estimate(n, "fp32", "cpu", {"clm": 1_000, "mntp": 1_000})
+    assert "100 tok/s CLM" in est and "MNTP not measured here, taken at CLM's 100 tok/s" in est
+    assert "tok/s MNTP" not in est
