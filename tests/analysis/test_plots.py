@@ -54,3 +54,14 @@ def test_a_flat_curve_axis_shows_its_values():
 def test_a_varying_curve_keeps_autorange():
     fig = plots.train_metric_figure({"r": _train_rows("lr", [0.0, 1e-4, 2e-4, 1e-4])}, "lr")
     assert fig.layout.yaxis.range is None
+
+
+def test_divergence_noise_is_drawn_as_zero():
+    """A model against itself: 1 - CKA of ±1e-15 drew full bars on an axis in femto-units."""
+    from backend.analysis.plots import divergence_figure
+
+    fig = divergence_figure([0, 1, 2], [1e-15, -2e-15, 0.0], control=[3e-16, 0.0, -1e-16])
+    assert list(fig.data[0].y) == [0.0, 0.0, 0.0] and list(fig.data[1].y) == [0.0, 0.0, 0.0]
+    assert tuple(fig.layout.yaxis.range) == (-0.01, 0.01)
+    real = divergence_figure([0, 1], [0.003, 0.02])
+    assert list(real.data[0].y) == [0.003, 0.02] and real.layout.yaxis.range is None
