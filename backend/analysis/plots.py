@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from backend.analysis.measures import DEFAULT_MEASURE, SHORT
+from backend.reporting.figure_style import TEMPLATE
 
 PALETTE = qualitative.Plotly
 
@@ -19,9 +20,9 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 360) -> go
         xaxis_title=x,
         yaxis_title=y,
         height=height,
-        margin={"l": 55, "r": 20, "t": 45, "b": 45},
+        margin={"l": 55, "r": 40, "t": 45, "b": 45},
         legend={"orientation": "h", "y": -0.22},
-        template="plotly_white",
+        template=TEMPLATE,
     )
     return fit_y_range(fig)
 

@@ -15,6 +15,7 @@ from backend.analysis.measures import SHORT
 from backend.analysis.plots import PALETTE, eval_loss_figure, similarity_caption, train_loss_figure
 from backend.replication.plan import LABELS, RUNS
 from backend.replication.verdicts import fmt_ci, fmt_pp, significance, task_name
+from backend.reporting.figure_style import TEMPLATE
 
 COLORS = {
     "base": "#7f7f7f",
@@ -32,7 +33,7 @@ def _layout(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
         height=height,
         margin={"l": 60, "r": 30, "t": 50, "b": 50},
         legend={"orientation": "h", "y": -0.2},
-        template="plotly_white",
+        template=TEMPLATE,
     )
     return fig
 

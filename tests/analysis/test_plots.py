@@ -65,3 +65,14 @@ def test_divergence_noise_is_drawn_as_zero():
     assert tuple(fig.layout.yaxis.range) == (-0.01, 0.01)
     real = divergence_figure([0, 1], [0.003, 0.02])
     assert list(real.data[0].y) == [0.003, 0.02] and real.layout.yaxis.range is None
+
+
+def test_every_figure_keeps_its_toolbar_off_the_title():
+    """The modebar lay over the start of long titles: the lab's template stands it vertically at the right edge,
+    and no figure module asks for the bare plotly template any more."""
+    from backend.analysis.plots import divergence_figure
+    from backend.core.paths import REPO_ROOT
+
+    assert divergence_figure([0], [0.1]).layout.template.layout.modebar.orientation == "v"
+    bare = [p for p in (REPO_ROOT / "backend").rglob("*.py") if 'template="plotly_white"' in p.read_text()]
+    assert not bare, bare
