@@ -316,7 +316,7 @@ def build(ctx) -> dict:
         r_run = gr.Dropdown(choices=labelled_choices(runs), value=default_run(defaults, runs), label="Run",
                             allow_custom_value=True, elem_id="dt-run")  # fmt: skip
         r_load = gr.Button("Load its saved models", variant="primary", elem_id="dt-run-btn")
-    r_slider = gr.Slider(0, 1, value=0, step=1, label=SLIDER_LABEL, elem_id="dt-scrub")
+    r_slider = gr.Slider(0, 1, value=0, step=1, label=SLIDER_LABEL, elem_id="dt-scrub", elem_classes=["snap-on-enter"])
     r_info = gr.Markdown(NO_RUNS if not runs else "", elem_id="dt-run-msg")  # a fresh install: how to make a run
     with gr.Row():
         r_masked = gr.Textbox(value=EXAMPLE_MASKED, label="Fill-mask sentence (one [MASK])", max_lines=2)

@@ -27,6 +27,16 @@ CSS = """
 .field-error { color: #b91c1c; font-size: 0.85em; margin-top: -6px; }
 .field-error p { color: #b91c1c; }
 """
+# A typed value + Enter in a slider's number box ends the edit as leaving the box does (Gradio sends 'release' on
+# blur, not on Enter), so the Detour tab's scrub snaps onto the saved model it shows.
+JS = """() => {
+  document.addEventListener("keydown", (e) => {
+    const t = e.target;
+    if (e.key === "Enter" && t instanceof HTMLInputElement && t.type === "number" && t.closest(".snap-on-enter")) {
+      t.blur();
+    }
+  }, true);
+}"""
 THEME = gr.themes.Soft(
     font=["ui-sans-serif", "system-ui", "Segoe UI", "Roboto", "sans-serif"],  # no web fonts: no network at start
     font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "monospace"],
@@ -113,6 +123,7 @@ def launch_kwargs(host: str, port: int | None, share: bool, ctx: AppContext, aut
         show_error=True,
         theme=THEME,
         css=CSS,
+        js=JS,
         footer_links=["api"],
         mcp_server=False,
         ssr_mode=False,

@@ -168,6 +168,16 @@ def test_detour_scrub_follows_the_keyboard(tmp_path, detour_run_dir, monkeypatch
             page.keyboard.press("ArrowRight")
             page.wait_for_selector("#dt-scrub-msg :text('2 of 5')", timeout=60_000)
             assert "512 tokens seen" in page.inner_text("#dt-scrub-msg")
+            # a typed value + Enter snaps onto the saved model shown, as leaving the box does (Enter sent no
+            # 'release': the box kept the typed 700 while the view showed another model)
+            number = page.locator("#dt-scrub input[type=number]")
+            number.fill("700")
+            number.press("Enter")
+            page.wait_for_function(
+                "() => document.querySelector('#dt-scrub input[type=number]').value !== '700'", timeout=60_000
+            )
+            snapped = number.input_value()
+            page.wait_for_selector(f"#dt-scrub-msg :text('{snapped} tokens seen')", timeout=60_000)
             if os.environ.get("DETOUR_SCREENSHOT_DIR"):
                 page.screenshot(path=str(Path(os.environ["DETOUR_SCREENSHOT_DIR"]) / "detour-keyboard.png"))
             browser.close()
