@@ -177,6 +177,30 @@ def resume_run(name: str | None, max_concurrent: int | None = None) -> str:
         return warn(exc)
 
 
+def action_state(name: str | None, message: str) -> dict | None:
+    """What the message under Cancel/Resume spoke of: the run and the state it left it in (None: nothing to follow)."""
+    if not name or message.startswith("choose"):
+        return None
+    try:
+        return {"run": name, "state": read_status(run_path(name)).get("state")}
+    except (DetourError, OSError):
+        return None
+
+
+def action_followup(action: dict | None) -> tuple[str | None, dict | None]:
+    """(new message or None to leave it, what to follow next). 'queued to resume' stayed under the buttons after the
+    run had finished: once the run moves on from the state the action left it in, the line says where it is now."""
+    if not action:
+        return None, None
+    try:
+        state = read_status(run_path(action["run"])).get("state")
+    except (DetourError, OSError):
+        return None, None
+    if state == action["state"]:
+        return None, action
+    return f"{action['run']}: {state} now", None
+
+
 def ensure_worker_if_queued(max_concurrent: int | None = None) -> int | None:
     """At app start: queued runs with no worker (the machine rebooted, the worker was killed) get one."""
     if any(r.state == "queued" for r in run_infos()):
@@ -291,10 +315,12 @@ def build(ctx) -> dict:
             action_msg = gr.Markdown("")
     panel = throughput_panel.build(log_run)  # the doctor's diagnosis of the run picked here, following it
     known = gr.State({})  # empty: the first tick of every page sends the run names and curves as they are now
+    action = gr.State(None)  # the run the message under Cancel/Resume speaks of, and the state it left it in
     timer = gr.Timer(POLL_S, active=True)
 
-    def poll(selected, log_name, axis_, state, force=False):
+    def poll(selected, log_name, axis_, state, followed, force=False):
         up = poll_update(selected, log_name, axis_, state, force=force)
+        note, followed = action_followup(followed)
         sk = gr.skip()
         # new choices keep the user's ticks (a value sent here would undo a tick made since this tick began)
         dropped = up["selected"] != list(selected or [])
@@ -307,21 +333,24 @@ def build(ctx) -> dict:
         log_val = sk if up["log"] is None else up["log"]
         panel_val = sk if up["panel"] is None else up["panel"]
         timeline_val = sk if up["timeline"] is None else up["timeline"]
-        return table_up, *figs, log_val, sel_up, log_up, panel_val, timeline_val, up["state"]
+        note_up = gr.skip() if note is None else note
+        return table_up, *figs, log_val, sel_up, log_up, panel_val, timeline_val, up["state"], note_up, followed
 
-    def refresh(selected, log_name, axis_, state):
-        return poll(selected, log_name, axis_, state, force=True)
+    def refresh(selected, log_name, axis_, state, followed):
+        return poll(selected, log_name, axis_, state, followed, force=True)
 
-    outs = [table, *plots_, log_box, compare, log_run, panel, timeline, known]
+    outs = [table, *plots_, log_box, compare, log_run, panel, timeline, known, action_msg, action]
     timer.tick(
         poll,
-        inputs=[compare, log_run, axis, known],
+        inputs=[compare, log_run, axis, known, action],
         outputs=outs,
         show_progress="hidden",
         queue=False,
         api_name="runs_poll",
     )
-    refresh_btn.click(refresh, inputs=[compare, log_run, axis, known], outputs=outs, api_name="runs_refresh")
+    refresh_btn.click(
+        refresh, inputs=[compare, log_run, axis, known, action], outputs=outs, api_name="runs_refresh"
+    )
     live.change(lambda on: gr.Timer(active=on), inputs=[live], outputs=[timer], api_visibility="private")
 
     def replot(selected, axis_):
@@ -330,8 +359,14 @@ def build(ctx) -> dict:
     compare.change(replot, inputs=[compare, axis], outputs=plots_, show_progress="hidden", api_name="curves")
     axis.change(replot, inputs=[compare, axis], outputs=plots_, show_progress="hidden", api_visibility="private")
     log_run.change(log_tail, inputs=[log_run], outputs=[log_box], show_progress="hidden", api_name="log_tail")
-    cancel_btn.click(cancel_run, inputs=[log_run], outputs=[action_msg], api_name="cancel")
-    resume_btn.click(
-        lambda n: resume_run(n, ctx.max_concurrent), inputs=[log_run], outputs=[action_msg], api_name="resume"
-    )
+    def cancel(name):
+        msg = cancel_run(name)
+        return msg, action_state(name, msg)
+
+    def resume(name):
+        msg = resume_run(name, ctx.max_concurrent)
+        return msg, action_state(name, msg)
+
+    cancel_btn.click(cancel, inputs=[log_run], outputs=[action_msg, action], api_name="cancel")
+    resume_btn.click(resume, inputs=[log_run], outputs=[action_msg, action], api_name="resume")
     return {"table": table, "plot_train": plots_[0], "plot_eval": plots_[1], "plots": plots_, "timer": timer}

@@ -152,3 +152,21 @@ def test_no_runs_yet_says_what_to_do(isolated_runs_dir):
 
 def test_a_small_rate_is_rounded_as_the_panel_rounds_it():
     assert plots._fmt_int(5.6) == "6" == f"{5.6:,.0f}" and plots._fmt_int(1500) == "1.5k"
+
+
+def test_the_line_under_cancel_resume_follows_the_run(isolated_runs_dir):
+    """'queued to resume' stayed under the buttons after the run had finished: the next poll says where it is now,
+    and says nothing while the run is still where the action left it."""
+    from app import runs_tab
+    from backend.engine import rundir
+
+    run = isolated_runs_dir / "r1"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("name: r1\n")
+    rundir.write_status(run, state="queued")
+    followed = runs_tab.action_state("r1", "r1: queued to resume")
+    assert followed == {"run": "r1", "state": "queued"}
+    assert runs_tab.action_followup(followed) == (None, followed)  # not moved yet: the line stays
+    rundir.write_status(run, state="done")
+    assert runs_tab.action_followup(followed) == ("r1: done now", None)
+    assert runs_tab.action_state("r1", "choose a run first") is None
