@@ -21,6 +21,7 @@ def _project_on_path() -> None:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
 
+
 PAGES = {"reference/config.md": "config_reference", "reference/cli.md": "cli_reference"}
 GENERATED = "<!-- Generated at build time by docs/hooks/reference_pages.py; edit the code it reads, not this. -->"
 
@@ -164,6 +165,10 @@ def _parser_section(title: str, parser: argparse.ArgumentParser, level: str) -> 
             )
     if rows:
         out += ["| argument | default | what |", "|---|---|---|", *rows, ""]
+    for action in parser._actions:  # a command with its own sub-commands (explain masks | surprise | ...)
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out += _parser_section(f"{title} {name}", sub, level + "#")
     return out
 
 
