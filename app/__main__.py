@@ -18,7 +18,8 @@ import argparse  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 
-def parse_args(argv=None):
+def build_parser() -> argparse.ArgumentParser:
+    """The app's flags (the guide's CLI reference is generated from this parser)."""
     p = argparse.ArgumentParser(prog="python -m app", description="Detour Lab browser app")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=None, help="port (default: 7860 or the next free one)")
@@ -35,7 +36,11 @@ def parse_args(argv=None):
         default=os.environ.get("DETOUR_MAX_UPLOAD", "50mb"),
         help="largest accepted upload, e.g. 50mb (default: DETOUR_MAX_UPLOAD or 50mb)",
     )
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")

@@ -13,7 +13,7 @@ COMMANDS = {
     "train": "Run one experiment (or a pair) from a YAML config.",
     "validate": "Validate a YAML config without training.",
     "prepare-data": "Tokenize and pack a config's corpus into the token store ahead of training.",
-    "cka": "Layer x layer linear CKA between two models or runs.",
+    "cka": "Layer x layer similarity (debiased CKA by default) and weight change between two models or runs.",
     "evaluate": "Fine-tune and evaluate models on NER / classification across seeds.",
     "fill-mask": "Top-k predictions for a masked sentence, one or more models.",
     "explain": "What the objectives do: attention masks, per-token loss, a run's checkpoints.",
@@ -25,7 +25,8 @@ COMMANDS = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The whole CLI's parser, every command's arguments on it (the guide's CLI reference is generated from it)."""
     parser = argparse.ArgumentParser(prog="python -m backend", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in COMMANDS.items():
@@ -39,7 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name, help=help_text, description=help_text)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         return int(args._run(args) or 0)
     except Exception as exc:  # the one rule: a line the user can act on (exit 2), or a bug's traceback (exit 1)

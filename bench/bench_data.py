@@ -319,7 +319,7 @@ def table(payload: dict) -> str:
     now = machine()
     results, single = payload["results"], payload["single_file"]
     lines = [
-        f"{now['cpu']}, {payload['cores']} cores shared with other jobs (other helpers ran builds and tests at the "
+        f"{now['cpu']}, {payload['cores']} cores shared with other jobs (other builds and test runs at the "
         f"same time), torch {now['torch']}, seq_len {payload['seq_len']}, bundled 8,192-token tokenizer.",
         "",
     ]

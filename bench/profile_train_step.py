@@ -138,7 +138,7 @@ def vocab_loss_times(model, shape, bf16: bool, reps: int = 3) -> None:
                 dec(h).float(), target, reduction="sum"
             ),
         }
-        if bf16:  # fp32 has no chunked route: it saved 6% of the loss's CPU time there (README, issue 33)
+        if bf16:  # fp32 has no chunked route: it saved 6% of the loss's CPU time there (docs/performance/cpu.md)
             routes["chunked (gradient in the same pass)"] = lambda h=h, t=target: cpu_bf16_vocab_loss(h, dec, t)
         times = {k: [] for k in routes}
         for _ in range(reps + 1):  # interleaved; the first round warms up

@@ -1,4 +1,4 @@
-"""``python -m backend replicate``: the paper's three findings at small scale, with a report (docs/replicate.md).
+"""``python -m backend replicate``: the paper's three findings at small scale (docs/studies/replication.md).
 
 Examples::
 

@@ -355,7 +355,7 @@ def validate_config(cfg: dict) -> dict:
                 "use recipe: custom"
             )  # fmt: skip
     elif cfg["recipe"] == "custom":
-        raise ConfigError("phases", ph, "recipe custom needs phases written as a list (see the README's Config)")
+        raise ConfigError("phases", ph, "recipe custom needs phases written as a list (see docs/configs.md)")
     elif cfg["recipe"] == "mask_schedule":
         shares = cfg["mask_schedule"]["shares"]
         rates = cfg["mask_schedule"]["rates"]

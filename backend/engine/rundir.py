@@ -1,4 +1,4 @@
-"""Read and write a run directory (format: docs/run-directory.md)."""
+"""Read and write a run directory (format: docs/reference/run-directory.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Experiment trackers (``logging.report_to``): the lab notebook a researcher already uses, through Accelerate's own
 tracker classes (``Accelerator(log_with=...)``, ``init_trackers``, ``log``), never hand-written writers.
 
-What goes where (``tracker_paths`` returns it; ``docs/run-directory.md`` documents it):
+What goes where (``tracker_paths`` returns it; ``docs/reference/run-directory.md`` documents it):
 
 * TensorBoard: event files under ``<run>/trackers/tensorboard/detour-lab/`` (Accelerate's TensorBoard tracker puts
   the hyper-parameters in a timestamped folder beside them): ``tensorboard --logdir runs/``.

@@ -2,7 +2,7 @@
 ``base.py``) is one, found here by walking the package. Nothing else in the project names an objective: the
 trainer, the held-out evaluation, the config checks, the timeline and the Detour tab ask this registry.
 
-Adding one: a module here with its ``OBJECTIVE`` and a test of what it promises (README, "Add an objective").
+Adding one: a module here with its ``OBJECTIVE`` and a test of what it promises (docs/objectives.md).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ Layout of ``OUT`` (default ``reports/<preset>``, gitignored)::
     steps.jsonl          start / done / skipped / failed / blocked rows, with timings
     steps/<step>.json    markers
     data/                train.txt, heldout.txt (whole documents held out), cka_texts.txt, info.json
-    runs/<prefix>-*      run directories (docs/run-directory.md)
+    runs/<prefix>-*      run directories (docs/reference/run-directory.md)
     analysis/            cka.json, weights.json
     ner/                 evaluate_models output (results.json, results.md, per-seed metrics)
     report.json, report.html, report.md, figures/*.png, figures/*.json
