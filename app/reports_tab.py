@@ -363,7 +363,8 @@ def build(ctx) -> dict:
     keep_fresh(times, [launch_btn, time_md, empty, hybrid_btn], button=refresh_btn)
     from app import suite_panel
 
-    suites = suite_panel.build()  # pick a suite, pick models, run with progress (python -m backend evaluate --suite)
+    # pick a suite, pick models, run with progress (python -m backend evaluate --suite); lists follow Refresh
+    suites = suite_panel.build(refresh_btn)
     timer.tick(
         poll, inputs=[pick, seen], outputs=view_outs, show_progress="hidden", queue=False, api_visibility="private"
     )
