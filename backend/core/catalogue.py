@@ -119,7 +119,7 @@ def kind_of(path: str | Path) -> str | None:
         for k in KINDS.values():
             if k.name != "run" and any((p / f).is_file() for f in k.markers):
                 return k.name
-        if (p / "tasks").is_dir() and (p / "suite.log").is_file():  # a suite the app started, before its report
+        if (p / "suite.log").is_file():  # a suite the app started before folders had a marker
             return "suite"
         return None
     if p.is_file() and p.suffix == ".json":
@@ -167,6 +167,10 @@ def first_free(path: str | Path) -> Path:
     return p if not p.exists() and not p.is_symlink() else free_alternative(p)
 
 
+def _a(word: str) -> str:
+    return f"an {word}" if word[:1] in "aeiou" else f"a {word}"
+
+
 def _refuse(flag: str, path: Path, why: str, alt: Path | None = None) -> OutTaken:
     alt = alt or free_alternative(path)
     return OutTaken(f"{flag} {path}: {why}; nothing was written (a free one: {flag} {alt})")
@@ -188,7 +192,8 @@ def check_out_folder(path: str | Path, kind: str, name: str | None = None, flag:
         raise _refuse(flag, p, "is a file, not a folder")
     if (run := run_owning(p)) is not None:
         alt = first_free(run.parent.parent / f"{run.name}-{kind}")
-        raise _refuse(flag, p, f"is inside the run folder {run} (a run owns its folder)", alt)
+        where = "is the run folder" if run == p else "is inside the run folder"
+        raise _refuse(flag, p, f"{where} {run} (a run owns its folder)", alt)
     for parent in p.parents:
         if parent.exists() or parent.is_symlink():
             if not parent.is_dir():
@@ -205,7 +210,7 @@ def check_out_folder(path: str | Path, kind: str, name: str | None = None, flag:
             flag, p, f"holds other files ({held}{', ...' if len(list(p.iterdir())) > 3 else ''}), not a {kind}"
         )
     if found != kind:
-        raise _refuse(flag, p, f"holds a {found} ({KINDS[found].what}), not a {kind}")
+        raise _refuse(flag, p, f"holds {_a(found)} ({KINDS[found].what}), not {_a(kind)}")
     if name is not None and (held := _recorded_name(p, kind)) not in (None, name):
         raise _refuse(flag, p, f"holds the {kind} '{held}', not '{name}'")
     return p
@@ -241,7 +246,8 @@ def check_out_file(path: str | Path, kind: str = "cka", flag: str = "--out") -> 
         alt = first_free(Path.cwd() / f"{kind}.json")
         raise _refuse(flag, p, f"is inside the run folder {run} (a run owns its folder)", alt)
     if p.exists() and kind_of(p) != kind:
-        raise _refuse(flag, p, f"exists and is not a {kind} result")
+        alt = first_free(Path.cwd() / f"{kind}.json") if kind_of(p.parent) else None  # not into another's folder
+        raise _refuse(flag, p, f"exists and is not {_a(kind)} result", alt)
     return p
 
 

@@ -214,14 +214,15 @@ def _same_sweep(a: dict, b: dict) -> bool:
 # ------------------------------------------------------------------------------------------------ launch / resume
 
 
-def check_out(out: str | Path) -> Path:
+def check_out(out: str | Path, flag: str = "--out") -> Path:
     """The sweep folder ``--out`` names, refused before any planning or training when it cannot be one
     (``catalogue.check_out_folder``): a file, a link, a folder inside a run's folder (its runs would nest in
     another run's files), a folder that holds anything but a sweep (a user's report.md would be replaced)."""
     from backend.core.catalogue import OutTaken, check_out_folder
 
     try:
-        return check_out_folder(Path(out).expanduser().resolve() if not Path(out).is_symlink() else out, "sweep")
+        real = Path(out).expanduser().resolve() if not Path(out).is_symlink() else out
+        return check_out_folder(real, "sweep", flag=flag)
     except OutTaken as exc:
         raise SweepError(str(exc)) from None
 
