@@ -127,3 +127,16 @@ def test_unreadable_sweep_is_listed_with_its_reason():
     (out / "sweep.json").write_text("{not json")
     names = sweeps_tab.sweep_choices()
     assert any("torn" in str(c) and "unreadable" in str(c) for c in names), names
+
+
+def test_two_uploads_of_one_name_in_one_second_are_both_kept(tmp_path, monkeypatch):
+    from app import launch_tab
+
+    monkeypatch.setattr(launch_tab.time, "strftime", lambda fmt, *a: "20260101-000000")  # the same second
+    first, second = tmp_path / "a" / "corpus.txt", tmp_path / "b" / "corpus.txt"
+    for p, text in ((first, "first corpus\n"), (second, "second corpus\n")):
+        p.parent.mkdir()
+        p.write_text(text)
+    kept = [launch_tab.store_upload(str(p), 10_000)[0] for p in (first, second)]
+    assert kept[0] != kept[1]
+    assert [open(k).read() for k in kept] == ["first corpus\n", "second corpus\n"]
