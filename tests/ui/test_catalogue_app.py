@@ -105,6 +105,13 @@ def test_suite_output_folder_follows_the_picked_suite(tmp_path):
     other.write_text(f"name: other\ntasks:\n  - name: t1\n    task: ner\n    data: {data}\n")
     assert suite_panel.default_name(str(demo_suite)) == "demo"
     assert suite_panel.default_name(str(other)) == "other"
+    page = main.build_app(main.AppContext())
+    name = next(b for b in page.blocks.values() if getattr(b, "elem_id", None) == "suite-name")
+    pick = next(b for b in page.blocks.values() if getattr(b, "elem_id", None) == "suite-pick")
+    follows = [f for f in page.fns.values() if name in f.outputs and (pick._id, "change") in f.targets]
+    assert len(follows) == 1 and follows[0].fn(str(other)) == "other"  # the Name field follows the picked suite
+    assert name.value == suite_panel.default_name(pick.value)  # and starts as the first suite's, not 'bio-ner'
+
     # the folder a suite ran into is its own: another suite under the same name is refused before it starts
     catalogue.claim_folder(catalogue.suites_dir() / "demo", "suite", "demo")
     with pytest.raises(catalogue.OutTaken, match="holds the suite 'demo', not 'other'"):
@@ -140,3 +147,16 @@ def test_two_uploads_of_one_name_in_one_second_are_both_kept(tmp_path, monkeypat
     kept = [launch_tab.store_upload(str(p), 10_000)[0] for p in (first, second)]
     assert kept[0] != kept[1]
     assert [open(k).read() for k in kept] == ["first corpus\n", "second corpus\n"]
+
+
+def test_the_suite_figure_follows_a_report_written_while_the_page_is_open(tmp_path):
+    demo = main.build_app(main.AppContext())
+    fig = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "suite-fig")
+    ticks = [f for f in demo.fns.values() if fig in f.outputs and {ev for _, ev in f.targets} == {"tick"}]
+    assert len(ticks) == 1  # the poll draws the figure too, not only a re-selection of the run
+    out = catalogue.claim_folder(catalogue.suites_dir() / "s1", "suite", "s1")
+    atomic.write_json(out / "suite.json", {"suite": "s1", "comparisons": []})
+    status, report, figure, seen = ticks[0].fn("s1", None)  # suite.json appeared since the figure was drawn
+    assert seen == (out / "suite.json").stat().st_mtime
+    again = ticks[0].fn("s1", seen)  # unchanged: the figure is left as drawn
+    assert again[3] is not None and type(again[2]).__name__ == "dict" and again[2].get("__type__") == "update"
