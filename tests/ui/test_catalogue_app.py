@@ -160,3 +160,19 @@ def test_the_suite_figure_follows_a_report_written_while_the_page_is_open(tmp_pa
     assert seen == (out / "suite.json").stat().st_mtime
     again = ticks[0].fn("s1", seen)  # unchanged: the figure is left as drawn
     assert again[3] is not None and type(again[2]).__name__ == "dict" and again[2].get("__type__") == "update"
+
+
+def test_a_served_report_copy_never_writes_through_a_planted_link(tmp_path, monkeypatch):
+    from app import reports_tab
+
+    monkeypatch.setattr(reports_tab.tempfile, "tempdir", str(tmp_path / "tmp"))
+    rep = paths.reports_dir() / "quick"
+    rep.mkdir(parents=True)
+    (rep / "report.html").write_text("<p>report</p>")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    served = tmp_path / "tmp" / "detour-reports" / "quick"
+    served.mkdir(parents=True)
+    (served / "report.html").symlink_to(victim)  # another user of the shared temp dir planted it
+    got = reports_tab._served_copy(rep / "report.html", "quick")
+    assert victim.read_text() == "keep me\n" and open(got).read() == "<p>report</p>"
