@@ -142,6 +142,13 @@ def test_an_output_never_takes_what_is_not_its_own(cmd, target, tmp_path, capsys
     assert rc == 2, (rc, err)
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
     assert after == before  # not one file replaced, removed or added
+    own = COMMANDS[cmd][0]
+    for marker in ("a free one: --out ", "e.g. --out "):  # a path offered instead is really free for this command
+        if marker in err:
+            alt = Path(err.split(marker)[1].split(")")[0].strip())
+            assert not alt.exists()
+            check = catalogue.check_out_file if own == "cka" else catalogue.check_out_folder
+            check(alt, own)
 
 
 def test_a_refusal_names_a_free_alternative(tmp_path, capsys):
