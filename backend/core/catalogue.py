@@ -205,10 +205,9 @@ def check_out_folder(path: str | Path, kind: str, name: str | None = None, flag:
         raise _refuse(flag, p, f"its {MARKER} is a link; remove it, or choose another folder")
     found = kind_of(p)
     if found is None:
-        held = ", ".join(sorted(c.name for c in p.iterdir())[:3])
-        raise _refuse(
-            flag, p, f"holds other files ({held}{', ...' if len(list(p.iterdir())) > 3 else ''}), not a {kind}"
-        )
+        names = sorted(c.name for c in p.iterdir())
+        held = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        raise _refuse(flag, p, f"holds other files ({held}), not {_a(kind)}")
     if found != kind:
         raise _refuse(flag, p, f"holds {_a(found)} ({KINDS[found].what}), not {_a(kind)}")
     if name is not None and (held := _recorded_name(p, kind)) not in (None, name):
