@@ -2,9 +2,10 @@
 that the CLI also uses.
 
 This module has no gradio import: it holds what every tab shares, the models the dropdowns offer and the app's
-path policy. Every path typed or uploaded in the UI is resolved inside the allowed roots -- the runs folder, the
-uploads folder, the bundled assets, the evaluations folder and whatever ``DETOUR_ALLOWED_ROOTS`` lists
-(``:``-separated, e.g. ``../shared/data``) -- or refused with a message that names the roots.
+path policy. Every path typed or uploaded in the UI is resolved inside the allowed roots -- the folders the lab
+writes its artifacts into (``backend.core.catalogue.roots``: runs, sweeps and their runs, evaluations and suite
+evaluations, reports, uploads), the bundled assets and whatever ``DETOUR_ALLOWED_ROOTS`` lists (``:``-separated,
+e.g. ``../shared/data``) -- or refused with a message that names the roots.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import os
 import re
 from pathlib import Path
 
+from backend.core import catalogue
 from backend.core.errors import DetourError
-from backend.core.paths import ASSETS_DIR, evals_dir, is_plain_name, runs_dir, uploads_dir
+from backend.core.paths import ASSETS_DIR, evals_dir, is_plain_name, runs_dir, uploads_dir  # noqa: F401 (tabs import them here)
 
 ALLOWED_ROOTS_ENV = "DETOUR_ALLOWED_ROOTS"
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
@@ -30,7 +32,7 @@ class PathNotAllowed(DetourError):
 
 
 def allowed_roots() -> list[Path]:
-    roots = [runs_dir(), uploads_dir(), ASSETS_DIR.resolve(), evals_dir()]
+    roots = [*catalogue.roots(), ASSETS_DIR.resolve()]  # what the lab wrote itself (a sweep's runs too) is readable
     for part in os.environ.get(ALLOWED_ROOTS_ENV, "").split(os.pathsep):
         if part.strip():
             roots.append(Path(part.strip()).expanduser().resolve())
@@ -185,7 +187,7 @@ def newest_pair() -> tuple[str | None, str | None, bool]:
     for r in runs:
         try:
             configs[r.name] = cfg = read_config(r.path)
-        except (OSError, ValueError):
+        except (DetourError, OSError, ValueError):  # an unknown key, an empty file, a link out: skipped, never fatal
             continue
         pair, role = _pair_of(r.name, cfg)
         if pair:

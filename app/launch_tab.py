@@ -461,7 +461,9 @@ def store_upload(path: str | None, max_bytes: int) -> tuple[str | None, str]:
     dst_dir = uploads_dir() / "corpora"
     dst_dir.mkdir(parents=True, exist_ok=True)
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", src.name)
-    dst = dst_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{safe}"
+    from backend.core.catalogue import first_free
+
+    dst = first_free(dst_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{safe}")  # two uploads of one name in a second
     shutil.copyfile(src, dst)
     return str(dst), f"stored {dst.name} ({size / 1e3:.0f} kB)"
 

@@ -7,7 +7,6 @@ The handlers are plain functions (tested without a browser); ``build(ctx)`` only
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -93,11 +92,15 @@ def status_text(name: str | None) -> tuple[str, str]:
 
 def _served_copy(path: Path, name: str) -> str:
     """A copy in the system temp dir, which gradio always serves (the reports root may be outside its cwd)."""
-    dst = Path(tempfile.gettempdir()) / "detour-reports" / name / path.name
+    from backend.core import atomic
+
+    base = Path(tempfile.gettempdir()) / "detour-reports"
+    dst = base / name / path.name
     dst.parent.mkdir(parents=True, exist_ok=True)
+    confined(dst.parent, base)  # a link planted in the shared temp dir is never written through
     path = confined(path)  # a file that links out of the report folder is never served
-    if not dst.exists() or dst.stat().st_mtime < path.stat().st_mtime:
-        shutil.copy2(path, dst)
+    if dst.is_symlink() or not dst.exists() or dst.stat().st_mtime < path.stat().st_mtime:
+        atomic.write_bytes(dst, path.read_bytes())  # replaces a link at dst, never the file it points to
     return str(dst)
 
 
@@ -363,7 +366,8 @@ def build(ctx) -> dict:
     keep_fresh(times, [launch_btn, time_md, empty, hybrid_btn], button=refresh_btn)
     from app import suite_panel
 
-    suites = suite_panel.build()  # pick a suite, pick models, run with progress (python -m backend evaluate --suite)
+    # pick a suite, pick models, run with progress (python -m backend evaluate --suite); lists follow Refresh
+    suites = suite_panel.build(refresh_btn)
     timer.tick(
         poll, inputs=[pick, seen], outputs=view_outs, show_progress="hidden", queue=False, api_visibility="private"
     )

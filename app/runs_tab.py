@@ -9,7 +9,7 @@ from pathlib import Path
 from app import run_folder, throughput_panel, timeline_editor, warn
 from app.throughput_panel import panel_markdown
 from backend.analysis import plots
-from backend.core.errors import DetourError
+from backend.core.errors import ConfigError, DetourError
 from backend.core.paths import runs_dir
 from backend.engine.config import check_run_name
 from backend.engine.progress import run_progress
@@ -63,6 +63,32 @@ def _metrics(run_dir: Path) -> tuple[list[dict], dict]:
     return hit[1], hit[2]
 
 
+_config_problems: dict[Path, tuple[tuple, str | None]] = {}  # config.yaml -> ((size, mtime), why unreadable)
+
+
+def config_problem(run_dir: Path) -> str | None:
+    """Why the run's config.yaml cannot be read (an unknown key, an empty file, a link out of the folder), or None;
+    read again only when the file changed (the table is polled). Such a run is listed as unreadable, never fatal."""
+    from backend.engine.rundir import read_config
+
+    p = run_dir / "config.yaml"
+    try:
+        st = p.lstat()
+    except OSError as exc:
+        return f"config.yaml: {exc.strerror or exc}"
+    sig = (st.st_size, st.st_mtime_ns, st.st_ino)
+    hit = _config_problems.get(p)
+    if hit is None or hit[0] != sig:
+        try:
+            read_config(run_dir)
+            why = None
+        except (DetourError, OSError, ValueError) as exc:  # the file's own path is the row's: not repeated
+            text = exc.allowed if isinstance(exc, ConfigError) and exc.key == "config" else str(exc)
+            why = " ".join(text.replace(str(p), "config.yaml").split())
+        hit = _config_problems[p] = (sig, why)
+    return hit[1]
+
+
 def metrics_summary(run_dir: Path) -> dict:
     """The run table's losses and throughput (cached on metrics.jsonl's size and time)."""
     return _metrics(run_dir)[1]
@@ -75,6 +101,8 @@ def runs_table() -> list[list]:
     for r in run_infos():
         status = {**r.status, "state": r.state}
         metrics, summary = _metrics(r.path)
+        if why := config_problem(r.path):  # listed with its reason: the app starts whatever one folder holds
+            status["error"] = f"unreadable: {why}"
         row = plots.run_summary(r.name, status, summary, progress=run_progress(status, metrics))
         rows.append([row[c] for c in TABLE_COLUMNS])
     return rows

@@ -13,14 +13,16 @@ import sys
 from pathlib import Path
 
 from backend.core.errors import DetourError
-from backend.core.paths import evals_dir, is_plain_name
+from backend.core.paths import is_plain_name
 
 LOG = "suite.log"
 PID = "suite.pid"
 
 
 def suites_root() -> Path:
-    return evals_dir() / "suites"
+    from backend.core.catalogue import suites_dir
+
+    return suites_dir()
 
 
 def suite_choices() -> list[tuple[str, str]]:
@@ -30,14 +32,47 @@ def suite_choices() -> list[tuple[str, str]]:
 
 
 def suite_runs() -> list[str]:
-    """Suite evaluations started here (newest first)."""
-    root = suites_root()
-    if not root.is_dir():
-        return []
-    found = [
-        (max(p.stat().st_mtime for p in d.iterdir()), d.name) for d in root.iterdir() if d.is_dir() and any(d.iterdir())
-    ]
-    return [n for _, n in sorted(found, reverse=True)]
+    """Suite evaluations started here (newest first), by folder name."""
+    return [v for _, v in suite_run_choices()]
+
+
+def suite_run_choices() -> list[tuple[str, str]]:
+    """(label, folder name) of each suite evaluation under ``<evals>/suites`` (``catalogue.entries``), newest
+    first; one that cannot be read is labelled ``NAME (unreadable: why)``, never fatal."""
+    from backend.core import catalogue
+
+    def newest(d: Path) -> float:
+        try:
+            return max((p.lstat().st_mtime for p in d.iterdir()), default=d.lstat().st_mtime)
+        except OSError:
+            return 0.0
+
+    found = catalogue.entries("suite", suites_root(), read=_readable)
+    return [(e.label(), e.name) for e in sorted(found, key=lambda e: newest(e.path), reverse=True)]
+
+
+def _readable(out: Path) -> None:
+    """Raise when the suite's report exists but cannot be shown (a link out of the folder, torn JSON)."""
+    from backend.core.paths import confined
+
+    for f in ("suite.json", "suite.md"):
+        if (out / f).exists() or (out / f).is_symlink():
+            confined(out / f, out)
+    if (out / "suite.json").exists():
+        json.loads((out / "suite.json").read_text(encoding="utf-8"))
+
+
+def default_name(suite: str | None) -> str:
+    """The output name a picked suite starts with: its own name (the folder ``<evals>/suites/<name>``), so two
+    suites never share a folder by default."""
+    from backend.evaluation.suite import load_suite
+
+    if not (suite or "").strip():
+        return ""
+    try:
+        return load_suite(suite)["name"]
+    except DetourError:
+        return Path(suite).stem
 
 
 def _running(out: Path) -> int | None:
@@ -84,7 +119,9 @@ def start_suite(suite: str, models_text: str, labels_text: str, name: str, caps:
     out = suites_root() / name
     if pid := _running(out):
         raise DetourError(f"'{name}' is still running (pid {pid}); wait for it, or give another name")
-    out.mkdir(parents=True, exist_ok=True)
+    from backend.core.catalogue import claim_folder
+
+    claim_folder(out, "suite", spec["name"], flag="name")  # another suite's folder, or anything else: refused
     proc = spawn_detached(argv_for(spec["path"], models, out, labels, caps or {}), out / LOG)
     (out / PID).write_text(str(proc.pid))
     return name
@@ -117,21 +154,49 @@ def suite_view(name: str | None) -> dict:
     view["status"] = (f"**{name}**: running (pid {pid})" if pid else f"**{name}**: not running") + (
         f" · `{line}`" if line else ""
     )
-    if (out / "suite.md").exists():
-        view["report"] = (out / "suite.md").read_text(encoding="utf-8")
-    if (out / "suite.json").exists():
-        rep = json.loads((out / "suite.json").read_text(encoding="utf-8"))
-        if rep.get("comparisons"):
-            view["figure"] = delta_figure(rep["comparisons"][0])
+    try:
+        _readable(out)
+        if (out / "suite.md").exists():
+            view["report"] = (out / "suite.md").read_text(encoding="utf-8")
+        if (out / "suite.json").exists():
+            rep = json.loads((out / "suite.json").read_text(encoding="utf-8"))
+            if isinstance(rep, dict) and rep.get("comparisons"):
+                view["figure"] = delta_figure(rep["comparisons"][0])
+    except (DetourError, OSError, ValueError) as exc:  # never fatal to the page
+        view["report"] = f"⚠ {' '.join(str(exc).split())}"
     return view
 
 
-def build() -> dict:
-    """The 'Task suites' section (inside the Reports tab)."""
+def report_mtime(name: str | None) -> float | None:
+    """When the suite's suite.json was written (the poll redraws the figure only when it changed)."""
+    if not name or not is_plain_name(name):
+        return None
+    try:
+        return (suites_root() / name / "suite.json").stat().st_mtime
+    except OSError:
+        return None
+
+
+def listing(name: str | None) -> list:
+    """The suite-run list and the picked run's view, read again (page load, tab select, Refresh)."""
     import gradio as gr
 
+    choices = suite_run_choices()
+    values = [v for _, v in choices]
+    value = name if name in values else (values[0] if values else None)
+    v = suite_view(value)
+    return [gr.update(choices=choices, value=value), v["status"], v["report"], v["figure"], report_mtime(value)]
+
+
+def build(refresh=None) -> dict:
+    """The 'Task suites' section (inside the Reports tab); ``refresh``: the tab's Refresh button."""
+    import gradio as gr
+
+    from app.refresh import keep_fresh
+
     choices = suite_choices()
-    runs = suite_runs()
+    run_choices = suite_run_choices()
+    runs = [v for _, v in run_choices]
     with gr.Accordion("Task suites: several tasks, one verdict", open=True):
         gr.Markdown(
             "Fine-tune each model on every task of a suite and pool the tasks (`python -m backend evaluate --suite`): "
@@ -144,7 +209,8 @@ def build() -> dict:
             models = gr.Textbox(label="Models (space-separated; the first is the reference)", elem_id="suite-models",
                                 placeholder="detour-tiny-en runs/my-run", scale=3)  # fmt: skip
             labels = gr.Textbox(label="Labels (optional, one per model)", elem_id="suite-labels", scale=2)
-            name = gr.Textbox(label="Name", value="bio-ner", elem_id="suite-name", scale=1)
+            name = gr.Textbox(label="Name (output folder)", value=default_name(choices[0][1]) if choices else "",
+                              elem_id="suite-name", scale=1)  # fmt: skip
         with gr.Row():
             seeds = gr.Number(label="Seeds", value=0, precision=0, elem_id="suite-seeds")
             epochs = gr.Number(label="Epochs", value=0, precision=0, elem_id="suite-epochs")
@@ -152,12 +218,13 @@ def build() -> dict:
             max_eval = gr.Number(label="Max eval examples", value=0, precision=0, elem_id="suite-max-eval")
             run_btn = gr.Button("Run the suite", variant="primary", elem_id="suite-run")
         msg = gr.Markdown("", elem_id="suite-msg")
-        pick = gr.Dropdown(choices=runs, value=runs[0] if runs else None, label="Suite run", elem_id="suite-runs",
-                           allow_custom_value=True)  # fmt: skip
+        pick = gr.Dropdown(choices=run_choices, value=runs[0] if runs else None, label="Suite run",
+                           elem_id="suite-runs", allow_custom_value=True)  # fmt: skip
         v0 = suite_view(runs[0] if runs else None)
         status = gr.Markdown(v0["status"], elem_id="suite-status")
         report = gr.Markdown(v0["report"], elem_id="suite-report")
         fig = gr.Plot(value=v0["figure"], label="Δ per task (95% CI)", elem_id="suite-fig")
+        seen = gr.State(report_mtime(runs[0] if runs else None))  # suite.json's time when the figure was drawn
     timer = gr.Timer(5.0, active=True)
 
     def show(n):
@@ -171,17 +238,25 @@ def build() -> dict:
         except DetourError as exc:
             return f"**Not started:** {exc}", gr.skip(), gr.skip(), gr.skip(), gr.skip()
         v = suite_view(started)
-        return (f"Started `{started}` in `{suites_root() / started}`.", gr.update(choices=suite_runs(), value=started),
-                v["status"], v["report"], v["figure"])  # fmt: skip
+        listed = gr.update(choices=suite_run_choices(), value=started)
+        return f"Started `{started}` in `{suites_root() / started}`.", listed, v["status"], v["report"], v["figure"]
 
-    pick.change(show, inputs=[pick], outputs=[status, report, fig], show_progress="hidden")
+    pick.change(lambda n: (*show(n), report_mtime(n)), inputs=[pick], outputs=[status, report, fig, seen],
+                show_progress="hidden")  # fmt: skip
+    suite.change(default_name, inputs=[suite], outputs=[name], show_progress="hidden")  # the folder follows it
     run_btn.click(run, inputs=[suite, models, labels, name, seeds, epochs, max_train, max_eval],
                   outputs=[msg, pick, status, report, fig], api_name="suite_run")  # fmt: skip
 
-    def poll(n):
+    def poll(n, drawn):
+        """Status and report every tick; the figure again only when suite.json was (re)written."""
         v = suite_view(n)
-        return v["status"], v["report"]
+        now = report_mtime(n)
+        if now != drawn:
+            return v["status"], v["report"], v["figure"], now
+        return v["status"], v["report"], gr.skip(), gr.skip()
 
-    timer.tick(poll, inputs=[pick], outputs=[status, report], show_progress="hidden", queue=False,
+    timer.tick(poll, inputs=[pick, seen], outputs=[status, report, fig, seen], show_progress="hidden", queue=False,
                api_visibility="private")  # fmt: skip
-    return {"suite": suite, "models": models, "run": run_btn, "status": status, "report": report, "pick": pick}
+    keep_fresh(listing, [pick, status, report, fig, seen], inputs=[pick], button=refresh)
+    return {"suite": suite, "models": models, "run": run_btn, "status": status, "report": report, "pick": pick,
+            "name": name, "figure": fig, "listing": listing, "poll": poll}  # fmt: skip

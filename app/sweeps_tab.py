@@ -32,9 +32,45 @@ EXECUTORS = {"This machine (queue)": "queue", "Slurm cluster (job array)": "slur
 
 
 def sweep_names() -> list[str]:
-    from backend.sweeps.sweep import list_sweeps
+    """The folder names of the readable sweeps under the sweeps root, newest first."""
+    return [value for label, value in sweep_choices() if label == value]
 
-    return [s["name"] if Path(s["out"]).name == s["name"] else Path(s["out"]).name for s in list_sweeps()]
+
+def sweep_choices() -> list[tuple[str, str]]:
+    """(label, folder name) of every sweep under the sweeps root (``catalogue.entries``), newest first; a sweep
+    whose manifest cannot be read is listed as ``NAME (unreadable: why)``, never dropped and never fatal."""
+    from backend.core import catalogue
+    from backend.sweeps.manifest import read_manifest
+
+    found = catalogue.entries("sweep", read=read_manifest)
+
+    def newest(e) -> float:
+        try:
+            return (e.path / "sweep.json").lstat().st_mtime
+        except OSError:
+            return 0.0
+
+    return [(e.label(), e.name) for e in sorted(found, key=newest, reverse=True)]
+
+
+def listing(name: str | None) -> list:
+    """The sweep list and the view, read again (page load, Refresh): the picked sweep, else the newest."""
+    import gradio as gr
+
+    choices = sweep_choices()
+    values = [v for _, v in choices]
+    value = name if name in values else (values[0] if values else None)
+    return [gr.update(choices=choices, value=value), *_show(value)]
+
+
+def _show(name: str | None) -> list:
+    from app import warn
+
+    try:
+        v = view(name)
+    except DetourError as exc:
+        return [warn(exc), [], None, ""]
+    return [v["status"], v["table"], v["figure"], v["report"]]
 
 
 def sweep_dir(name: str | None) -> Path:
@@ -162,8 +198,10 @@ def build(ctx) -> dict:
     import gradio as gr
 
     from app import warn
+    from app.refresh import keep_fresh
 
-    names = sweep_names()
+    choices = sweep_choices()
+    names = [v for _, v in choices]
     gr.Markdown(
         "### Sweeps: a grid of matched runs\nOne or two config keys (any `--set` key) x seeds. Every cell of a seed "
         "reads the same data in the same order; a grid that would change the compute of only some cells is refused. "
@@ -199,7 +237,12 @@ def build(ctx) -> dict:
         msg = gr.Markdown("", elem_id="sw-msg")
     with gr.Row():
         pick = gr.Dropdown(
-            names, value=names[0] if names else None, label="Sweep", allow_custom_value=True, elem_id="sw-pick", scale=3
+            choices,
+            value=names[0] if names else None,
+            label="Sweep",
+            allow_custom_value=True,
+            elem_id="sw-pick",
+            scale=3,
         )
         refresh = gr.Button("Refresh", scale=1)
         cancel_btn = gr.Button("Cancel the rest", scale=1, elem_id="sw-cancel")
@@ -211,13 +254,7 @@ def build(ctx) -> dict:
     report = gr.Markdown(v0["report"], elem_id="sw-report")
     timer = gr.Timer(POLL_S, active=True)
 
-    def show(name):
-        try:
-            v = view(name)
-        except DetourError as exc:
-            return [warn(exc), [], None, ""]
-        return [v["status"], v["table"], v["figure"], v["report"]]
-
+    show = _show
     outs = [status, table, plot, report]
 
     def launch(*args):
@@ -225,7 +262,7 @@ def build(ctx) -> dict:
             text, name = start_sweep(*args)
         except DetourError as exc:
             return [f"**Not started:** {exc}", gr.skip(), *([gr.skip()] * len(outs))]
-        return [text, gr.update(choices=sweep_names(), value=name), *show(name)]
+        return [text, gr.update(choices=sweep_choices(), value=name), *show(name)]
 
     def act(fn, name):
         try:
@@ -240,7 +277,7 @@ def build(ctx) -> dict:
         api_name="sweep_launch",
     )
     pick.change(show, inputs=[pick], outputs=outs, show_progress="hidden", api_name="sweep_view")
-    refresh.click(lambda n: [gr.update(choices=sweep_names()), *show(n)], inputs=[pick], outputs=[pick, *outs])
+    keep_fresh(listing, [pick, *outs], inputs=[pick], button=refresh)  # page load, tab select, Refresh
     cancel_btn.click(lambda n: act(cancel_sweep, n), inputs=[pick], outputs=[msg])
     resume_btn.click(lambda n: act(resume_sweep, n), inputs=[pick], outputs=[msg])
     timer.tick(show, inputs=[pick], outputs=outs, show_progress="hidden", queue=False, api_visibility="private")

@@ -61,14 +61,20 @@ def _fmt(x, width: int = 8, digits: int = 4) -> str:
 
 
 def check_out(out: Path) -> Path:
-    """Refuse an output path that cannot take the JSON file, before any model loads."""
-    if out.is_dir():
-        raise DataError(f"--out '{out}': is a folder; give a file name, e.g. --out {out / 'cka.json'}")
+    """Refuse an output path that cannot take the JSON file, before any model loads: a folder, a path under a file,
+    and (``catalogue.check_out_file``) an existing file that is not a CKA result, a link, a path inside a run."""
+    from backend.core.catalogue import check_out_file, first_free, kind_of, run_owning
+
+    if out.is_dir() and not out.is_symlink():  # a folder another artifact owns takes no cka.json: one beside here
+        owned = kind_of(out) is not None or run_owning(out) is not None
+        alt = first_free(Path.cwd() / "cka.json") if owned else first_free(out / "cka.json")
+        raise DataError(f"--out '{out}': is a folder; give a file name, e.g. --out {alt}")
     for parent in out.parents:
         if parent.exists():
             if not parent.is_dir():
                 raise DataError(f"--out '{out}': '{parent}' is a file, not a folder")
             break
+    check_out_file(out, "cka")
     return out
 
 

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from backend.commands import add_overrides
+from backend.core.catalogue import check_out_folder, claim_folder
 from backend.core.errors import DetourError
 
 
@@ -107,6 +108,7 @@ def run_hybrid_study(args: argparse.Namespace) -> int:
     from backend.replication.hybrid import resolve_hybrid, run_hybrid, write_hybrid_report
 
     out = Path(args.out).expanduser() if args.out else reports_dir() / f"hybrid-{args.preset}"
+    check_out_folder(out, "report", "hybrid-splits")  # anything else there: refused before any work
     if args.report_only:
         rep = write_hybrid_report(out.resolve())
     else:
@@ -125,6 +127,7 @@ def run_hybrid_study(args: argparse.Namespace) -> int:
             )
             return 0
         t0 = time.time()
+        claim_folder(out, "report", "hybrid-splits")
         rep = run_hybrid(s, out)
         print(f"wall time {time.time() - t0:.0f} s")
     for f in rep["findings"].values():
@@ -142,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         return run_hybrid_study(args)
 
     out = Path(args.out).expanduser() if args.out else reports_dir() / args.preset
+    check_out_folder(out, "report", "replication")  # anything else there: refused before any work
     if args.report_only:
         from backend.replication.report import build_report
 
@@ -162,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plan:
         print_plan(settings, out.resolve())
         return 0
+    claim_folder(out, "report", "replication")
     res = replicate(settings, out, command=[sys.executable, "-m", "backend", *sys.argv[1:]])
     if res["report"]:
         rep_json = Path(res["out"]) / "report.json"

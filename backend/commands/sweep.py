@@ -106,6 +106,10 @@ def _evaluation(args) -> dict:
 def run(args: argparse.Namespace) -> int:
     from backend.sweeps import sweep
 
+    for flag, given in (("--cancel", args.cancel), ("--report", args.report), ("--resume", args.resume)):
+        if given:  # each writes into DIR: a sweep's own folder, not a link to one
+            sweep.read_manifest(given)  # "not a sweep folder" first: the plainer line
+            sweep.check_out(given, flag)
     if args.cancel:
         for msg in sweep.cancel(args.cancel):
             print(msg)

@@ -146,6 +146,7 @@ def evaluate_models(
     done), ``model``, ``seed``, ``run`` (1-based) / ``runs``, ``fraction`` (0-1 overall), ``elapsed_s``,
     ``eta_s`` and a one-line ``message``; without a callback the messages are printed.
     """
+    check_output_dir(out_dir)  # a folder of something else: refused before any model or data is read
     labels, dirs, seeds, hp, sources = _check_inputs(task, models, labels, data, seeds, hparams)
     lr_why = hp.pop("lr_why")
     prec = resolve_eval_precision(precision)
@@ -259,19 +260,35 @@ def model_config_of_source(source):
         return None
 
 
-def _output_dir(out_dir: str | Path | None) -> Path:
-    """``out_dir`` (resolved: the resume key), or a fresh ``evals/<timestamp>`` folder."""
+def _output_dir(out_dir: str | Path | None, kind: str = "evaluation", name: str | None = None) -> Path:
+    """``out_dir`` (resolved: the resume key), or a fresh ``evals/<timestamp>`` folder, claimed for ``kind``
+    (``catalogue.claim_folder``): a folder that holds anything but an evaluation (or, for a suite, the same suite)
+    is refused before any work."""
+    from backend.core.catalogue import claim_folder
+
     if out_dir:
-        out = Path(out_dir).expanduser().resolve()
-        if out.exists() and not out.is_dir():  # mkdir raised FileExistsError with a traceback
+        raw = Path(out_dir).expanduser()
+        if raw.exists() and not raw.is_dir() and not raw.is_symlink():  # mkdir raised FileExistsError
             raise ConfigError("out", str(out_dir), "is a file; give a folder (new, or one an evaluation wrote)")
+        out = raw.absolute()
     else:
         stamp = evals_dir() / time.strftime("%Y%m%d-%H%M%S")
         out, i = stamp, 2
         while out.exists():  # two evaluations started in the same second
             out, i = stamp.with_name(f"{stamp.name}-{i}"), i + 1
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    return claim_folder(out, kind, name).resolve()
+
+
+def check_output_dir(out_dir: str | Path | None, kind: str = "evaluation", name: str | None = None) -> None:
+    """Refuse an ``--out`` that ``_output_dir`` would refuse, writing nothing: called before any data or model
+    is read."""
+    from backend.core.catalogue import check_out_folder
+
+    if out_dir:
+        raw = Path(out_dir).expanduser()
+        if raw.exists() and not raw.is_dir() and not raw.is_symlink():
+            raise ConfigError("out", str(out_dir), "is a file; give a folder (new, or one an evaluation wrote)")
+        check_out_folder(raw, kind, name)
 
 
 def _new_results(task, data_obj, seeds, hp, out_dir: Path, labels, sources, dirs, identities) -> dict:

@@ -187,17 +187,18 @@ def evaluate_suite(
     ``OUT/tasks/<name>``), then the suite report (``OUT/suite.json|md|html``, figures). ``overrides``: settings
     that replace the suite's for every task (seeds, epochs, example caps, ... : quick checks). ``kwargs``:
     evaluate_models' other arguments (precision, keep_models, trust_remote_code, report_to)."""
-    from backend.evaluation.runner import _output_dir, evaluate_models
+    from backend.evaluation.runner import _output_dir, check_output_dir, evaluate_models
     from backend.evaluation.suite_report import write_suite_report
 
     spec = suite if isinstance(suite, dict) else load_suite(suite)
+    check_output_dir(out_dir, "suite", spec["name"])  # another suite's folder, or anything else: refused now
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     unknown = [k for k in overrides if k not in (*DEFAULT_KEYS, "metric")]
     if unknown:
         raise SuiteError(f"suite {spec['path']}: cannot override {', '.join(unknown)}")
     if overrides:
         spec = {**spec, "tasks": [_override(t, overrides, spec["path"]) for t in spec["tasks"]]}
-    out = _output_dir(out_dir)
+    out = _output_dir(out_dir, "suite", spec["name"])
     meter = _SuiteProgress(spec, len(models), progress)
     for i, t in enumerate(spec["tasks"]):
         meter.task(i, t["name"])

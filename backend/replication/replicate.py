@@ -99,8 +99,13 @@ def read_state(out: str | Path) -> dict:
 
 def start_detached(out: Path, preset: str, extra_args: list[str] | None = None):
     """Start ``python -m backend replicate --preset P --out OUT`` in its own session (what the app's Reports tab
-    launches): it outlives the app, with its output in ``OUT/replicate.log``. Returns the ``Popen``."""
-    out.mkdir(parents=True, exist_ok=True)
+    launches): it outlives the app, with its output in ``OUT/replicate.log``. Returns the ``Popen``. ``OUT`` is
+    claimed first (``catalogue.claim_folder``): a folder that holds anything but this study is refused."""
+    from backend.core.catalogue import claim_folder
+
+    args = list(extra_args or [])
+    study = args[args.index("--study") + 1] if "--study" in args[:-1] else "replication"
+    claim_folder(out, "report", study)
     argv = [sys.executable, "-m", "backend", "replicate", "--preset", preset, "--out", str(out), *(extra_args or [])]
     return spawn_detached(argv, out / LOG_NAME)
 

@@ -105,6 +105,15 @@ def _cka(run_dir: Path, ref_dir: Path, ev: dict) -> dict:
     }
 
 
+def suite_folder(out: Path, run: str) -> Path:
+    """Where a run's suite evaluation goes: ``suites/<run>`` (its own folder: ``evals/<run>`` holds the run's
+    single-task evaluation, another kind), or ``evals/<run>`` where a suite already ran before there."""
+    from backend.core.catalogue import kind_of
+
+    legacy = out / "evals" / run
+    return legacy if kind_of(legacy) == "suite" else out / "suites" / run
+
+
 def measure_run(out: Path, m: dict, run: str, ref_run: str | None, log: Callable[[str], None]) -> dict:
     """Everything the sweep asks of one finished run (cached per run; a new request fills only what is missing)."""
     d = out / "runs" / run
@@ -117,7 +126,7 @@ def measure_run(out: Path, m: dict, run: str, ref_run: str | None, log: Callable
         rec.update(_finetune(d, ev, out / "evals" / run, log))  # finished seeds are reused (evaluate resumes)
     if ev.get("suite") and rec.get("suite_scores") is None:
         log(f"{run}: evaluating the suite {ev['suite']}")
-        rec.update(_suite(d, ev, out / "evals" / run, log))
+        rec.update(_suite(d, ev, suite_folder(out, run), log))
     if ev["cka_texts"] and ref_run and ref_run != run and rec.get("cka_divergence") is None:
         log(f"{run}: CKA against {ref_run}")
         rec.update(_cka(d, out / "runs" / ref_run, ev))

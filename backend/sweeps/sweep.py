@@ -214,22 +214,23 @@ def _same_sweep(a: dict, b: dict) -> bool:
 # ------------------------------------------------------------------------------------------------ launch / resume
 
 
-def check_out(out: str | Path) -> Path:
-    """The sweep folder ``--out`` names, refused before any planning or training when it cannot be one: a file, or
-    a folder inside a run's folder (its runs would nest in another run's files)."""
-    out = Path(out).expanduser().resolve()
-    if out.exists() and not out.is_dir():
-        raise SweepError(f"--out {out}: is a file, not a folder; choose a folder for the sweep")
-    for d in (out, *out.parents):
-        if (d / "config.yaml").is_file() and (d / "status.json").is_file():
-            raise SweepError(f"--out {out}: is inside the run folder {d}; choose a folder outside any run")
-    return out
+def check_out(out: str | Path, flag: str = "--out") -> Path:
+    """The sweep folder ``--out`` names, refused before any planning or training when it cannot be one
+    (``catalogue.check_out_folder``): a file, a link, a folder inside a run's folder (its runs would nest in
+    another run's files), a folder that holds anything but a sweep (a user's report.md would be replaced)."""
+    from backend.core.catalogue import OutTaken, check_out_folder
+
+    try:
+        real = Path(out).expanduser().resolve() if not Path(out).is_symlink() else out
+        return check_out_folder(real, "sweep", flag=flag)
+    except OutTaken as exc:
+        raise SweepError(str(exc)) from None
 
 
 def launch(m: dict, out: str | Path | None = None) -> Path:
     """Write the sweep folder (or find the same sweep there) and queue every run that is not done or running.
     Rerunning with the same manifest resumes; a different sweep in the same folder is refused."""
-    out = check_out(out) if out else default_out(m["name"])
+    out = check_out(out or default_out(m["name"]))  # the default folder too: it may hold something else
     if (out / MANIFEST).exists():
         old = read_manifest(out)
         if not _same_sweep(old, m):
