@@ -67,6 +67,14 @@ def main(argv=None) -> int:
     if args.max_concurrent is not None and args.max_concurrent < 1:
         print("error: --max-concurrent must be >= 1", file=sys.stderr)
         return 2
+    from backend.core import inference_lane
+    from backend.core.errors import DetourError
+
+    try:
+        inference_lane.settings()  # DETOUR_APP_THREADS / DETOUR_APP_NICE: one line, not a traceback later
+    except DetourError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     from app.main import AppContext, parse_size, start  # gradio and the tabs: after the quick refusals
 
     try:
