@@ -2,7 +2,9 @@
 
 Safe defaults: binds 127.0.0.1 (``--host`` to change), no public link unless ``--share``, a password from
 ``DETOUR_PASSWORD`` (user ``detour`` or ``DETOUR_USER``; required for any host but this machine's and for
-``--share``), uploads capped (``--max-upload``), analytics off, no network calls at start.
+``--share``), uploads capped (``--max-upload``), analytics off, no network calls at start. Beside a training run
+on the same cores, the app's model inference yields: ``DETOUR_APP_THREADS`` torch threads (default 1) at nice
+``DETOUR_APP_NICE`` (default 10), see ``backend.core.inference_lane``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,12 @@ from pathlib import Path  # noqa: E402
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m app", description="Detour Lab browser app")
+    p = argparse.ArgumentParser(
+        prog="python -m app",
+        description="Detour Lab browser app",
+        epilog="beside a training run on the same cores the app's model inference yields: DETOUR_APP_THREADS torch "
+        "threads (default 1) at nice DETOUR_APP_NICE (default 10)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=None, help="port (default: 7860 or the next free one)")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
