@@ -2,7 +2,9 @@
 
 Safe defaults: binds 127.0.0.1 (``--host`` to change), no public link unless ``--share``, a password from
 ``DETOUR_PASSWORD`` (user ``detour`` or ``DETOUR_USER``; required for any host but this machine's and for
-``--share``), uploads capped (``--max-upload``), analytics off, no network calls at start.
+``--share``), uploads capped (``--max-upload``), analytics off, no network calls at start. Beside a training run
+on the same cores, the app's model inference yields: ``DETOUR_APP_THREADS`` torch threads (default 1) at nice
+``DETOUR_APP_NICE`` (default 10), see ``backend.core.inference_lane``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,12 @@ from pathlib import Path  # noqa: E402
 
 def build_parser() -> argparse.ArgumentParser:
     """The app's flags (the guide's CLI reference is generated from this parser)."""
-    p = argparse.ArgumentParser(prog="python -m app", description="Detour Lab browser app")
+    p = argparse.ArgumentParser(
+        prog="python -m app",
+        description="Detour Lab browser app",
+        epilog="beside a training run on the same cores the app's model inference yields: DETOUR_APP_THREADS torch "
+        "threads (default 1) at nice DETOUR_APP_NICE (default 10)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=None, help="port (default: 7860 or the next free one)")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
@@ -93,6 +100,14 @@ def main(argv=None) -> int:
         return 2
     if args.max_concurrent is not None and args.max_concurrent < 1:
         print("error: --max-concurrent must be >= 1", file=sys.stderr)
+        return 2
+    from backend.core import inference_lane
+    from backend.core.errors import DetourError
+
+    try:
+        inference_lane.settings()  # DETOUR_APP_THREADS / DETOUR_APP_NICE: one line, not a traceback later
+    except DetourError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     from app.main import AppContext, parse_size, start  # gradio and the tabs: after the quick refusals
 

@@ -72,6 +72,7 @@ TABS = (
 class AppContext:
     max_concurrent: int | None = None
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD
+    app_lock: object = None  # the runs folder's .app.lock while this app serves it (backend.core.inference_lane)
 
 
 def parse_size(value: str | int | None) -> int:
@@ -139,7 +140,12 @@ def start(
     block: bool = True,
 ):
     """Recover the queue (queued runs with no worker get one), build and launch. Returns (demo, url)."""
+    from backend.core import inference_lane
+    from backend.core.paths import runs_dir
+
     ctx = ctx or AppContext()
+    inference_lane.bound_threads()  # before any model runs: the app computes on DETOUR_APP_THREADS cores at most
+    ctx.app_lock = inference_lane.hold_app_lock(runs_dir())  # the doctor finds this process through it
     warm_imports()
     runs_tab.ensure_worker_if_queued(ctx.max_concurrent)
     demo = build_app(ctx)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app import check_model_spec, check_path, evals_dir, md_escape, model_choices, warn
+from backend.core import inference_lane
 from backend.core.errors import DetourError
 from backend.evaluation.results_file import read_results
 
@@ -36,32 +37,76 @@ def default_slots(picks: list, choices: list[tuple[str, str]] | None = None) -> 
     return [choices[i][1] if i < min(2, len(choices)) else None for i in range(len(picks))]
 
 
+# One batch answers at most this many waiting requests (Gradio's ``max_batch_size``), as in the Fill-mask tab.
+MAX_BATCH = 16
+
+
 def tag(text: str, model_dirs: list[str | None]) -> tuple[list, str]:
     """-> (HighlightedText value or None per slot, message)."""
-    from backend.evaluation.predict import predict_entities
+    return tag_many([(text, model_dirs)])[0]
 
-    if not (text or "").strip():
-        return [None] * len(model_dirs), "⚠ write a text to tag"
-    model_dirs = default_slots(list(model_dirs))  # empty slots take the defaults
-    if len(text) > 5000:
-        return [None] * len(model_dirs), f"⚠ the text has {len(text)} characters; at most 5000"
-    out, notes = [], []
-    for i, d in enumerate(model_dirs):
-        if not d:
-            out.append(None)
+
+def tag_many(requests: list[tuple[str, list[str | None]]]) -> list[tuple[list, str]]:
+    """``tag`` for many users' requests ``(text, model folders)`` at once: each model tags every text that asks for
+    it in one batched pass, in the inference lane (``backend.core.inference_lane``: one thread, below training)."""
+    out: list[tuple[list, str] | None] = [None] * len(requests)
+    slots: list[list[str | None]] = []
+    groups: dict[Path, list[tuple[int, int]]] = {}
+    notes: list[dict[int, str]] = [{} for _ in requests]
+    defaults = None
+    for r, (text, model_dirs) in enumerate(requests):
+        if not any(model_dirs):  # read once per batch, not once per request
+            defaults = finetuned_choices() if defaults is None else defaults
+        dirs = default_slots(list(model_dirs), defaults)  # empty slots take the defaults
+        slots.append(dirs)
+        if not (text or "").strip():
+            out[r] = [None] * len(dirs), "⚠ write a text to tag"
+        elif len(text) > 5000:
+            out[r] = [None] * len(dirs), f"⚠ the text has {len(text)} characters; at most 5000"
+        if out[r] is not None:
             continue
+        for i, d in enumerate(dirs):
+            if not d:
+                continue
+            try:
+                groups.setdefault(check_path(d, f"slot {i + 1}"), []).append((r, i))  # the error names the slot
+            except DetourError as exc:
+                notes[r][i] = _slot_note(exc, i)
+    answers = inference_lane.run(_infer, groups, [t for t, _ in requests])
+    for r, dirs in enumerate(slots):
+        if out[r] is not None:
+            continue
+        vals: list = [None] * len(dirs)
+        for i in range(len(dirs)):
+            res = answers.get((r, i))
+            if isinstance(res, DetourError):
+                notes[r][i] = _slot_note(res, i)
+            elif res is not None:
+                vals[i] = res
+                notes[r][i] = f"slot {i + 1}: {sum(1 for _, lab in res if lab)} entities"
+        if not any(dirs):
+            out[r] = vals, "⚠ choose at least one fine-tuned model (run an evaluation below if there is none)"
+        else:
+            out[r] = vals, " · ".join(notes[r][i] for i in sorted(notes[r]))
+    return out  # type: ignore[return-value]
+
+
+def _slot_note(exc: Exception, i: int) -> str:
+    return warn(exc) if str(exc).startswith(f"slot {i + 1}") else warn(f"slot {i + 1}: {exc}")
+
+
+def _infer(groups: dict[Path, list[tuple[int, int]]], texts: list[str]) -> dict:
+    """{(request, slot): spans or the DetourError it got}: one ``predict_entities_batch`` per model folder."""
+    from backend.evaluation.predict import predict_entities_batch
+
+    out: dict[tuple[int, int], list | DetourError] = {}
+    for model_dir, members in groups.items():
         try:
-            spans = predict_entities(check_path(d, f"slot {i + 1}"), text)  # the error names the slot once
-        except DetourError as exc:
-            out.append(None)
-            notes.append(warn(exc) if str(exc).startswith(f"slot {i + 1}") else warn(f"slot {i + 1}: {exc}"))
-            continue
-        out.append(spans)
-        n = sum(1 for _, lab in spans if lab)
-        notes.append(f"slot {i + 1}: {n} entities")
-    if not any(d for d in model_dirs):
-        return out, "⚠ choose at least one fine-tuned model (run an evaluation below if there is none)"
-    return out, " · ".join(notes)
+            res = predict_entities_batch(model_dir, [texts[r] for r, _ in members])
+        except DetourError as exc:  # the model does not load: every slot that asked for it says why
+            res = [exc] * len(members)
+        out.update(zip(members, res, strict=True))
+    return out
 
 
 NO_MODELS = (
@@ -297,16 +342,20 @@ def build(ctx) -> dict:
         )
     gr.HTML(head=WHOLE_WORDS_CSS)  # into the page's <head>, so the rule reaches the HighlightedText above
 
-    def on_tag(text_, *dirs):
-        vals, m = tag(text_, list(dirs))
-        return [*vals, m]
+    def on_tag(texts, *dirs):
+        """Gradio's batch: each input a list (one item per waiting request), one list per output back."""
+        cols = [list(d) for d in dirs]
+        answers = tag_many([(texts[r], [c[r] for c in cols]) for r in range(len(texts))])
+        return [*[[vals[i] for vals, _ in answers] for i in range(SLOTS)], [m for _, m in answers]]
 
     gr.on(
         [go_btn.click, text.submit],
         on_tag,
         inputs=[text, *slots],
         outputs=[*outs, msg],
-        concurrency_limit=2,
+        batch=True,
+        max_batch_size=MAX_BATCH,
+        concurrency_limit=1,  # one batch at a time: the requests that arrive meanwhile form the next batch
         api_name="ner_tag",
     )
 

@@ -1,6 +1,6 @@
 """Many users on one app: 20 concurrent clients against the app as on a lab server (password on), one run training.
 
-    python bench/bench_app_load.py [--clients 20] [--rounds 3] [--duration 240] [--baseline 30]
+    python bench/bench_app_load.py [--clients 20] [--rounds 3] [--duration 240] [--baseline 30] [--out DIR]
 
 The app runs in its own process on 127.0.0.1 only (loopback), with ``DETOUR_PASSWORD`` set, a temporary runs folder
 and a temporary evaluations folder. Before it starts, a tiny NER model is fine-tuned there (``python -m backend
@@ -12,8 +12,11 @@ Bounded twice: the rounds, and ``--duration`` seconds after which no client star
 waits at most ``PATIENCE`` seconds. The run is
 cancelled at the end and the app stopped.
 
-Writes bench/results/app_load.json and app_load.md: p50/p95/max latency per action, the errors (each one named),
-the training's tokens/s without and with the load.
+Writes bench/results/app_load-<clients>.json and .md (``--out`` for another folder): p50/p95/max latency per
+action, the errors (each one named), the training's tokens/s alone (the app idle) and under the load and their
+ratio, the CPU time the app process took, the machine (CPU model, cores, speed flags), the load average at start
+and end and the app's inference settings (``DETOUR_APP_THREADS``, ``DETOUR_APP_NICE``). Its figures mean something
+only on a quiet machine: the table says "not quiet" when the load average at start was above a tenth of the cores.
 """
 
 from __future__ import annotations
@@ -33,12 +36,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from common import cpu_name, save, start_app, stats  # noqa: E402
+from common import RESULTS, cpu_name, cpu_speed_flags, save, start_app, stats  # noqa: E402
 
 USER, PASSWORD = "detour", "bench-load-password"
 FILL_TEXT = "The patient was treated with [MASK] for the infection."
 NER_TEXT = "Patients with type 2 diabetes received metformin at Massachusetts General Hospital."
 ACTIONS = ("fill_mask", "ner_tag", "list_runs", "curves")
+QUIET_LOAD_PER_CORE = 0.1  # a load average above this share of the cores at start: the figures are not a quiet run's
 # gradio_client's own default is 5 s for a login or a config read; a browser waits far longer. With 20 clients opening
 # the app at the same moment on 2 busy cores, 19 of 20 logins took more than 5 s (first run of this benchmark), so a
 # request may take up to this long before it counts as an error; the latencies say how long it really took.
@@ -76,6 +80,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the four actions per client")
     ap.add_argument("--duration", type=float, default=240.0, help="no action starts after this many seconds")
     ap.add_argument("--baseline", type=float, default=30.0, help="seconds of training measured with no client")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="folder for the results (default bench/results)")
     args = ap.parse_args()
 
     from gradio_client import Client
@@ -97,7 +102,8 @@ def main() -> int:
     result: dict = {"clients": args.clients, "rounds": args.rounds, "duration_limit_s": args.duration,
                     "model": "tiny random ModernBERT (hidden 128, 4 layers), bundled tokenizer",
                     "python": platform.python_version(), "cpus": os.cpu_count(), "password": "on",
-                    "host": "127.0.0.1", "load_average_at_start": os.getloadavg()}  # fmt: skip
+                    "host": "127.0.0.1", "load_average_at_start": os.getloadavg(), "app_inference": app_settings(),
+                    "sched_autogroup": autogroup()}  # fmt: skip
     name = "bench-run"
     try:
         c0 = Client(url, auth=(USER, PASSWORD), verbose=False)
@@ -109,8 +115,9 @@ def main() -> int:
         cfg["train"].update(seq_len=64, batch_size=8, precision="fp32")
         cfg["phases"]["main"]["tokens"] = 50_000_000  # far more than the benchmark lasts; cancelled at the end
         cfg["logging"].update(log_every=1, eval_every=50, eval_batches=2, checkpoint_every=100_000)
-        msg = c0.predict(*launch_tab.config_to_values(cfg), api_name="/launch")[3]
-        assert "queued" in msg, msg
+        launched = c0.predict(*launch_tab.config_to_values(cfg), api_name="/launch")
+        if not any(isinstance(o, str) and f"queued {name}" in o for o in launched):  # one of its outputs says so
+            raise SystemExit(f"the Launch action did not queue the run; it answered {launched!r}")
         deadline = time.time() + 180
         while (read_status(runs / name).get("tokens_seen") or 0) == 0 and time.time() < deadline:
             time.sleep(0.5)
@@ -160,7 +167,11 @@ def main() -> int:
                     with lock:
                         lat[action].append(time.perf_counter() - t)
 
+        # the clients stand for users on other machines: here they share the cores, so they yield to the app and
+        # the run (the app and its trainer were started before: they keep their priority), and their CPU is counted
+        os.nice(19 - os.nice(0))
         st0 = read_status(runs / name)
+        app_cpu0, clients_cpu0 = cpu_seconds(app.pid), cpu_seconds(os.getpid())
         t_load = time.time()
         threads = [threading.Thread(target=session, args=(i,)) for i in range(args.clients)]
         for th in threads:
@@ -169,6 +180,8 @@ def main() -> int:
             th.join()
         elapsed = time.time() - t_load
         st1 = read_status(runs / name)
+        result["app_cpu_cores_during_load"] = (cpu_seconds(app.pid) - app_cpu0) / elapsed
+        result["clients_cpu_cores_during_load"] = (cpu_seconds(os.getpid()) - clients_cpu0) / elapsed
         result["load_seconds"] = elapsed
         result["latency"] = {a: stats(v) for a, v in lat.items()}
         result["calls"] = sum(len(v) for v in lat.values())
@@ -190,29 +203,75 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             app.kill()
 
+    table = render(result, args)
+    save(f"app_load-{args.clients}", result, table, results=args.out)
+    return 0 if not result["errors"] else 1
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` and its threads so far."""
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def app_settings() -> dict:
+    """The app's inference settings as the app will read them (``backend.core.inference_lane``)."""
+    from backend.core.inference_lane import settings
+
+    return settings()
+
+
+def autogroup() -> str:
+    """Whether the kernel groups processes by session: then nice values order threads only within one session."""
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip()
+    except OSError:
+        return "n/a"
+
+
+def render(result: dict, args) -> str:
+    """The Markdown table: the command, the machine and its load, the latencies, the training rates."""
+    cpus, load0, load1 = result["cpus"], result["load_average_at_start"], result["load_average_at_end"]
+    quiet = load0[0] <= QUIET_LOAD_PER_CORE * cpus
+    solo, loaded = result["training_tokens_per_s_without_load"], result["training_tokens_per_s_with_load"]
+    lane = result["app_inference"]
     rows = [
         f"| {a} | {s['n']} | {s['p50_ms']:.0f} | {s['p95_ms']:.0f} | {s['max_ms']:.0f} |"
         for a, s in result["latency"].items()
         if s.get("n")
     ]
-    table = "\n".join(
+    loads = lambda la: "/".join(f"{x:.2f}" for x in la)  # noqa: E731
+    return "\n".join(
         [
-            f"App under load: {args.clients} concurrent clients (password on, 127.0.0.1), one run training. Command: "
-            f"`python bench/bench_app_load.py --clients {args.clients} --rounds {args.rounds}`",
+            f"App under load: {args.clients} concurrent clients (password on, 127.0.0.1), one run training. "
+            f"{time.strftime('%Y-%m-%d %H:%M %Z')}. Command: `python bench/bench_app_load.py --clients {args.clients} "
+            f"--rounds {args.rounds} --duration {args.duration:g} --baseline {args.baseline:g}`",
+            "",
+            f"Machine: {cpu_name()}, {cpus} cores, flags {' '.join(cpu_speed_flags()) or 'none'}; load average "
+            f"(1/5/15 min) {loads(load0)} at start, {loads(load1)} at end"
+            + ("" if quiet else " -- **not quiet: other work shared the cores**"),
+            f"App inference: {lane['threads']} torch thread(s) at nice {lane['nice']} (DETOUR_APP_THREADS, "
+            f"DETOUR_APP_NICE); kernel session autogroup {result['sched_autogroup']}",
             "",
             "| action | calls | p50 ms | p95 ms | max ms |",
             "|---|---|---|---|---|",
             *rows,
             "",
             f"errors: {len(result['errors'])}" + "".join(f"\n- {e}" for e in result["errors"][:20]),
-            f"training tokens/s: {result['training_tokens_per_s_without_load']:.0f} without load, "
-            f"{result['training_tokens_per_s_with_load']:.0f} with it ({result['load_seconds']:.0f} s of load)",
-            f"load average (1/5/15 min) at start {result['load_average_at_start']}, at end "
-            f"{result['load_average_at_end']}; {result['cpus']} CPUs ({cpu_name()}), shared with other work",
+            "",
+            "| training tokens/s alone (app idle) | under the load | ratio | app CPU (cores) | clients' CPU (cores) |",
+            "|---|---|---|---|---|",
+            f"| {solo:.0f} | {loaded:.0f} | {loaded / solo if solo else 0:.2f} | "
+            f"{result['app_cpu_cores_during_load']:.2f} | {result['clients_cpu_cores_during_load']:.2f} |",
+            "",
+            "The clients run in the benchmark's own process at nice 19 on the same cores (on a lab server they are "
+            "the users' browsers, elsewhere); the CPU columns are averages over the load.",
+            "",
+            f"{result['load_seconds']:.0f} s of load; the run's state after it: {result['run_state_after_load']}",
         ]
     )
-    save("app_load", result, table)
-    return 0 if not result["errors"] else 1
 
 
 if __name__ == "__main__":

@@ -90,31 +90,60 @@ def clear_cache() -> None:
 
 
 def _predict(spec: str, text: str, top_k: int, trust_remote_code: bool) -> dict:
+    out = predict_batch(spec, [text], [top_k], trust_remote_code)[0]
+    if isinstance(out, FillMaskError):
+        raise out
+    return out
+
+
+def predict_batch(
+    spec: str, texts: list[str], top_ks: list[int], trust_remote_code: bool = False
+) -> list[dict | FillMaskError]:
+    """One model, many sentences in one padded forward pass (the app batches its users' requests): per sentence its
+    result dict, or the FillMaskError that sentence got (the others are still answered). A model that cannot load
+    raises for all."""
     tok, model = get_model(spec, trust_remote_code)
-    masked = normalise_mask(text, tok.mask_token)
-    enc = tok(masked, return_tensors="pt", truncation=True, max_length=512)
-    positions = (enc["input_ids"][0] == tok.mask_token_id).nonzero().flatten().tolist()
-    if len(positions) != 1:
-        raise FillMaskError(
-            f"fill-mask: model '{spec}': expected one {tok.mask_token} after tokenisation, found {len(positions)}"
-            + (" (the mask is past the 512-token limit)" if not positions else "")
-        )
-    pos = positions[0]
-    with torch.inference_mode():
-        logits = model(**{k: v for k, v in enc.items() if k in ("input_ids", "attention_mask")}).logits[0, pos]
-    probs = torch.softmax(logits.float(), dim=-1)
+    out: list[dict | FillMaskError | None] = [None] * len(texts)
+    masked = [normalise_mask(t, tok.mask_token) for t in texts]
+    enc = tok(masked, return_tensors="pt", truncation=True, max_length=512, padding=True)
+    ids = enc["input_ids"]
+    rows, positions = [], []
+    for j in range(len(texts)):
+        found = (ids[j] == tok.mask_token_id).nonzero().flatten().tolist()
+        if len(found) != 1:
+            out[j] = FillMaskError(
+                f"fill-mask: model '{spec}': expected one {tok.mask_token} after tokenisation, found {len(found)}"
+                + (" (the mask is past the 512-token limit)" if not found else "")
+            )
+            continue
+        rows.append(j)
+        positions.append(found[0])
+    if rows:
+        with torch.inference_mode():
+            inputs = {k: v[rows] for k, v in enc.items() if k in ("input_ids", "attention_mask")}
+            logits = model(**inputs).logits[torch.arange(len(rows)), torch.tensor(positions)]
+        probs_all = torch.softmax(logits.float(), dim=-1)
+        for r, (j, pos) in enumerate(zip(rows, positions, strict=True)):
+            out[j] = _top_k(spec, tok, ids[j], pos, probs_all[r], top_ks[j])
+            if not isinstance(out[j], FillMaskError):
+                out[j]["masked_text"] = masked[j]
+    return out  # type: ignore[return-value]
+
+
+def _top_k(spec: str, tok, ids: torch.Tensor, pos: int, probs: torch.Tensor, top_k: int) -> dict | FillMaskError:
+    """The ``top_k`` tokens at ``pos`` of one sentence (``ids``: its padded tokens; decoding skips the padding)."""
     if not torch.isfinite(probs).all():  # NaN would print as 'nan%' and sort anywhere
-        raise FillMaskError(f"fill-mask: model '{spec}' gives NaN or infinite scores: its weights are not finite")
+        return FillMaskError(f"fill-mask: model '{spec}' gives NaN or infinite scores: its weights are not finite")
     k = max(1, min(int(top_k), probs.numel()))
     top = torch.topk(probs, k)
     preds = []
     for p, i in zip(top.values.tolist(), top.indices.tolist(), strict=True):
         token = tok.decode([i]).strip() or tok.convert_ids_to_tokens(i)
-        ids = enc["input_ids"][0].clone()
-        ids[pos] = i
-        seq = tok.decode(ids, skip_special_tokens=True)
+        filled = ids.clone()
+        filled[pos] = i
+        seq = tok.decode(filled, skip_special_tokens=True)
         preds.append({"token": token, "token_id": int(i), "prob": float(p), "sequence": seq})
-    return {"model": spec, "mask_token": tok.mask_token, "masked_text": masked, "predictions": preds}
+    return {"model": spec, "mask_token": tok.mask_token, "predictions": preds}
 
 
 def fill_mask(

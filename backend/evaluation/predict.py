@@ -110,16 +110,27 @@ def _load(model_dir: Path):
 
 def tag_words(model_dir: str | Path, words: list[str]) -> list[str]:
     """IOB2 tags for pretokenized ``words`` with a fine-tuned NER model folder."""
+    return tag_words_batch(model_dir, [words])[0]
+
+
+def tag_words_batch(model_dir: str | Path, sentences: list[list[str]], batch_size: int = 32) -> list[list[str]]:
+    """IOB2 tags for many pretokenized sentences, ``batch_size`` chunks per forward pass; an empty sentence gets
+    no tags."""
     from backend.evaluation.ner import decode_chunks, encode_sentences, pad_token_id, run_token_model
 
+    kept = [i for i, ws in enumerate(sentences) if ws]
+    out: list[list[str]] = [[] for _ in sentences]
+    if not kept:
+        return out
     tok, model, lm = _load(Path(model_dir))
-    if not words:
-        return []
-    chunks = encode_sentences(tok, [words], int(lm.get("max_len", 256)), bool(lm.get("prefix_space", False)))
+    chosen = [sentences[i] for i in kept]
+    chunks = encode_sentences(tok, chosen, int(lm.get("max_len", 256)), bool(lm.get("prefix_space", False)))
     device = next(model.parameters()).device
-    _, preds = run_token_model(model, chunks, pad_token_id(tok, str(model_dir)), 16, device)
+    _, preds = run_token_model(model, chunks, pad_token_id(tok, str(model_dir)), batch_size, device)
     id2label = {int(k): v for k, v in model.config.id2label.items()}
-    return decode_chunks(chunks, preds, [len(words)], id2label)[0]
+    for i, tags in zip(kept, decode_chunks(chunks, preds, [len(ws) for ws in chosen], id2label), strict=True):
+        out[i] = tags
+    return out
 
 
 def entity_spans(tags: list[str]) -> list[tuple[int, int, str]]:
@@ -142,11 +153,21 @@ def entity_spans(tags: list[str]) -> list[tuple[int, int, str]]:
 def predict_entities(model_dir: str | Path, text: str) -> list[tuple[str, str | None]]:
     """Tag ``text``: the whole text split into ``(segment, entity_type)`` / ``(segment, None)`` pairs in order,
     ready for ``gr.HighlightedText``. Joining the segments gives ``text`` back."""
-    text = text or ""
-    words = split_words(text)
+    return predict_entities_batch(model_dir, [text])[0]
+
+
+def predict_entities_batch(model_dir: str | Path, texts: list[str]) -> list[list[tuple[str, str | None]]]:
+    """``predict_entities`` for many texts with one model, in one batched pass (the app batches its users)."""
+    texts = [t or "" for t in texts]
+    words = [split_words(t) for t in texts]
+    tags = tag_words_batch(model_dir, [[w for w, _, _ in ws] for ws in words])
+    return [_segments(t, ws, tg) for t, ws, tg in zip(texts, words, tags, strict=True)]
+
+
+def _segments(text: str, words: list[tuple[str, int, int]], tags: list[str]) -> list[tuple[str, str | None]]:
+    """The whole ``text`` as (segment, entity type or None) pairs, from its words' tags."""
     if not words:
         return [(text, None)] if text else []
-    tags = tag_words(model_dir, [w for w, _, _ in words])
     out: list[tuple[str, str | None]] = []
     cursor = 0
     for a, b, typ in entity_spans(tags):

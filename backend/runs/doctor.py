@@ -11,6 +11,7 @@ model of that size (``engine/throughput.record_rate``, written at each phase end
 from __future__ import annotations
 
 import statistics
+import time
 from pathlib import Path
 
 from backend.engine.progress import effective_rate, eta_text, hms, phase_groups, run_progress
@@ -28,6 +29,10 @@ FLEX_SPEEDUP = {2048: 1.47, 512: 0.97}
 # train.compile's measured gain on a CPU, per precision (a bf16 figure is never the yardstick of an fp32 run):
 # bench/results/train.run1.json (AVX512-BF16 CPU, bf16): 6,501 vs 5,420 tok/s MLM.
 COMPILE_SPEEDUP_CPU = {"bf16": (1.2, "bench/results/train.run1.json, a CPU with AVX512-BF16")}
+# A running run is "slowed" when the median of its last RECENT logged intervals is below SLOWED of the median of the
+# phase's earlier ones; then the CPU use of the app that serves its runs folder and of the other processes is
+# measured over CPU_SAMPLE_S, and a user of BUSY_CORES or more is named as the cause.
+SLOWED, RECENT, CPU_SAMPLE_S, BUSY_CORES = 0.7, 5, 0.5, 0.25
 
 
 def _phase_stats(rows: list[dict], tokens_before: float) -> dict:
@@ -83,7 +88,73 @@ def diagnose(run_dir: str | Path) -> dict:
         "progress": progress,
     }
     out["findings"] = findings(cfg, machine, out["split"])
+    out["slowdown"] = slowdown(rows) if out["state"] == "running" else None
+    if out["slowdown"]:
+        out["slowdown"].update(cpu_users(run_dir.parent, status.get("pid")))
+        out["findings"].insert(0, slowdown_finding(out["slowdown"]))
     return out
+
+
+def slowdown(rows: list[dict]) -> dict | None:
+    """{'recent', 'earlier', 'ratio', 'intervals'}: the current phase's last ``RECENT`` logged rates against its
+    earlier ones (the first, the warm-up, left out); None when the run keeps its pace or has logged too little."""
+    groups = phase_groups(rows)
+    if not groups:
+        return None
+    rates = [r["tokens_per_s"] for r in groups[-1][0] if isinstance(r.get("tokens_per_s"), int | float)][1:]
+    if len(rates) < RECENT + 3:
+        return None
+    recent, earlier = statistics.median(rates[-RECENT:]), statistics.median(rates[:-RECENT])
+    if not earlier or recent >= SLOWED * earlier:
+        return None
+    return {"recent": recent, "earlier": earlier, "ratio": recent / earlier, "intervals": RECENT}
+
+
+def cpu_users(runs_root: Path, trainer_pid: object, seconds: float = CPU_SAMPLE_S) -> dict:
+    """Who uses the cores now, over ``seconds``: {'cores', 'app_pid', 'app_cores', 'others_cores'} (the app is the
+    one holding ``runs_root/.app.lock``; 'others' is every process but the trainer and the app)."""
+    import psutil
+
+    from backend.core.inference_lane import app_pid
+
+    pid = app_pid(runs_root)
+    procs: dict[str, psutil.Process | None] = {}
+    for who, p in (("app", pid), ("trainer", trainer_pid)):
+        try:
+            procs[who] = psutil.Process(p) if isinstance(p, int) else None
+            if procs[who] is not None:
+                procs[who].cpu_percent(None)  # the first call starts the count
+        except psutil.Error:
+            procs[who] = None
+    psutil.cpu_percent(None)
+    time.sleep(seconds)
+    total = psutil.cpu_percent(None) / 100 * (psutil.cpu_count() or 1)
+    used = {}
+    for who, proc in procs.items():
+        try:
+            used[who] = proc.cpu_percent(None) / 100 if proc else 0.0
+        except psutil.Error:
+            used[who] = 0.0
+    return {"cores": psutil.cpu_count() or 1, "app_pid": pid if procs["app"] else None, "app_cores": used["app"],
+            "others_cores": max(0.0, total - used["app"] - used["trainer"])}  # fmt: skip
+
+
+def slowdown_finding(s: dict) -> tuple[str, str]:
+    """The slowdown as a finding: what fell, by how much, and who holds the cores now."""
+    from backend.core.inference_lane import settings
+
+    fell = (f"the run slowed to {s['recent']:,.0f} tok/s over its last {s['intervals']} logged steps, "
+            f"{100 * s['ratio']:.0f}% of its earlier {s['earlier']:,.0f} tok/s")  # fmt: skip
+    if s.get("app_pid") and s["app_cores"] >= BUSY_CORES:
+        lane = settings()
+        return (f"{fell}: the app (pid {s['app_pid']}) uses {s['app_cores']:.1f} of the {s['cores']} cores now",
+                f"the app's model inference runs {lane['threads']} thread(s) at nice {lane['nice']}: restart the app "
+                f"with DETOUR_APP_THREADS=1 and a higher DETOUR_APP_NICE (up to 19), or serve its users from "
+                f"another machine")  # fmt: skip
+    if s["others_cores"] >= BUSY_CORES:
+        return (f"{fell}: other processes use {s['others_cores']:.1f} of the {s['cores']} cores now",
+                "the machine is shared: train when it is quieter, or with fewer other jobs on it")  # fmt: skip
+    return (f"{fell}, with nothing else busy now", "look at the run's time split above (data wait, evaluation)")
 
 
 def findings(cfg: dict, machine: dict, split: dict | None) -> list[tuple[str, str]]:

@@ -169,3 +169,52 @@ def test_the_launch_estimate_never_names_a_rate_that_was_not_measured():
     est = launch_estimate(n, "fp32", "cpu", {"clm": 1_000, "mntp": 1_000})
     assert "100 tok/s CLM" in est and "MNTP not measured here, taken at CLM's 100 tok/s" in est
     assert "tok/s MNTP" not in est
+
+
+BUSY_APP = """
+import sys, time
+from pathlib import Path
+from backend.core.process import FileLock
+lock = FileLock(Path(sys.argv[1]) / ".app.lock", "app").acquire()
+print("holding", flush=True)
+while True:  # an app busy with its users' requests
+    sum(i * i for i in range(10_000))
+"""
+
+
+def test_a_run_slowed_while_the_app_computes_names_the_app(tmp_path, monkeypatch):
+    """Issue 40: the doctor says when a run is being slowed by the app (its rate now against its own earlier rate,
+    the app's CPU use measured through psutil)."""
+    import subprocess
+    import sys
+
+    from backend.runs import doctor
+
+    monkeypatch.setattr(doctor, "BUSY_CORES", 0.05)  # the app's share of 2 busy shared cores, whatever else runs
+    cfg = {"name": "slowed", "train": {"seq_len": 64}, "logging": {}, "_meta": {}}
+    machine = {"type": "machine", "step": 0, "device": "cpu", "precision": "fp32", "world": 1}
+    rates = [900.0] + [1000.0] * 8 + [300.0] * 5  # warm-up, its own pace, then a third of it
+    rows = [_row(10 * (i + 1), {"forward_backward": 1.0}, rate=r) for i, r in enumerate(rates)]
+    status = {"state": "running", "tokens_seen": 14_000, "total_tokens": 1_000_000, "pid": os.getpid(),
+              "pid_identity": process.identity()}  # fmt: skip
+    d = _write_run(tmp_path, "slowed", cfg, machine, rows, status)
+    steady = _write_run(tmp_path, "steady", cfg, machine, rows[:9], status)
+    assert diagnose(steady)["slowdown"] is None  # its own pace all along: no alarm
+    alone = diagnose(d)
+    assert alone["slowdown"]["ratio"] == pytest.approx(0.3)
+    assert alone["findings"][0][0].startswith("the run slowed to 300 tok/s over its last 5 logged steps, 30% of its "
+                                              "earlier 1,000 tok/s")  # fmt: skip
+    assert "the app" not in alone["findings"][0][0]  # no app serves this runs folder
+
+    app = subprocess.Popen([sys.executable, "-c", BUSY_APP, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                           cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    try:
+        assert app.stdout.readline().strip() == "holding"
+        doc = diagnose(d)
+    finally:
+        app.kill()
+        app.wait()
+    finding, fix = doc["findings"][0]
+    assert doc["slowdown"]["app_pid"] == app.pid and doc["slowdown"]["app_cores"] >= 0.05
+    assert f"the app (pid {app.pid}) uses" in finding and "DETOUR_APP_NICE" in fix
+    assert finding in report(doc)

@@ -219,6 +219,29 @@ def test_fill_mask_side_by_side(tiny_modernbert_dir, tiny_bert_dir):
     assert figs == [None] and "outside" in msg
 
 
+def test_fill_mask_batch_answers_each_user_as_alone(tiny_modernbert_dir, tiny_bert_dir):
+    """Issue 40: the users' requests waiting together run as one batch (one padded pass per model); each still gets
+    its own answer, the same as alone, and a refused one is refused alone."""
+    a, b = str(tiny_modernbert_dir), str(tiny_bert_dir)
+    requests = [
+        ("The <mask> binds the receptor.", [a, b], [False, False], 3),
+        ("No mask at all.", [a, None], [False, False], 5),
+        ("A much longer sentence, so that the batch is padded: the [MASK] was given twice daily for a week.",
+         [None, a], [False, False], 5),
+        ("The [MASK].", ["/etc", b], [False, False], 2),
+    ]  # fmt: skip
+    batched = fill_mask_tab.predict_many(requests)
+    for (figs, msg), req in zip(batched, requests, strict=True):
+        alone_figs, alone_msg = fill_mask_tab.predict(req[0], req[1], req[2], req[3])
+        assert msg == alone_msg
+        for f, g in zip(figs, alone_figs, strict=True):
+            assert (f is None) == (g is None)
+            if f is not None:
+                assert list(f.data[0].y) == list(g.data[0].y)  # the same tokens, in the same order
+                assert list(f.data[0].x) == pytest.approx(list(g.data[0].x), abs=1e-5)
+    assert "no mask token" in batched[1][1] and "outside" in batched[3][1] and batched[3][0][1] is not None
+
+
 # --- analyze ------------------------------------------------------------------------------------
 
 
@@ -295,6 +318,10 @@ def test_ner_evaluate_tag_and_table(tiny_bert_dir):
     assert "write a text" in msg
     vals, msg = ner_tab.tag("x", ["/etc"])
     assert "outside" in msg
+    # many users at once (one batched pass): each answer as alone
+    texts = [ner_tab.EXAMPLE, "", "Metformin was stopped at Boston Children's Hospital in 2019.", "x"]
+    requests = [(t, [choices[0][1], None]) for t in texts] + [("x", ["/etc"])]
+    assert ner_tab.tag_many(requests) == [ner_tab.tag(t, dirs) for t, dirs in requests]
     assert json.loads((Path(choices[0][1]) / "label_map.json").read_text())["task"] == "ner"
 
 

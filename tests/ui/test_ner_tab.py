@@ -131,7 +131,9 @@ def test_punctuation_inside_a_word_stays_in_it(monkeypatch):
         "Alzheimer's", "disease", "(", "IL-2", ")", ",", "3.5", "mg", ".",
     ]  # fmt: skip
     monkeypatch.setattr(
-        predict, "tag_words", lambda d, words: ["B-Disease" if "Alzheimer" in w else "O" for w in words]
+        predict,
+        "tag_words_batch",
+        lambda d, sentences: [["B-Disease" if "Alzheimer" in w else "O" for w in words] for words in sentences],
     )
     assert predict.predict_entities("m", "Early Alzheimer's onset.") == [
         ("Early ", None),
