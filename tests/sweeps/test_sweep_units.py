@@ -216,7 +216,7 @@ def test_a_gpu_box_gets_one_pinned_cell_per_gpu_by_default(tiny_modernbert_dir, 
 def test_report_keeps_both_seed_levels_and_pools_a_suite(tiny_modernbert_dir, tmp_path, monkeypatch):
     """Issue 31: one pretraining seed x five fine-tuning seeds per cell gave one number, 'CI -' and 'inconclusive';
     now the fine-tunes are paired by (pretraining seed, fine-tuning seed), in points, with the interval they
-    support and a note that pretraining-seed variance is unmeasured; a suite is pooled into one verdict."""
+    support and a note that pretraining variance is not measured; a suite is pooled into one verdict."""
     from backend.core import atomic, paths
     from backend.engine import rundir
     from backend.sweeps.manifest import write_manifest
@@ -243,13 +243,13 @@ def test_report_keeps_both_seed_levels_and_pools_a_suite(tiny_modernbert_dir, tm
         )  # fmt: skip
     rep = write_report(out, png=False)
     ref, det = rep["tables"]["finetune"]
-    assert ref["n"] == 5 and ref["ci95"] is not None and "unmeasured" in ref["interval"]
+    assert ref["n"] == 5 and ref["ci95"] is not None and "not measured" in ref["interval"]
     assert ref["mean"] == pytest.approx(100 * sum(ft["mlm"]) / 5)  # points
     d = det["delta"]
     diffs = [100 * (b - a) for a, b in zip(ft["mlm"], ft["clm_detour"], strict=True)]
     assert d["n"] == 5 and d["mean"] == pytest.approx(sum(diffs) / 5)
     assert d["ci95"] == pytest.approx(list(sps.t.interval(0.95, 4, loc=sum(diffs) / 5, scale=sps.sem(diffs))))
-    assert d["verdict"] == "better" and "pretraining-seed variance unmeasured" in d["interval"]
+    assert d["verdict"] == "better" and "pretraining variance not measured" in d["interval"]
     su = rep["suite"]
     assert su["tasks"] == ["ncbi", "anatem"]
     [c] = su["comparisons"]
