@@ -1,13 +1,16 @@
 """Verdicts over a suite of tasks, the way the field now reports them (Agarwal et al. 2021, "Deep RL at the Edge of
 the Statistical Precipice"): per model and task the mean with a 95% t interval over seeds and the fine-tuning
 stability; per comparison A vs B the paired delta per task with its interval and wins, and over tasks x seeds the
-mean delta, the interquartile mean (IQM) and the probability of improvement P(A > B), each with a percentile
-**stratified bootstrap** interval (seeds resampled within each task, tasks kept).
+mean delta with the interval and verdict of ``delta_verdict`` (the one rule, valid at 2-5 seeds per level), and,
+described beside it, the interquartile mean (IQM) and the probability of improvement P(A > B) with percentile
+**stratified bootstrap** intervals (seeds resampled within each task, tasks kept): at a few seeds those intervals are
+too narrow, so no verdict rests on them.
 
 Scores are in points (F1 in percent). A seed is a key: a fine-tuning seed, or a ``(pretraining seed, fine-tuning
 seed)`` pair when a study has both levels; A and B are paired by key. With one pretraining seed the interval is
-over fine-tuning seeds alone (pretraining-seed variance is then unmeasured, and said so); with several, the
-bootstrap is nested (pretraining seeds resampled, then fine-tuning seeds within each).
+over fine-tuning seeds alone (pretraining variance is then not measured, and said so); with several, it is a t
+interval over the pretraining-seed means. A task where every run of both models gives one constant answer (or the
+same score) measures nothing: it is left out of the aggregate, and the report says so.
 
 The point estimates follow ``rliable.metrics`` (IQM: ``scipy.stats.trim_mean(., 0.25)`` over all runs x tasks;
 P(X > Y): the Mann-Whitney U statistic per task, ties count half, averaged over tasks); tests/evaluation checks
@@ -22,6 +25,7 @@ from collections.abc import Hashable
 import numpy as np
 from scipy import stats as sps
 
+from backend.evaluation.delta_verdict import delta_verdict
 from backend.evaluation.stats import seeds_needed
 
 CONFIDENCE = 0.95
@@ -155,34 +159,50 @@ def verdict_of(ci: list[float] | None, a: str, b: str) -> str:
     return f"{a} better" if ci[0] > 0 else f"{b} better"
 
 
-def task_delta(xa: dict[Key, float], xb: dict[Key, float], a: str, b: str, reps: int = REPS) -> dict:
-    """A - B on one task, paired by key: mean, the interval the data supports (paired t over fine-tuning seeds;
-    nested bootstrap when there are several pretraining seeds), wins, verdict and, when inconclusive, the paired
-    seeds a two-sided paired t test (alpha 0.05, power 0.8) needs at the observed spread."""
+def task_delta(
+    xa: dict[Key, float], xb: dict[Key, float], a: str, b: str, reps: int = REPS, seed_level: str = "fine-tuning"
+) -> dict:
+    """A - B on one task, paired by key: mean, the interval and verdict of the one rule (``delta_verdict``: paired t
+    over fine-tuning seeds; t over pretraining-seed means when there are two or more), wins and, when inconclusive,
+    the paired seeds a two-sided paired t test (alpha 0.05, power 0.8) needs at the observed spread. ``reps`` is
+    kept for callers; the rule draws nothing at random."""
     keys = sorted(set(xa) & set(xb), key=repr)
     d = [xa[k] - xb[k] for k in keys]
     s = t_summary(d)
-    ci, how = s["ci95"], "paired t over fine-tuning seeds"
-    if _groups(keys) is not None:
-        x, y = np.array([xa[k] for k in keys]), np.array([xb[k] for k in keys])
-        ci = percentile_ci(bootstrap([x], [y], [keys], reps)["mean_delta"])
-        how = "nested bootstrap (pretraining seeds, then fine-tuning seeds)"
-    elif keys and isinstance(keys[0], tuple):
-        how += " (one pretraining seed: pretraining-seed variance unmeasured)"
-    v = verdict_of(ci, a, b)
+    rule = delta_verdict({"task": dict(zip(keys, d, strict=True))}, seed_level=seed_level)
+    how = rule["method"] + "".join(f"; {u}" for u in rule["unmeasured"] + rule["notes"])
+    v = _verdict_of_rule(rule, a, b)
     return {
         "keys": [list(k) if isinstance(k, tuple) else k for k in keys],
         "n": s["n"],
         "delta": s["mean"],
         "sd": s["sd"],
-        "ci95": ci,
+        "ci95": rule["ci95"],
+        "p_value": rule["p_value"],
         "interval": how,
+        "unmeasured": rule["unmeasured"],
         "wins_a": sum(x > 0 for x in d),
         "wins_b": sum(x < 0 for x in d),
         "ties": sum(x == 0 for x in d),
         "verdict": v,
         "seeds_needed": seeds_needed(s["mean"], s["sd"], ALPHA, POWER) if v == "inconclusive" else None,
     }
+
+
+def _verdict_of_rule(rule: dict, a: str, b: str) -> str:
+    return {"up": f"{a} better", "down": f"{b} better"}.get(rule["direction"], "inconclusive")
+
+
+def uninformative(xa: dict[Key, float], xb: dict[Key, float], constant: bool = False) -> str | None:
+    """Why a task measures nothing about A vs B, or None: every run of both models gave one constant answer
+    (``constant``, from the run records), or every paired run of both scored the same."""
+    keys = set(xa) & set(xb)
+    if constant:
+        return "every run of both models gave one constant answer"
+    vals = {round(float(v), 9) for k in keys for v in (xa[k], xb[k])}
+    if len(keys) > 1 and len(vals) == 1:
+        return f"every run of both models scored {next(iter(vals)):.2f}"
+    return None
 
 
 def seed_levels(diffs: dict[Key, float]) -> dict:
@@ -199,7 +219,7 @@ def seed_levels(diffs: dict[Key, float]) -> dict:
     out = {"pretraining_seeds": len(by), "finetuning_seeds": f, "var_finetuning": var_f, "var_pretraining": None}
     if len(by) < 2:
         out["advice"] = (
-            "one pretraining seed: pretraining-seed variance is unmeasured; more fine-tuning seeds narrow the "
+            "one pretraining seed: pretraining variance not measured; more fine-tuning seeds narrow the "
             "fine-tuning part only, and a second pretraining seed is what would measure the rest"
         )
         return out
@@ -215,39 +235,71 @@ def seed_levels(diffs: dict[Key, float]) -> dict:
     return out
 
 
-def compare(tasks: dict[str, dict[str, dict[Key, float]]], a: str, b: str, reps: int = REPS, seed: int = 0) -> dict:
-    """A vs B over a suite: ``tasks`` is task -> model -> key -> score (points). Per task the paired delta, its
-    interval, wins and verdict; over tasks x seeds the mean delta, IQM (of each model and their difference) and
-    P(A > B), each with a stratified bootstrap 95% interval; a plain verdict and, when it is inconclusive, what
-    would settle it."""
+def compare(
+    tasks: dict[str, dict[str, dict[Key, float]]],
+    a: str,
+    b: str,
+    reps: int = REPS,
+    seed: int = 0,
+    constant: dict[str, set[str]] | None = None,
+) -> dict:
+    """A vs B over a suite: ``tasks`` is task -> model -> key -> score (points); ``constant`` task -> the models
+    every run of which gave one constant answer there. Per task the paired delta, its interval, wins and verdict;
+    tasks that measure nothing (both models constant everywhere, or one score everywhere) are left out of the
+    aggregate (``excluded_tasks`` says why); over the others the mean delta with the interval and verdict of the
+    one rule (``delta_verdict``), and IQM (of each model and their difference) and P(A > B) with stratified
+    bootstrap 95% intervals (descriptive); a plain verdict and, when it is inconclusive, what would settle it."""
     names = [t for t in tasks if tasks[t].get(a) and tasks[t].get(b) and set(tasks[t][a]) & set(tasks[t][b])]
     per_task = {t: task_delta(tasks[t][a], tasks[t][b], a, b, reps) for t in names}
-    out = {"a": a, "b": b, "tasks": names, "per_task": per_task, "confidence": CONFIDENCE, "reps": reps}
-    if not names:
-        out["verdict"], out["settle"] = "no task has paired seeds of both models", None
+    const = constant or {}
+    excluded = {
+        t: why for t in names if (why := uninformative(tasks[t][a], tasks[t][b], {a, b} <= set(const.get(t, ()))))
+    }
+    for t, why in excluded.items():
+        per_task[t] |= {"verdict": f"left out: {why}", "seeds_needed": None, "left_out": why}
+    used = [t for t in names if t not in excluded]
+    out = {"a": a, "b": b, "tasks": used, "excluded_tasks": excluded, "per_task": per_task,
+           "confidence": CONFIDENCE, "reps": reps}  # fmt: skip
+    if not used:
+        out["settle"] = None
+        out["verdict"] = (
+            "no task measures anything: " + "; ".join(f"{t}: {w}" for t, w in excluded.items())
+            if excluded
+            else "no task has paired seeds of both models"
+        )
         return out
-    keys = [sorted(set(tasks[t][a]) & set(tasks[t][b]), key=repr) for t in names]
-    xa = [np.array([tasks[t][a][k] for k in ks]) for t, ks in zip(names, keys, strict=True)]
-    xb = [np.array([tasks[t][b][k] for k in ks]) for t, ks in zip(names, keys, strict=True)]
+    keys = [sorted(set(tasks[t][a]) & set(tasks[t][b]), key=repr) for t in used]
+    xa = [np.array([tasks[t][a][k] for k in ks]) for t, ks in zip(used, keys, strict=True)]
+    xb = [np.array([tasks[t][b][k] for k in ks]) for t, ks in zip(used, keys, strict=True)]
     dist = bootstrap(xa, xb, keys, reps, seed, paired=True)
+    diffs = {t: {k: float(tasks[t][a][k] - tasks[t][b][k]) for k in ks} for t, ks in zip(used, keys, strict=True)}
+    rule = delta_verdict(diffs)
     point = {
-        "mean_delta": float(np.mean([(x - y).mean() for x, y in zip(xa, xb, strict=True)])),
         "iqm_a": iqm(np.concatenate(xa)),
         "iqm_b": iqm(np.concatenate(xb)),
         "poi": probability_of_improvement(xa, xb),
     }
     point["iqm_delta"] = point["iqm_a"] - point["iqm_b"]
-    out["aggregate"] = {k: {"value": v, "ci95": percentile_ci(dist[k])} for k, v in point.items()}
-    deltas = [per_task[t]["delta"] for t in names]
+    out["aggregate"] = {
+        "mean_delta": {
+            "value": rule["mean"],
+            "ci95": rule["ci95"],
+            "estimate": rule["estimate"],
+            "p_value": rule["p_value"],
+            "method": rule["method"],
+        },  # fmt: skip
+        **{k: {"value": v, "ci95": percentile_ci(dist[k]), "descriptive": True} for k, v in point.items()},
+    }
+    out["rule"] = rule
+    deltas = [per_task[t]["delta"] for t in used]
     out["task_wins"] = {
         "a": sum(d > 0 for d in deltas),
         "b": sum(d < 0 for d in deltas),
         "ties": sum(d == 0 for d in deltas),
     }
-    out["verdict"] = verdict_of(out["aggregate"]["mean_delta"]["ci95"], a, b)
+    out["verdict"] = _verdict_of_rule(rule, a, b)
     out["settle"] = _settle(out, xa, xb) if out["verdict"] == "inconclusive" else None
-    all_diffs = {(t, k): float(tasks[t][a][k] - tasks[t][b][k]) for t, ks in zip(names, keys, strict=True) for k in ks}
-    out["seed_levels"] = _levels_over_tasks(all_diffs)
+    out["seed_levels"] = _levels_over_tasks({(t, k): v for t, d in diffs.items() for k, v in d.items()})
     return out
 
 

@@ -1,9 +1,10 @@
 """The suite report as the papers print it: a models x tasks table (test metric in points, mean ± sd over seeds)
 with the average column and the best of each column in bold; per model and task the 95% CI and the fine-tuning
 stability; each model against the first (the reference) the paired delta per task with its CI and wins, and the
-aggregate panel (mean delta, IQM, P(improvement), stratified bootstrap CIs: ``aggregate.py``) with a plain verdict;
-a per-task delta figure. Written as suite.json, suite.md, suite.html and figures/deltas.html|png; every model
-named with its identity (resolved path, weights sha256).
+aggregate panel (mean delta with the one rule's interval and verdict, ``delta_verdict.py``; IQM and P(improvement)
+with stratified bootstrap CIs, descriptive: ``aggregate.py``), the tasks left out because they measure nothing, and
+which seed level's variance the counts do not measure; a per-task delta figure. Written as suite.json, suite.md,
+suite.html and figures/deltas.html|png; every model named with its identity (resolved path, weights sha256).
 """
 
 from __future__ import annotations
@@ -45,20 +46,46 @@ def _task_meta(name: str, res: dict) -> dict:
     return {"name": name, "metric": res["primary_metric"], **{k: res.get(k) for k in keep}}
 
 
-def panel(scores: dict, labels: list[str], pairs: list[tuple[str, str]]) -> dict:
+SCALE = (0.0, 100.0)  # every suite metric (F1, accuracy) is a share, in points
+
+
+def clip_to_scale(ci: list[float] | None) -> tuple[list[float] | None, bool]:
+    """A t interval of a score in points clipped to [0, 100] (with few seeds it can reach past the scale), and
+    whether it was clipped: the report marks a clipped interval and says why."""
+    if not ci:
+        return ci, False
+    lo, hi = max(ci[0], SCALE[0]), min(ci[1], SCALE[1])
+    return [lo, hi], (lo, hi) != (ci[0], ci[1])
+
+
+def constant_models(results: dict[str, dict]) -> dict[str, set[str]]:
+    """task -> the model labels every finished run of which gave one constant answer (the run records' flag)."""
+    out: dict[str, set[str]] = {}
+    for name, res in results.items():
+        for e in res["models"]:
+            ok = [r for r in e["runs"] if r.get("status") == "ok"]
+            if ok and all((r.get("test") or {}).get("constant") is not None for r in ok):
+                out.setdefault(name, set()).add(e["label"])
+    return out
+
+
+def panel(
+    scores: dict, labels: list[str], pairs: list[tuple[str, str]], constant: dict[str, set[str]] | None = None
+) -> dict:
     """The table and the comparisons from ``scores`` (task -> label -> key -> points): per label x task the mean,
-    sd and t CI, the average over tasks and the best per column, and ``compare(a, b)`` for each (a, b) of ``pairs``.
-    Shared by the suite report and a sweep's report (cells as labels, (pretraining, fine-tuning) seeds as keys)."""
+    sd and t CI (clipped to [0, 100], marked), the average over tasks and the best per column, and
+    ``compare(a, b)`` for each (a, b) of ``pairs`` (``constant``: task -> labels that gave one constant answer on
+    every run). Shared by the suite report and a sweep's report (cells as labels, (pretraining, fine-tuning) seeds
+    as keys)."""
     tasks = list(scores)
     cells = {}
     for n in tasks:
         for lab in labels:
             if lab in scores[n]:
                 vals = scores[n][lab]
-                cells[f"{lab}|{n}"] = {
-                    **t_summary(list(vals.values())),
-                    "per_seed": {str(k): v for k, v in vals.items()},
-                }
+                summ = t_summary(list(vals.values()))
+                summ["ci95"], summ["ci95_clipped"] = clip_to_scale(summ["ci95"])
+                cells[f"{lab}|{n}"] = {**summ, "per_seed": {str(k): v for k, v in vals.items()}}
     avg = {}
     for lab in labels:
         means = [cells.get(f"{lab}|{n}", {}).get("mean") for n in tasks]
@@ -67,7 +94,8 @@ def panel(scores: dict, labels: list[str], pairs: list[tuple[str, str]]) -> dict
                    key=lambda lab, n=n: cells[f"{lab}|{n}"]["mean"], default=None) for n in tasks}  # fmt: skip
     have = [lab for lab in labels if avg[lab] is not None]
     best["average"] = max(have, key=lambda lab: avg[lab]) if have else None
-    return {"cells": cells, "average": avg, "best": best, "comparisons": [compare(scores, a, b) for a, b in pairs]}
+    comps = [compare(scores, a, b, constant=constant) for a, b in pairs]
+    return {"cells": cells, "average": avg, "best": best, "comparisons": comps}
 
 
 def build_suite_report(out: str | Path, spec: dict) -> dict:
@@ -76,7 +104,7 @@ def build_suite_report(out: str | Path, spec: dict) -> dict:
     tasks = [t["name"] for t in spec["tasks"] if t["name"] in results]
     labels = list(dict.fromkeys(e["label"] for n in tasks for e in results[n]["models"]))
     scores = scores_by_task(results)
-    pan = panel(scores, labels, [(lab, labels[0]) for lab in labels[1:]])
+    pan = panel(scores, labels, [(lab, labels[0]) for lab in labels[1:]], constant_models(results))
     ident = {}
     for n in tasks:
         for e in results[n]["models"]:
@@ -97,6 +125,29 @@ def build_suite_report(out: str | Path, spec: dict) -> dict:
         "comparisons": comps,
         "units": "test metric in points (F1 and accuracy in percent)",
     }
+
+
+CLIP_MARK = "†"
+CLIP_NOTE = (
+    "† clipped to [0, 100]: with this few seeds the t interval reaches past the scale, so the seeds are too few to "
+    "bound the score more tightly than the scale itself does."
+)
+STATS_NOTE = (
+    "Statistics: per-task deltas are paired by seed with a 95% paired t interval (scipy); with two or more "
+    "pretraining seeds, a t interval over the pretraining-seed means (they are the independent units). The "
+    "suite's mean Δ and its verdict follow one rule: with one pretraining seed, each task's paired t statistic "
+    "combined over tasks by Stouffer's z (exact at any seed count and any task's spread; the interval holds the "
+    "shifts common to all tasks that this test does not reject); with several, Student's t over the "
+    "pretraining-seed means of the suite. A verdict is 'better' only when that interval excludes 0. IQM and "
+    "P(A > B) (Agarwal et al. 2021, rliable) have percentile stratified bootstrap intervals over 5000 resamples: "
+    "descriptive only, as a bootstrap interval is too narrow at a few seeds (with n seeds that all favour one "
+    "side every resample does too). A task where every run of both models gives one constant answer measures "
+    "nothing and is left out of the aggregate."
+)
+
+
+def clipped(c: dict) -> bool:
+    return bool(c.get("ci95_clipped"))
 
 
 def _f(v, d: int = 2) -> str:
@@ -132,10 +183,13 @@ def render_markdown(rep: dict) -> str:
             st = c.get("stability") or {}
             seeds = lambda xs: ", ".join(map(str, xs)) if xs else "0"  # noqa: E731
             lines.append(
-                f"| {m['label']} | {n} | {c['n']} | {_f(c['mean'])} | {_ci_plain(c['ci95'])} | {_f(st['sd'])} | "
+                f"| {m['label']} | {n} | {c['n']} | {_f(c['mean'])} | {_ci_plain(c['ci95'])}{CLIP_MARK * clipped(c)} | "
+                f"{_f(st['sd'])} | "
                 f"{_ci_plain(st['range'], 1)} | {seeds(st['failed'])} | {seeds(st['diverged'])} | "
                 f"{seeds(st['constant'])} |"
             )
+    if any(clipped(c) for c in rep["cells"].values()):
+        lines += ["", CLIP_NOTE]
     for c in rep["comparisons"]:
         lines += comparison_md(c)
     lines += ["", "## Models measured (resolved path, sha256 of the weights)", ""]
@@ -144,11 +198,7 @@ def render_markdown(rep: dict) -> str:
         lines += ["", f"Tasks without results yet: {', '.join(rep['missing_tasks'])}."]
     lines += [
         "",
-        "Statistics: per-task deltas are paired by seed with a 95% paired t interval (scipy); the aggregate "
-        "intervals are percentile stratified bootstrap intervals (seeds resampled within each task, the same draw "
-        "for both models; nested when there are pretraining seeds) over 5000 resamples; IQM and P(A > B) as "
-        "defined by Agarwal et al. 2021 (rliable). A verdict is 'better' only when the interval of the mean delta "
-        "excludes 0.",
+        STATS_NOTE,
     ]
     return "\n".join(lines) + "\n"
 
@@ -179,22 +229,36 @@ def comparison_md(c: dict) -> list[str]:
             f"| {n} | {d['n']} | {d['delta']:+.2f} | {_ci(d['ci95'])} | {d['wins_a']} / {d['wins_b']} / "
             f"{d['ties']} | {v} |"
         )
+    excluded = c.get("excluded_tasks") or {}
+    if excluded:
+        lines += ["", "Left out of the aggregate (they measure nothing): "
+                  + "; ".join(f"{t}: {why}" for t, why in excluded.items()) + "."]  # fmt: skip
     if "aggregate" not in c:
         return [*lines, "", f"Verdict: {c['verdict']}."]
     g = c["aggregate"]
     w = c["task_wins"]
+    md = g["mean_delta"]
     lines += [
         "",
-        "Aggregate over tasks x seeds (95% stratified bootstrap CIs):",
+        f"Aggregate over {len(c['tasks'])} task(s) x seeds:",
         "",
         "| statistic | value | 95% CI |",
         "|---|---|---|",
-        f"| mean Δ (points) | {g['mean_delta']['value']:+.2f} | {_ci(g['mean_delta']['ci95'])} |",
-        f"| IQM {a} | {g['iqm_a']['value']:.2f} | {_ci_plain(g['iqm_a']['ci95'])} |",
-        f"| IQM {b} | {g['iqm_b']['value']:.2f} | {_ci_plain(g['iqm_b']['ci95'])} |",
-        f"| IQM Δ | {g['iqm_delta']['value']:+.2f} | {_ci(g['iqm_delta']['ci95'])} |",
-        f"| P({a} > {b}) | {g['poi']['value']:.2f} | {_ci_plain(g['poi']['ci95'])} |",
+        f"| mean Δ (points; the verdict: {md.get('method') or '–'}) | {md['value']:+.2f} | {_ci(md['ci95'])} |",
+        f"| IQM {a} | {g['iqm_a']['value']:.2f} | {_ci_plain(g['iqm_a']['ci95'])} (bootstrap, descriptive) |",
+        f"| IQM {b} | {g['iqm_b']['value']:.2f} | {_ci_plain(g['iqm_b']['ci95'])} (bootstrap, descriptive) |",
+        f"| IQM Δ | {g['iqm_delta']['value']:+.2f} | {_ci(g['iqm_delta']['ci95'])} (bootstrap, descriptive) |",
+        f"| P({a} > {b}) | {g['poi']['value']:.2f} | {_ci_plain(g['poi']['ci95'])} (bootstrap, descriptive) |",
         "",
+    ]
+    est = md.get("estimate")
+    if est is not None and md["ci95"] and not md["ci95"][0] <= md["value"] <= md["ci95"][1]:
+        lines += [
+            f"The interval is centred on the shift all tasks agree on ({est:+.2f}); the plain mean lies outside it: "
+            "the tasks disagree, a precise task pulls the interval.",
+            "",
+        ]
+    lines += [
         f"Tasks won: {a} {w['a']}, {b} {w['b']}, ties {w['ties']} of {len(c['tasks'])}.",
         "",
         f"**Verdict over the suite: {c['verdict']}.**"
@@ -202,6 +266,9 @@ def comparison_md(c: dict) -> list[str]:
         "",
         f"Seed levels: {c['seed_levels']['advice']}.",
     ]
+    rule = c.get("rule") or {}
+    for u in [*rule.get("unmeasured", []), *rule.get("notes", [])]:
+        lines += ["", f"Not measured / noted: {u}."]
     return lines
 
 

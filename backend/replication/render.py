@@ -70,7 +70,7 @@ def summary_markdown(rep: dict) -> str:
             )
         lines += [
             "",
-            "| comparison | Δ F1 (pp) | 95% CI (t) | 95% CI (bootstrap) | wins | n |",
+            "| comparison | Δ F1 (pp) | 95% CI (t) | 95% CI (bootstrap, descriptive) | wins | n |",
             "|---|---|---|---|---|---|",
         ]
         for c in ner["comparisons"]:

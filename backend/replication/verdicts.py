@@ -3,7 +3,8 @@
 in the report itself (``VERDICT_RULES``) so a reader can check them. Also the number formats the report's
 text, tables and figures share. The rules:
 
-* finding 1 (detour > MLM downstream): *replicated* when the paired 95% t interval of detour − MLM on test F1
+* finding 1 (detour > MLM downstream): *replicated* when the 95% interval of detour − MLM on test F1 (the one rule
+  the suite aggregate and the sweep report use, ``evaluation.delta_verdict``: here a paired t over fine-tuning seeds)
   lies above 0, *not replicated* when it lies below 0, *inconclusive (CI crosses 0)* otherwise;
 * finding 2 (low-layer divergence well above seed noise): geometric mean of the divergence ratio
   r_l = div(detour, MLM) / div(MLM 2nd seed, MLM) over the blocks of the lower third: *replicated* at >= 5
@@ -17,6 +18,8 @@ text, tables and figures share. The rules:
 from __future__ import annotations
 
 from pathlib import Path
+
+from backend.evaluation.delta_verdict import delta_verdict
 
 PAPER = {
     "f1": (
@@ -45,8 +48,10 @@ DEVIATIONS = [
     "as in the paper's layer freeze.",
 ]
 VERDICT_RULES = [
-    "Finding 1: replicated when the paired 95% t interval of detour − MLM (test F1, paired by fine-tuning seed) "
-    "lies above 0; not replicated when below 0; inconclusive when it crosses 0.",
+    "Finding 1: replicated when the 95% interval of detour − MLM (test F1, paired by fine-tuning seed; the one rule "
+    "the suite aggregate and the sweep report use, here a paired t) lies above 0; not replicated when below 0; "
+    "inconclusive when it crosses 0. One pretraining seed per arm: pretraining variance is not measured, so the "
+    "verdict is about these two checkpoints.",
     "Finding 2: geometric mean over the lower-third blocks of r_l = div(detour, MLM) / div(MLM 2nd seed, MLM): "
     "replicated at >= 5x (the paper's smallest low-layer ratio), partly at >= 2x, not replicated below.",
     "Finding 3: needs finding 1 (a gain to remove). Gain removed: low-frozen − MLM not above 0 and below the "
@@ -88,12 +93,19 @@ def comparison(ner: dict | None, a: str, b: str) -> dict | None:
     return next((c for c in ner["comparisons"] if c["a"] == a and c["b"] == b), None)
 
 
+def rule(c: dict | None) -> dict | None:
+    """The one verdict rule (``delta_verdict``) on a paired comparison's differences (``b − a`` per seed)."""
+    if not c or not c.get("diffs") or c.get("mean_diff") is None:
+        return None
+    return delta_verdict({"task": dict(zip(c["seeds"], c["diffs"], strict=True))})
+
+
 def significance(c: dict | None) -> str:
-    """'up' (t CI above 0), 'down' (below 0), 'ns' (crosses 0), 'na'."""
-    if not c or not c.get("ci95_t") or c.get("mean_diff") is None:
+    """'up' (the rule's interval above 0), 'down' (below 0), 'ns' (crosses 0, or too few seeds), 'na'."""
+    r = rule(c)
+    if r is None or r["ci95"] is None:
         return "na"
-    lo, hi = c["ci95_t"]
-    return "up" if lo > 0 else "down" if hi < 0 else "ns"
+    return {"up": "up", "down": "down"}.get(r["direction"], "ns")
 
 
 def _comp_text(c: dict | None, what: str) -> str:
@@ -101,7 +113,7 @@ def _comp_text(c: dict | None, what: str) -> str:
         return f"{what}: not measured"
     return (
         f"{what} = {fmt_pp(c['mean_diff'])} pp, 95% CI {fmt_ci(c['ci95_t'])} (paired t), {fmt_ci(c['ci95_bootstrap'])} "
-        f"(bootstrap), wins {c['wins_b']}/{c['n']} seeds"
+        f"(bootstrap, descriptive: too narrow at a few seeds), wins {c['wins_b']}/{c['n']} seeds"
     )
 
 
@@ -129,6 +141,7 @@ def assess(ner: dict | None, cka: dict | None, settings: dict, runs: dict | None
             f"{fmt_pp(mm['mean'], False)} ± {fmt_pp(mm['std'], False)} ({c['n']} seeds); "
             + _comp_text(c, "detour − MLM")
             + ("; " + _comp_text(c2, "detour − MLM 2nd seed") if c2 else "")
+            + "".join(f"; {u}" for u in rule(c)["unmeasured"])
         )
         diff = fmt_pp(c["mean_diff"])
         if s == "up":

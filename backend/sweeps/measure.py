@@ -3,7 +3,8 @@
 * ``heldout_mlm_loss``: the run's last held-out MLM loss (metrics.jsonl; the same masks in every run);
 * ``finetune``: the mean test score over fine-tuning seeds (NER or classification, ``backend.evaluation``), with
   each fine-tuning seed's score (``finetune_by_seed``: the report pairs cells by pretraining x fine-tuning seed);
-* ``suite``: with ``--eval-suite``, per task of the suite each fine-tuning seed's test score (``suite_scores``);
+* ``suite``: with ``--eval-suite``, per task of the suite each fine-tuning seed's test score (``suite_scores``) and
+  the seeds that gave one constant answer (``suite_constant``: a task where every run does measures nothing);
 * ``cka_divergence``: mean over layers of 1 - CKA against the reference cell's run of the same seed
   (``backend.analysis``), when the sweep names held-out texts.
 """
@@ -81,11 +82,14 @@ def _suite(run_dir: Path, ev: dict, out_dir: Path, log: Callable[[str], None]) -
 
     rep = evaluate_suite(ev["suite"], [str(run_dir)], out_dir, labels=[run_dir.name], progress=_progress(log),
                          keep_models=False)  # fmt: skip
-    scores = {}
+    scores, constant = {}, {}
     for t in rep["tasks"]:
         res = json.loads((out_dir / "tasks" / t["name"] / "results.json").read_text())
         scores[t["name"]] = {str(k): v for k, v in _seed_scores(res).items()}
-    return {"suite_scores": scores, "suite_metrics": {t["name"]: t["metric"] for t in rep["tasks"]}}
+        runs = [r for r in res["models"][0]["runs"] if r.get("status") == "ok"]
+        constant[t["name"]] = [str(r["seed"]) for r in runs if (r.get("test") or {}).get("constant") is not None]
+    return {"suite_scores": scores, "suite_metrics": {t["name"]: t["metric"] for t in rep["tasks"]},
+            "suite_constant": constant}  # fmt: skip
 
 
 def _cka(run_dir: Path, ref_dir: Path, ev: dict) -> dict:

@@ -1,8 +1,10 @@
 """The sweep report: per cell the metric as mean with a 95% t interval over seeds, drawn as the seed paper draws it
 (metric against the first axis, one line per value of the second), and each cell's paired delta against the
-reference cell of its line (paired by seed) with a 95% paired t interval, a plain verdict, and, where the verdict is
-inconclusive, how many seeds a two-sided paired t test (alpha 0.05, power 0.8) needs to detect the observed delta
-at the observed spread. Written as report.json, report.md, report.html and figures/<metric>.html|png.
+reference cell of its line (paired by seed) with the interval and verdict of the one rule the suite aggregate and the
+replication verdicts use too (``evaluation.delta_verdict``: paired t, or t over pretraining-seed means when the
+cells were fine-tuned with several seeds each), the variance levels the counts do not measure, and, where the
+verdict is inconclusive, how many seeds a two-sided paired t test (alpha 0.05, power 0.8) needs to detect the
+observed delta at the observed spread. Written as report.json, report.md, report.html and figures/<metric>.html|png.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from backend.core import atomic
 from backend.evaluation.aggregate import seed_levels, t_summary, task_delta
 from backend.evaluation.stats import mean_std, seeds_needed, t_interval
+from backend.evaluation.suite_report import clip_to_scale
 from backend.reporting.figure_files import export_pngs
 from backend.reporting.figure_style import TEMPLATE
 from backend.reporting.html_page import md_to_html
@@ -59,7 +62,7 @@ def _cell_interval(vals: dict) -> tuple[list[float] | None, str]:
             by.setdefault(p, []).append(v)
         if len(by) > 1:
             return t_summary([statistics.fmean(v) for v in by.values()])["ci95"], "over pretraining seeds"
-        return t_summary(list(vals.values()))["ci95"], "over fine-tuning seeds (pretraining-seed variance unmeasured)"
+        return t_summary(list(vals.values()))["ci95"], "over fine-tuning seeds (pretraining variance not measured)"
     return t_interval(list(vals.values())), "over seeds"
 
 
@@ -75,6 +78,9 @@ def metric_table(m: dict, results: dict[str, dict], metric: str) -> list[dict]:
         vals = per_cell[c["index"]]
         ms = mean_std(list(vals.values()))
         ci, how = _cell_interval(vals)
+        if metric == "finetune":  # a score in points: a t interval past [0, 100] is clipped and says so
+            ci, cut = clip_to_scale(ci)
+            how += "; clipped to [0, 100] (too few seeds to bound it within the scale)" if cut else ""
         row = {
             "cell": c["index"],
             "label": c["label"],
@@ -93,7 +99,7 @@ def metric_table(m: dict, results: dict[str, dict], metric: str) -> list[dict]:
         if ref_idx == c["index"]:
             row["reference"] = True
         elif ref_idx is not None:
-            td = task_delta(vals, per_cell[ref_idx], "cell", "reference")
+            td = task_delta(vals, per_cell[ref_idx], "cell", "reference", seed_level="pretraining")
             v = {"cell better": "up", "reference better": "down"}.get(td["verdict"], "inconclusive")
             if v != "inconclusive":
                 v = ("better" if (v == "up") == higher else "worse") if higher is not None else {"up": "higher",
@@ -105,6 +111,8 @@ def metric_table(m: dict, results: dict[str, dict], metric: str) -> list[dict]:
                 "std": td["sd"],
                 "ci95": td["ci95"],
                 "interval": td["interval"],
+                "p_value": td["p_value"],
+                "unmeasured": td["unmeasured"],
                 "verdict": v,
                 "seeds_needed": seeds_needed(td["delta"], td["sd"], ALPHA, POWER) if v == "inconclusive" else None,
                 "seed_levels": seed_levels({k: vals[k] - per_cell[ref_idx][k] for k in vals if k in per_cell[ref_idx]})[
@@ -160,12 +168,15 @@ def build_report(out: str | Path) -> dict:
         "tables": tables,
         "not_done": not_done,
         "stats": (
-            f"Means with a 95% Student t interval (scipy) over seeds; fine-tuned scores are in points and keep both "
-            f"seed levels: a cell's interval is over its pretraining seeds' means when it has two or more, else over "
-            f"its fine-tuning seeds (pretraining-seed variance then unmeasured). Deltas are cell - reference, paired "
-            f"by pretraining seed and fine-tuning seed, with a 95% paired t interval (a nested bootstrap with two or "
-            f"more pretraining seeds); a verdict is better/worse only when that interval excludes 0, else "
-            f"inconclusive. The 'seeds needed' column: paired seeds for a two-sided paired t test at alpha {ALPHA} to "
+            f"Means with a 95% Student t interval (scipy) over seeds; fine-tuned scores are in points (an interval "
+            f"past [0, 100] is clipped, and says so) and keep both seed levels: a cell's interval is over its "
+            f"pretraining seeds' means when it has two or more, else over its fine-tuning seeds (pretraining variance "
+            f"then not measured). Deltas are cell - reference, paired by pretraining seed and fine-tuning seed; their "
+            f"interval is the one rule the suite aggregate uses: a paired t interval, or with fine-tuning seeds under "
+            f"two or more pretraining seeds a t interval over the pretraining-seed means (they are the independent "
+            f"units; never a bootstrap, which is too narrow at a few seeds); a verdict is better/worse only when that "
+            f"interval excludes 0, else inconclusive. The 'seeds needed' column: paired seeds for a two-sided paired t "
+            f"test at alpha {ALPHA} to "
             f"detect the observed delta with power {POWER} if the seed-to-seed spread of the differences is the "
             f"observed one (shown for inconclusive deltas)."
         ),
@@ -251,13 +262,28 @@ def suite_section(m: dict, results: dict[str, dict]) -> dict | None:
                     vals[(int(s), int(f))] = 100.0 * v
             if vals:
                 scores[t][c["label"]] = vals
+    constant = _constant_cells(m, results, tasks)
     key = m["axes"][0]["key"]
     refs = {_line_key(m, c): c["label"] for c in m["cells"] if repr(c["values"][key]) == repr(m["reference"])}
     pairs = [(c["label"], refs[_line_key(m, c)]) for c in m["cells"]
              if _line_key(m, c) in refs and refs[_line_key(m, c)] != c["label"]]  # fmt: skip
     labels = [c["label"] for c in m["cells"]]
     return {"suite": m["evaluation"].get("suite"), "tasks": tasks, "metrics": metrics, "labels": labels,
-            **panel(scores, labels, pairs)}  # fmt: skip
+            **panel(scores, labels, pairs, constant)}  # fmt: skip
+
+
+def _constant_cells(m: dict, results: dict[str, dict], tasks: list[str]) -> dict[str, set[str]]:
+    """task -> the cells every fine-tune of which (every pretraining x fine-tuning seed) gave one constant answer
+    there, from the runs' ``suite_constant`` records."""
+    out: dict[str, set[str]] = {}
+    for c in m["cells"]:
+        recs = [results.get(run) or {} for run in c["runs"].values()]
+        for t in tasks:
+            seen = [(set(r.get("suite_constant", {}).get(t, [])), set((r.get("suite_scores") or {}).get(t, {})))
+                    for r in recs]  # fmt: skip
+            if recs and all(scored and scored <= const for const, scored in seen):
+                out.setdefault(t, set()).add(c["label"])
+    return out
 
 
 def suite_markdown(su: dict) -> list[str]:
@@ -296,6 +322,10 @@ def render_markdown(rep: dict) -> str:
             )
         advice = sorted({d["seed_levels"] for r in rows if (d := r["delta"]) and d.get("seed_levels")})
         lines += ["", *(f"Seed levels: {a}." for a in advice)] if advice else []
+        gaps = sorted({u for r in rows if (d := r["delta"]) for u in d.get("unmeasured") or []})
+        lines += ["", *(f"Not measured at these counts: {u}." for u in gaps)] if gaps else []
+        if any("clipped" in (r.get("interval") or "") for r in rows):
+            lines += ["", "An interval clipped to [0, 100]: the seeds are too few to bound the score within the scale."]
         lines.append("")
     if rep.get("suite"):
         lines += suite_markdown(rep["suite"])

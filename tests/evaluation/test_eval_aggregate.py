@@ -123,7 +123,7 @@ def test_inconclusive_suite_says_what_would_settle_it():
     assert r["settle"]["seeds_per_task"] > 3 and "seeds per task" in r["settle"]["text"]
 
 
-def test_two_seed_levels_pair_by_both_and_nest_the_bootstrap():
+def test_two_seed_levels_pair_by_both_and_interval_over_pretraining_seed_means():
     # 3 pretraining seeds x 4 fine-tuning seeds; pretraining moves A - B a lot, fine-tuning a little
     rng = np.random.default_rng(0)
     a, b = {}, {}
@@ -134,10 +134,13 @@ def test_two_seed_levels_pair_by_both_and_nest_the_bootstrap():
             a[(p, f)] = b[(p, f)] + shift + rng.normal(0, 0.3)
     r = compare({"ner": {"A": a, "B": b}}, "A", "B", reps=3000)
     t = r["per_task"]["ner"]
-    assert t["n"] == 12 and "nested" in t["interval"]
+    assert t["n"] == 12 and "pretraining-seed means" in t["interval"]
     flat = t_summary([a[k] - b[k] for k in a])["ci95"]
-    assert t["ci95"][1] - t["ci95"][0] > (flat[1] - flat[0])  # the nested interval carries the pretraining spread
+    assert t["ci95"][1] - t["ci95"][0] > (flat[1] - flat[0])  # the interval carries the pretraining spread
+    means = [sum(a[(p, f)] - b[(p, f)] for f in range(4)) / 4 for p in range(3)]
+    assert t["ci95"] == pytest.approx(list(stats.t.interval(0.95, 2, loc=np.mean(means), scale=stats.sem(means))))
     assert "pretraining seeds" in r["seed_levels"]["advice"]
     one = compare({"ner": {"A": {(0, f): a[(0, f)] for f in range(4)}, "B": {(0, f): b[(0, f)] for f in range(4)}}},
                   "A", "B", reps=500)  # fmt: skip
-    assert "unmeasured" in one["per_task"]["ner"]["interval"] and "unmeasured" in one["seed_levels"]["advice"]
+    assert "pretraining variance not measured" in one["per_task"]["ner"]["interval"]
+    assert "pretraining variance not measured" in one["seed_levels"]["advice"]

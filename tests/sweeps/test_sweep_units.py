@@ -216,7 +216,7 @@ def test_a_gpu_box_gets_one_pinned_cell_per_gpu_by_default(tiny_modernbert_dir, 
 def test_report_keeps_both_seed_levels_and_pools_a_suite(tiny_modernbert_dir, tmp_path, monkeypatch):
     """Issue 31: one pretraining seed x five fine-tuning seeds per cell gave one number, 'CI -' and 'inconclusive';
     now the fine-tunes are paired by (pretraining seed, fine-tuning seed), in points, with the interval they
-    support and a note that pretraining-seed variance is unmeasured; a suite is pooled into one verdict."""
+    support and a note that pretraining variance is not measured; a suite is pooled into one verdict."""
     from backend.core import atomic, paths
     from backend.engine import rundir
     from backend.sweeps.manifest import write_manifest
@@ -243,19 +243,64 @@ def test_report_keeps_both_seed_levels_and_pools_a_suite(tiny_modernbert_dir, tm
         )  # fmt: skip
     rep = write_report(out, png=False)
     ref, det = rep["tables"]["finetune"]
-    assert ref["n"] == 5 and ref["ci95"] is not None and "unmeasured" in ref["interval"]
+    assert ref["n"] == 5 and ref["ci95"] is not None and "not measured" in ref["interval"]
     assert ref["mean"] == pytest.approx(100 * sum(ft["mlm"]) / 5)  # points
     d = det["delta"]
     diffs = [100 * (b - a) for a, b in zip(ft["mlm"], ft["clm_detour"], strict=True)]
     assert d["n"] == 5 and d["mean"] == pytest.approx(sum(diffs) / 5)
     assert d["ci95"] == pytest.approx(list(sps.t.interval(0.95, 4, loc=sum(diffs) / 5, scale=sps.sem(diffs))))
-    assert d["verdict"] == "better" and "pretraining-seed variance unmeasured" in d["interval"]
+    assert d["verdict"] == "better" and "pretraining variance not measured" in d["interval"]
     su = rep["suite"]
     assert su["tasks"] == ["ncbi", "anatem"]
     [c] = su["comparisons"]
     assert (c["a"], c["b"]) == (det["label"], ref["label"]) and c["verdict"] == f"{det['label']} better"
     md = (out / "report.md").read_text()
     assert "Suite `s.yaml`" in md and "Verdict over the suite" in md and "Seed levels: one pretraining seed" in md
+
+
+def test_two_pretraining_seeds_get_the_same_rule_as_the_suite_and_a_constant_task_is_left_out(
+    tiny_modernbert_dir, tmp_path, monkeypatch
+):
+    """Issue 41 section 3, real case 2 in a sweep: two pretraining seeds x three fine-tuning seeds per cell. The
+    old nested bootstrap gave the delta [-2.59, -1.84] ('worse'); the one rule gives the t interval over the two
+    pretraining-seed means (as the cell table does), inconclusive. A suite task where every fine-tune of both
+    cells gave one constant answer is left out of the suite verdict, and the report says so."""
+    from backend.core import atomic, paths
+    from backend.engine import rundir
+    from backend.sweeps.manifest import write_manifest
+    from backend.sweeps.report import write_report
+
+    monkeypatch.setenv(paths.SWEEPS_ENV, str(tmp_path / "sweeps"))
+    m = plan_sweep(_base(tiny_modernbert_dir), grid=["recipe=mlm,clm_detour"], seeds=2, name="two-pre")
+    out = tmp_path / "sweeps" / "two-pre"
+    write_manifest(out, {**m, "state": "running", "evaluation": {**m["evaluation"], "suite": "s.yaml"}})
+    shift = {0: -2.53, 1: -1.88}  # clm_detour - mlm per pretraining seed, in points
+    for c in m["cells"]:
+        for i, (_seed, run) in enumerate(sorted(c["runs"].items())):
+            d = out / "runs" / run
+            d.mkdir(parents=True)
+            (d / "config.yaml").write_text("{}")
+            rundir.write_status(d, state="done")
+            det = c["values"]["recipe"] == "clm_detour"
+            by = {str(f): (60 + i + 0.3 * f + (shift[i] + e if det else 0.0)) / 100
+                  for f, e in enumerate((-0.12, 0.0, 0.12))}  # fmt: skip
+            atomic.write_json(
+                out / "results" / f"{run}.json",
+                {"finetune": sum(by.values()) / 3, "finetune_by_seed": by,
+                 "suite_scores": {"ncbi": by, "hoc": dict.fromkeys(by, 0.0)},
+                 "suite_metrics": {"ncbi": "f1", "hoc": "macro_f1"}, "suite_constant": {"hoc": list(by)}},
+            )  # fmt: skip
+    rep = write_report(out, png=False)
+    ref, det = rep["tables"]["finetune"]
+    d = det["delta"]
+    means = [shift[0], shift[1]]
+    assert d["ci95"] == pytest.approx(list(sps.t.interval(0.95, 1, loc=sum(means) / 2, scale=sps.sem(means))), abs=1e-9)
+    assert d["verdict"] == "inconclusive" and "2 pretraining-seed means" in d["interval"]
+    [c] = rep["suite"]["comparisons"]
+    assert c["excluded_tasks"] == {"hoc": "every run of both models gave one constant answer"}
+    assert c["verdict"] == "inconclusive" and c["aggregate"]["mean_delta"]["ci95"] == pytest.approx(d["ci95"], abs=1e-9)
+    md = (out / "report.md").read_text()
+    assert "Left out of the aggregate (they measure nothing): hoc" in md
 
 
 # --------------------------------------------------------------------------------------------------------- slurm
