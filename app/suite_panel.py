@@ -200,8 +200,8 @@ def build(refresh=None) -> dict:
     with gr.Accordion("Task suites: several tasks, one verdict", open=True):
         gr.Markdown(
             "Fine-tune each model on every task of a suite and pool the tasks (`python -m backend evaluate --suite`): "
-            "models x tasks table, IQM and P(improvement) (descriptive), and one verdict over the suite by the few-seed "
-            "rule (a t interval that must exclude 0: see the guide's Evaluation page). "
+            "models x tasks table, IQM and P(improvement) (descriptive), and one verdict over the suite by the "
+            "few-seed rule (a t interval that must exclude 0: see the guide's Evaluation page). "
             "Caps left at 0 keep the suite's settings."
         )
         with gr.Row():
