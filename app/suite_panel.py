@@ -63,18 +63,21 @@ def argv_for(suite: str, models: list[str], out: Path, labels: list[str], caps: 
 def start_suite(suite: str, models_text: str, labels_text: str, name: str, caps: dict | None = None) -> str:
     """Check everything a run needs (the suite file key by key, each model), then start it detached. Returns the
     run's name; raises DetourError with one line otherwise."""
+    from app import check_model_spec, looks_like_path
     from backend.core.process import spawn_detached
-    from backend.engine.models import resolve_model
     from backend.evaluation.suite import load_suite
 
     if not (suite or "").strip():
         raise DetourError("suite: pick one (configs/suites/*.yaml)")
     spec = load_suite(suite)
-    models = [m for m in re.split(r"[\s,]+", models_text or "") if m]
-    if not models:
-        raise DetourError("models: give at least one (a bundled name, a run directory or a model folder)")
-    for m in models:
-        resolve_model(m)
+    typed = [m for m in re.split(r"[\s,]+", models_text or "") if m]
+    if not typed:
+        raise DetourError("models: give at least one (a bundled name, a run, a model folder or a hub id)")
+    models = []
+    for i, m in enumerate(typed, 1):  # as in every model field: refused here, naming the close candidates
+        checked = check_model_spec(m, f"model {i}")
+        # the evaluation names each model as it was typed (a run by its name), a path made absolute
+        models.append(checked if looks_like_path(m) or not Path(checked).is_absolute() else m)
     labels = [x for x in re.split(r"[\s,]+", labels_text or "") if x]
     if labels and len(labels) != len(models):
         raise DetourError(f"labels: give one per model ({len(models)}) or none")
