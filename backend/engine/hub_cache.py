@@ -1,9 +1,10 @@
 """Encoders already in the user's Hugging Face cache: the models people inspecting released encoders have.
 
 ``cached_encoders()`` lists the masked-LM models of the hub cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``, read at
-call time) with their parameter count (from the safetensors headers: nothing is loaded), through huggingface_hub's own cache
-scan; a hub id in it loads offline. The app's model pickers offer them as ``org/name (cached, 149.6M params)``: a
-label for the eye only, ``strip_label`` (called by ``model_ref.resolve_model``) gives the hub id back.
+call time) with their parameter count (from the safetensors headers: nothing is loaded), through huggingface_hub's
+own cache scan; a hub id in it loads offline. The app's model pickers offer them as
+``org/name (cached, 149.6M params)``: a label for the eye only; ``strip_label`` (called by
+``model_ref.resolve_model``) gives the hub id back.
 """
 
 from __future__ import annotations
