@@ -82,8 +82,9 @@ def _run_ref(run: Path, spec: str, kind: str, root: Path) -> ModelRef:
     real = run.resolve()
     if not real.is_relative_to(root.resolve()):
         where = "runs folder" if kind == "run" else "sweep's runs folder"
-        raise ModelSpecError(f"model '{spec}': run {run.name} is a link to {real}, outside the {where} {root}"
-                             "; not read")
+        raise ModelSpecError(
+            f"model '{spec}': run {run.name} is a link to {real}, outside the {where} {root}; not read"
+        )
     m = run_model_dir(real)
     if m is None:
         raise ModelSpecError(f"model '{spec}': run {run} has no finished model or complete checkpoint yet")
