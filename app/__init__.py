@@ -117,6 +117,14 @@ def check_model_spec(spec: str, what: str = "model") -> str:
     return ref.run or ref.spec  # a run by its name: its folder, found in the lab's own folders
 
 
+def model_name(spec: str | None) -> str:
+    """What results, tables and chart labels call a model picked in a field: the name, never a picker's label (a
+    cached model's ``org/name (cached, 5.5M params)`` is ``org/name``)."""
+    from backend.engine.hub_cache import strip_label
+
+    return strip_label((spec or "").strip())
+
+
 def check_corpus_spec(spec: str, what: str = "data.corpus") -> str:
     spec = (spec or "").strip()
     if spec in ("", "demo"):

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from app import check_model_spec, default_picks, fill_empty_picks, md_escape, model_choices, warn
+from app import check_model_spec, default_picks, fill_empty_picks, md_escape, model_choices, model_name, warn
 from backend.analysis import plots
 from backend.analysis.fill_mask import check_text, fill_mask
 from backend.core.errors import DetourError
@@ -18,7 +18,7 @@ def predict(text: str, specs: list[str | None], trust: list[bool], top_k: int = 
         check_text(text)
     except DetourError as exc:
         return [None] * len(specs), warn(exc)
-    chosen = [(i, s.strip()) for i, s in enumerate(specs) if s and s.strip()]
+    chosen = [(i, model_name(s)) for i, s in enumerate(specs) if s and s.strip()]
     if not chosen:
         return [None] * len(specs), "⚠ choose at least one model"
     results: dict[int, dict] = {}
