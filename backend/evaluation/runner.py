@@ -230,23 +230,31 @@ def _check_inputs(task: str, models, labels, data, seeds, hparams: dict) -> tupl
     models = list(models or [])
     if not models:
         raise ConfigError("models", models, "give at least one model")
+    if labels:
+        labels, dirs = _checked_labels(list(labels), len(models))
+    seeds = normalize_seeds(seeds)
+    hp = resolve_hparams(task, **hparams)
+    if task == "classification" and not data:
+        raise ConfigError("data", data, "classification needs --data: a folder with train/dev/test CSV/JSONL/parquet")
     sources = [resolve_model(m) for m in models]  # every kind of name, one resolver; refused here with candidates
-    labels = list(labels) if labels else [s.spec for s in sources]  # a picker's label is never a result's name
-    if len(labels) != len(models):
-        raise ConfigError("labels", labels, f"give one label per model ({len(models)})")
+    if not labels:  # named as resolved: a picker's label (org/name (cached, ...)) never names a result
+        labels, dirs = _checked_labels([s.spec for s in sources], len(models))
+    hp["lr_why"] = "given"
+    if hparams.get("lr") is None:  # the paper's 5e-5 leaves a small model predicting nothing: by size, and why
+        hp["lr"], hp["lr_why"] = sanity.default_lr([model_config_of_source(s) for s in sources])
+    return labels, dirs, seeds, hp, sources
+
+
+def _checked_labels(labels: list[str], n: int) -> tuple[list[str], list[str]]:
+    """(labels, their folder names): one per model, distinct, and distinct as folder names too."""
+    if len(labels) != n:
+        raise ConfigError("labels", labels, f"give one label per model ({n})")
     if len(set(labels)) != len(labels):
         raise ConfigError("labels", labels, "model labels must be distinct (pass --labels to name repeats)")
     dirs = [safe_label(x) for x in labels]
     if len(set(dirs)) != len(dirs):
         raise ConfigError("labels", labels, f"labels map to the same folder names ({dirs}); pass distinct --labels")
-    seeds = normalize_seeds(seeds)
-    hp = resolve_hparams(task, **hparams)
-    if task == "classification" and not data:
-        raise ConfigError("data", data, "classification needs --data: a folder with train/dev/test CSV/JSONL/parquet")
-    hp["lr_why"] = "given"
-    if hparams.get("lr") is None:  # the paper's 5e-5 leaves a small model predicting nothing: by size, and why
-        hp["lr"], hp["lr_why"] = sanity.default_lr([model_config_of_source(s) for s in sources])
-    return labels, dirs, seeds, hp, sources
+    return labels, dirs
 
 
 def model_config_of_source(source):
