@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+import backend.presets as presets
 from app import check_corpus_spec, check_model_spec, md_escape
 from backend.core.errors import ConfigError, DetourError
 from backend.core.paths import runs_dir
@@ -35,7 +36,7 @@ def _field(k: schema.Key) -> Field:
         kind = "optint" if k.optional else "int"
     else:
         kind = {"str": "text", "float": "float", "bool": "check", "autobool": "radio", "choice": "radio",
-                "layers": "layers", "trackers": "multi"}[k.kind]  # fmt: skip
+                "layers": "layers", "trackers": "multi", "rates": "rates"}[k.kind]  # fmt: skip
     return Field(k.key, k.label, kind, list(k.form_choices or k.choices), _form_help(k), k.advanced)
 
 
@@ -71,6 +72,39 @@ def _set(cfg: dict, key: str, value) -> None:
     node[parts[-1]] = value
 
 
+def unread_keys(recipe: str | None, listed: bool) -> set[str]:
+    """The recipe keys ``recipe`` does not read (another recipe's budget and settings; with a phase list, the phase
+    fields): hidden in the form and never applied from it. Each preset declares what it reads
+    (``backend.presets.form_keys``)."""
+    if recipe not in presets.names():
+        return set()  # an unknown recipe: the config check names it
+    return set(presets.recipe_keys()) - set(presets.form_keys(recipe, listed))
+
+
+RECIPE_KEYS = set(presets.recipe_keys())
+RECIPE_GROUP = "recipe"  # the form's group of the recipe keys
+
+
+def recipe_title(recipe: str | None, listed: bool) -> str:
+    """The recipe group's heading: which recipe the fields under it are the budget and settings of."""
+    if listed or recipe == presets.CUSTOM:
+        extra = " (and its baseline's masking rate)" if recipe != presets.CUSTOM else ""
+        return f"**Recipe `{recipe}` with a timeline list**: its total{extra}; the phases are the list's"
+    return f"**Recipe `{recipe}`: its budget and settings**"
+
+
+def recipe_fields(recipe: str | None, loaded: dict | None) -> dict[str, bool]:
+    """Which recipe fields the form shows for ``recipe`` and the loaded config's state (a phase list or not): key ->
+    shown. The Launch form and the timeline editor follow it."""
+    hide = unread_keys(recipe, listed(loaded))
+    return {f.key: f.key not in hide for f in FIELDS if f.key in RECIPE_KEYS}
+
+
+def listed(loaded: dict | None) -> bool:
+    """The loaded-config state holds a timeline list (the editor's, or a loaded config's)."""
+    return bool(loaded) and isinstance(loaded.get("phases"), list)
+
+
 def config_to_values(cfg: dict, seeds: str | None = None) -> list:
     """Config -> one value per FIELDS entry (what the form shows)."""
     out = []
@@ -80,7 +114,7 @@ def config_to_values(cfg: dict, seeds: str | None = None) -> list:
             continue
         listed = f.key.startswith("phases.") and isinstance(cfg["phases"], list)  # the timeline editor shows a list
         v = _get(default_config() if listed else cfg, f.key)
-        if f.kind in ("text", "sci", "layers", "optint"):
+        if f.kind in ("text", "sci", "layers", "optint", "rates"):
             v = "" if v is None else (",".join(map(str, v)) if isinstance(v, list) else str(v))
         elif f.kind == "radio" and isinstance(v, bool):  # auto | true | false: the radio shows text
             v = str(v).lower()
@@ -138,18 +172,21 @@ def values_to_config(values: list, base: dict | None = None) -> tuple[dict, list
     -> (validated config, seeds). Raises ConfigError / PathNotAllowed naming the field."""
     cfg = copy.deepcopy(base) if base else default_config()
     seeds: list[int] = []
+    unread = unread_keys(values[KEYS.index("recipe")], isinstance(cfg["phases"], list))
     for f, v in zip(FIELDS, values, strict=True):
         if f.key == "seeds":
             seeds = parse_seeds(v)
             continue
-        if f.key.startswith("phases.") and isinstance(cfg["phases"], list):
-            continue  # the timeline editor's list is the recipe: the preset's phase fields are unused
+        if f.key in unread:
+            continue  # a field the recipe does not read is hidden, and never applied
         if f.kind == "sci":  # a number typed as text: 2e-4
             v = _scalar(f.key, v) if str(v or "").strip() else None
         elif f.kind == "text":  # an optional key left blank is null, as in the YAML: not '', a second "unset"
             v = (v or "").strip() or (None if schema.BY_KEY[f.key].optional else "")  # (seeds: read above)
         elif f.kind == "layers":
             v = (v or "").strip() or None
+        elif f.kind == "rates":  # '0.3, 0.15, 0.05' -> a list (the config checks each rate)
+            v = [_scalar(f.key, x) for x in re.split(r"[,\s]+", str(v or "").strip()) if x] or None
         elif f.kind in ("int", "optint"):
             if v is None or (isinstance(v, str) and not v.strip()):
                 v = None

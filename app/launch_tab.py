@@ -14,11 +14,17 @@ from app.launch_form import (  # noqa: F401
     FIELD_BY_KEY,
     FIELDS,
     KEYS,
+    RECIPE_GROUP,
+    RECIPE_KEYS,
     Field,
-    free_name,
     config_to_values,
     default_values,
+    free_name,
+    listed,
     proposed_name,
+    recipe_fields,
+    recipe_title,
+    unread_keys,
     values_to_config,
 )
 from app.launch_preview import PREVIEW, STALE, keep_last_preview  # noqa: F401
@@ -60,44 +66,28 @@ def build(ctx) -> dict:
         errs[f.key] = gr.Markdown("", visible=False, elem_classes=["field-error"], container=True)
 
     vals = dict(zip(KEYS, values, strict=True))
-    upload = upload_msg = None
+    upload = upload_msg = recipe_head = None
+    cols: dict[str, gr.Column] = {}  # a recipe key's cell: shown only for the recipes that read it
     with gr.Row():
         with gr.Column(scale=3):
             gr.Markdown("### Experiment")
             groups = [
                 ("Run", ["name", "recipe", "seeds", "train.precision", "logging.report_to"]),
                 ("Model and data", ["model.name", "model.trust_remote_code", "data.corpus"]),
-                (
-                    "Phase budgets and masking",
-                    [
-                        "phases.main.tokens",
-                        "phases.warmup.tokens",
-                        "phases.decay.fraction",
-                        "phases.main.mlm_probability",
-                        "phases.decay.mlm_probability",
-                        "train.total_tokens",
-                    ],
-                ),
+                (RECIPE_GROUP, [f.key for f in FIELDS if f.key in RECIPE_KEYS and not f.advanced]),
                 ("Optimisation", ["train.lr", "train.warmup_tokens", "train.batch_size", "train.seq_len"]),
-                (
-                    "Freeze",
-                    [
-                        "phases.main.freeze.layers",
-                        "phases.main.freeze.embeddings",
-                        "phases.decay.freeze.layers",
-                        "phases.decay.freeze.embeddings",
-                    ],
-                ),
             ]
             placed = {k for _, ks in groups for k in ks}
             rest = [f.key for f in FIELDS if not f.advanced and f.key not in placed]
             groups += [("More", rest)] if rest else []  # a key added to the schema's form shows up even here
+            hidden0 = unread_keys(vals["recipe"], False)
             for title, keys in groups:
                 with gr.Group():
-                    gr.Markdown(f"**{title}**")
+                    head = gr.Markdown(recipe_title(vals["recipe"], False) if title == RECIPE_GROUP else f"**{title}**")
+                    recipe_head = head if title == RECIPE_GROUP else recipe_head
                     with gr.Row(equal_height=True):  # cells stretch to the row's tallest: no ragged grey gaps
                         for k in keys:
-                            with gr.Column(min_width=200):
+                            with gr.Column(min_width=200, visible=k not in hidden0) as cols[k]:
                                 make(FIELD_BY_KEY[k], vals[k])
                                 if k == "data.corpus":  # the upload sits under the corpus it fills in
                                     upload = gr.File(
@@ -111,8 +101,10 @@ def build(ctx) -> dict:
                 with gr.Row(equal_height=True):
                     for f in FIELDS:
                         if f.advanced:
-                            with gr.Column(min_width=200):
+                            with gr.Column(min_width=200, visible=f.key not in hidden0) as cell:
                                 make(f, vals[f.key])
+                            if f.key in RECIPE_KEYS:
+                                cols[f.key] = cell
             with gr.Row():
                 target = gr.Radio(list(TARGETS), value=next(iter(TARGETS)), label="Run on", elem_id="launch-target",
                                   info="Slurm: one sbatch job per run, with the Advanced Slurm settings")  # fmt: skip
@@ -193,6 +185,15 @@ def build(ctx) -> dict:
         timeline = timeline_editor.build_launch(inputs, values, base, values_to_config, comps["recipe"],
                                                 revalidate=(on_change, validate_kw),
                                                 total=comps["train.total_tokens"])  # fmt: skip
+
+    def show_recipe(recipe, loaded):
+        """The recipe's own fields, and no other recipe's (``recipe_fields``), under a heading naming it."""
+        shown = recipe_fields(recipe, loaded)
+        return [recipe_title(recipe, listed(loaded)), *[gr.update(visible=shown[k]) for k in cols]]
+
+    for event in (comps["recipe"].change, base.change):
+        event(show_recipe, inputs=[comps["recipe"], base], outputs=[recipe_head, *cols.values()],
+              show_progress="hidden", api_visibility="private")  # fmt: skip
 
     def on_launch(*vals):
         """Queued: the result under Launch, and the name moves on to a free one (its check redraws the preview).
