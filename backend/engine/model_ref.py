@@ -22,13 +22,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import backend.presets as presets
 from backend.core.errors import ModelSpecError
 from backend.core.paths import BUNDLED_MODELS_DIR, DEFAULT_MODEL, is_plain_name, runs_dir, sweeps_dir
 from backend.engine import hub_cache, model_files
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 KINDS = ("bundled", "run", "sweep_run", "checkpoint", "local", "hub")
-PAIR_ROLES = ("detour", "mlm")
+PAIR_ROLES = tuple(presets.get("pair")["runs"])  # a pair's runs are '<pair>-<role>'; the detour run first
 
 
 @dataclass(frozen=True)
