@@ -92,32 +92,39 @@ def looks_like_path(value: str) -> bool:
 
 
 def check_model_spec(spec: str, what: str = "model") -> str:
-    """A model as typed in the UI -> the spec the backend gets: a bundled name, a run name (-> its folder), an
-    allowed path, or a hub id (loaded only when an action asks for it)."""
-    from backend.engine.hub_cache import is_cached, not_available, offline, strip_label
-    from backend.engine.models import bundled_models
+    """A model as typed in any field of the app -> the spec the backend gets, by the backend's one resolver
+    (``backend.engine.model_ref``): a bundled name, a run (-> its folder), a sweep's run (-> its folder), a hub id
+    (a picker's cached label -> its hub id). What is typed as a path must also lie inside the allowed roots. A name
+    that resolves to nothing is refused here, with the names it was close to."""
+    from backend.core.errors import ModelSpecError
+    from backend.engine.model_ref import resolve_model
 
-    spec = strip_label((spec or "").strip())  # a cached model's label, 'org/name (cached, 150M)', is its hub id
+    spec = (spec or "").strip()
     if not spec:
         raise PathNotAllowed(what, spec, f"{what}: choose a model")
-    if spec in bundled_models():
-        return spec
-    if (run := run_folder(spec, what)) is not None:
-        return str(run)
-    if spec in _LISTED_RUNS:
+    if spec in _LISTED_RUNS and not (runs_dir() / spec).exists():
         raise PathNotAllowed(
             what,
             spec,
             f"{what}: run '{spec}' is no longer in {runs_dir()} (deleted or moved since the list was read); "
             "pick another model",
         )
-    if looks_like_path(spec):
-        return str(check_path(spec, what))
-    if HUB_ID.match(spec):
-        if offline() and not is_cached(spec):  # known now, not after a load that cannot succeed
-            raise PathNotAllowed(what, spec, f"{what}: {not_available(spec)}")
-        return spec
-    raise PathNotAllowed(what, spec, f"{what}: '{spec}' is not a bundled model, a run, an allowed folder or a hub id")
+    path = check_path(spec, what) if looks_like_path(spec) else None  # nothing outside the roots is even read
+    try:
+        ref = resolve_model(str(path) if path else spec)
+    except ModelSpecError as exc:
+        raise PathNotAllowed(what, spec, f"{what}: {str(exc).replace(str(path), spec) if path else exc}") from None
+    if path:
+        return str(path)
+    return ref.run or ref.spec  # a run by its name: its folder, found in the lab's own folders
+
+
+def model_name(spec: str | None) -> str:
+    """What results, tables and chart labels call a model picked in a field: the name, never a picker's label (a
+    cached model's ``org/name (cached, 5.5M params)`` is ``org/name``)."""
+    from backend.engine.hub_cache import strip_label
+
+    return strip_label((spec or "").strip())
 
 
 def check_corpus_spec(spec: str, what: str = "data.corpus") -> str:

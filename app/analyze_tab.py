@@ -13,6 +13,7 @@ from app import (
     labelled_choices,
     md_escape,
     model_choices,
+    model_name,
     newest_pair,
     trained_runs,
     warn,
@@ -91,6 +92,7 @@ def compute_cka(
     baseline], message)."""
     from backend.analysis.api import cka_between
 
+    a, b = model_name(a), model_name(b)  # the chart's names: never a picker's label
     try:
         ma, mb = check_model_spec(a, "model A"), check_model_spec(b, "model B")
         if ma == mb:
@@ -300,6 +302,7 @@ def compute_weight_change(a: str, b: str) -> tuple:
     """-> (figure, message): ``||W_B - W_A|| / ||W_A||`` per layer, the change from A (the reference) to B."""
     from backend.analysis.api import weight_change_between
 
+    a, b = model_name(a), model_name(b)
     try:
         res = weight_change_between(check_model_spec(a, "model A"), check_model_spec(b, "model B"))
     except DetourError as exc:

@@ -17,6 +17,7 @@ from app import (
     labelled_choices,
     md_escape,
     model_choices,
+    model_name,
     warn,
 )
 from backend.analysis import plots
@@ -120,7 +121,7 @@ def _table(results: list[dict]) -> str:
 
 def show_surprise(text: str, specs: list[str | None]) -> tuple[str, str]:
     """-> (coloured tokens as HTML, message with the means)."""
-    chosen = [(i, s.strip()) for i, s in enumerate(specs) if s and s.strip()]
+    chosen = [(i, model_name(s)) for i, s in enumerate(specs) if s and s.strip()]
     if not chosen:
         return "", "⚠ choose at least one model"
     t0 = time.perf_counter()

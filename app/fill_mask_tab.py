@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from app import check_model_spec, default_picks, fill_empty_picks, md_escape, model_choices, warn
+from app import check_model_spec, default_picks, fill_empty_picks, md_escape, model_choices, model_name, warn
 from backend.analysis import plots
 from backend.analysis.fill_mask import check_text, predict_batch
 from backend.core import inference_lane
@@ -37,7 +37,7 @@ def predict_many(requests: list[tuple[str, list, list, int]]) -> list[tuple[list
         except DetourError as exc:
             early[r] = warn(exc)
             continue
-        chosen = [(i, s.strip()) for i, s in enumerate(specs) if s and s.strip()]
+        chosen = [(i, model_name(s)) for i, s in enumerate(specs) if s and s.strip()]
         if not chosen:
             early[r] = "⚠ choose at least one model"
         for i, spec in chosen:
@@ -49,7 +49,7 @@ def predict_many(requests: list[tuple[str, list, list, int]]) -> list[tuple[list
             groups.setdefault((resolved, bool(trust[i])), []).append((r, i))
     answers = inference_lane.run(_infer, groups, [(t, k) for t, _s, _tr, k in requests])
     for (r, i), res in answers.items():
-        spec = requests[r][1][i].strip()
+        spec = model_name(requests[r][1][i])
         if isinstance(res, DetourError):
             notes[r][i] = _slot_note(res, i)
             continue

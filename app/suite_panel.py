@@ -16,6 +16,7 @@ from backend.core.errors import DetourError
 from backend.core.paths import is_plain_name
 
 LOG = "suite.log"
+MODEL_WORD = re.compile(r"\S+ \(cached, [^)]*\)|[^\s,]+")  # a picker's label pasted whole is one model
 PID = "suite.pid"
 
 
@@ -95,21 +96,33 @@ def argv_for(suite: str, models: list[str], out: Path, labels: list[str], caps: 
     return argv + ["--no-keep-models"]
 
 
+def suite_models(models_text: str) -> list[str]:
+    """The Models box -> what ``evaluate --models`` is given. Each name is resolved as in every model field
+    (``app.check_model_spec``), so one that names nothing is refused here, with the names it was close to, before
+    anything starts. A name is passed on as its resolved name (a run by its name: the evaluation calls it so; a
+    cached model's label: its hub id), a path made absolute."""
+    from app import check_model_spec, looks_like_path, model_name
+
+    typed = MODEL_WORD.findall(models_text or "")
+    if not typed:
+        raise DetourError("models: give at least one (a bundled name, a run, a model folder or a hub id)")
+    models = []
+    for i, m in enumerate(typed, 1):
+        checked = check_model_spec(m, f"model {i}")
+        models.append(checked if looks_like_path(m) or not Path(checked).is_absolute() else model_name(m))
+    return models
+
+
 def start_suite(suite: str, models_text: str, labels_text: str, name: str, caps: dict | None = None) -> str:
     """Check everything a run needs (the suite file key by key, each model), then start it detached. Returns the
     run's name; raises DetourError with one line otherwise."""
     from backend.core.process import spawn_detached
-    from backend.engine.models import resolve_model
     from backend.evaluation.suite import load_suite
 
     if not (suite or "").strip():
         raise DetourError("suite: pick one (configs/suites/*.yaml)")
     spec = load_suite(suite)
-    models = [m for m in re.split(r"[\s,]+", models_text or "") if m]
-    if not models:
-        raise DetourError("models: give at least one (a bundled name, a run directory or a model folder)")
-    for m in models:
-        resolve_model(m)
+    models = suite_models(models_text)
     labels = [x for x in re.split(r"[\s,]+", labels_text or "") if x]
     if labels and len(labels) != len(models):
         raise DetourError(f"labels: give one per model ({len(models)}) or none")

@@ -145,19 +145,36 @@ def apply_rows(rows, recipe: str, base: dict | None, total_tokens=None) -> tuple
         load_config(copy.deepcopy({k: v for k, v in new.items() if k != "_meta"}))
     except DetourError as exc:
         return base, warn(exc), recipe
-    note = " (pair: its baseline trains each CLM phase as MLM)" if new["recipe"] == "pair" else ""
-    msg = f"✓ the timeline is the recipe ({len(new['phases'])} phases){note}; the phase fields above are unused"
-    return new, msg, new["recipe"]
+    return new, "✓ " + list_message(new), new["recipe"]
 
 
-def clear_list(base: dict | None, recipe: str) -> tuple[dict | None, str, str]:
-    """Back to the form's phase fields (the preset recipes); -> (state, message, the form's recipe)."""
+def list_message(state: dict) -> str:
+    """What the editor says of a state that holds a timeline list."""
+    note = " (pair: its baseline trains each CLM phase as MLM)" if state["recipe"] == "pair" else ""
+    return (f"the timeline is the recipe ({len(state['phases'])} phases){note}; the form shows only what a list "
+            "reads besides it (Total tokens)")  # fmt: skip
+
+
+FIELDS_ARE_THE_RECIPE = "the form's fields are the recipe: **Start from the form's recipe** to edit it as a list"
+
+
+def editor_view(state: dict | None) -> tuple[list[list], str]:
+    """(the table, the message) for the Launch form's loaded-config state, whatever set it (the editor, a loaded
+    config, Back to the form's fields): its list, or an empty table when the form's fields are the recipe."""
+    if state and isinstance(state.get("phases"), list):
+        return phases_to_rows(state["phases"]), list_message(state)
+    return [], FIELDS_ARE_THE_RECIPE
+
+
+def clear_list(base: dict | None, recipe: str) -> tuple[dict | None, str, str, list]:
+    """Back to the form's phase fields (the preset recipes); -> (state, message, the form's recipe, the table:
+    emptied, whether or not a list was in use)."""
     if not base or not isinstance(base.get("phases"), list):
-        return base, "the form's phase fields are the recipe", recipe
+        return base, FIELDS_ARE_THE_RECIPE, recipe, []
     new = copy.deepcopy(base)
     new["phases"] = default_config()["phases"]
     new["recipe"] = "pair" if new["recipe"] == "custom" else new["recipe"]
-    return new, "the timeline list is cleared: the form's phase fields are the recipe again", new["recipe"]
+    return new, "the timeline list is cleared: " + FIELDS_ARE_THE_RECIPE, new["recipe"], []
 
 
 def form_figure(values: list, base: dict | None, to_config):
@@ -216,12 +233,13 @@ def build_launch(inputs: list, values: list, base, to_config, recipe, revalidate
     down.click(lambda r, n: move_row(r, n, +1), inputs=[table, number], outputs=[table, number], **hidden)
     use.click(apply_rows, inputs=[table, recipe, base, *([total] if total is not None else [])],
               outputs=[base, msg, recipe], **hidden)  # fmt: skip
-    clear.click(clear_list, inputs=[base, recipe], outputs=[base, msg, recipe], **hidden)
+    clear.click(clear_list, inputs=[base, recipe], outputs=[base, msg, recipe, table], **hidden)
     draw = lambda *v: form_figure(list(v[:-1]), v[-1], to_config)  # noqa: E731
     gr.on([c.change for c in inputs] + [base.change], draw, inputs=[*inputs, base], outputs=[plot],
           trigger_mode="always_last", **hidden)  # fmt: skip
-    shown = lambda b: phases_to_rows(b["phases"]) if b and isinstance(b.get("phases"), list) else gr.skip()  # noqa: E731
-    base.change(shown, inputs=[base], outputs=[table], **hidden)  # a loaded config's list fills the table
+    # the table and its message follow the state, whatever set it: a loaded config's list fills the table, a loaded
+    # preset config or Back to the form's fields empties it
+    base.change(editor_view, inputs=[base], outputs=[table, msg], **hidden)
     if revalidate is not None:
         handler, kw = revalidate
         base.change(handler, **{**kw, **hidden})

@@ -37,7 +37,7 @@ from backend.analysis.hidden_states import (
 )
 from backend.analysis.weight_change import relative_weight_change
 from backend.core.errors import DataError, DetourError, ModelSpecError
-from backend.engine.models import ModelSource, load_encoder, load_tokenizer, quiet_transformers, resolve_model
+from backend.engine.models import ModelRef, load_encoder, load_tokenizer, quiet_transformers, resolve_model
 from backend.engine.rundir import read_status, saved_models
 
 VERSION = 2  # 2: a measure (default debiased), samples, hidden sizes and the shuffled baseline
@@ -114,7 +114,7 @@ def texts_sha256(texts: Sequence[str]) -> str:
 @dataclass
 class LoadedModel:
     spec: str
-    source: ModelSource
+    source: ModelRef
     model: torch.nn.Module
     tokenizer: object
     names: list[str]
@@ -138,14 +138,14 @@ class LoadedModel:
 
 
 def _spec_str(spec) -> str:
-    return spec.spec if isinstance(spec, ModelSource) else str(spec)
+    return spec.spec if isinstance(spec, ModelRef) else str(spec)
 
 
-def load_for_cka(spec: str | Path | ModelSource, dtype: str = "fp32") -> LoadedModel:
+def load_for_cka(spec: str | Path | ModelRef, dtype: str = "fp32") -> LoadedModel:
     """The bare encoder (eval mode, ``dtype`` fp32 or bf16) and its own tokenizer."""
     if dtype not in DTYPES:
         raise DataError(f"dtype: got {dtype!r}; use one of {', '.join(DTYPES)}")
-    source = spec if isinstance(spec, ModelSource) else resolve_model(str(spec))
+    source = spec if isinstance(spec, ModelRef) else resolve_model(str(spec))
     with quiet_transformers():
         # A bare encoder loaded from an MLM checkpoint: the head weights are "unexpected" (and unused) and
         # BERT's pooler "missing" (and unused): transformers' load report would only be noise here.
@@ -162,7 +162,7 @@ class _Models:
         self._by_key: dict[str, LoadedModel] = {}
 
     def get(self, spec) -> LoadedModel:
-        source = spec if isinstance(spec, ModelSource) else resolve_model(str(spec))
+        source = spec if isinstance(spec, ModelRef) else resolve_model(str(spec))
         key = f"{source.kind}:{source.path}"
         if key not in self._by_key:
             self._by_key[key] = load_for_cka(source, self.dtype)
@@ -326,8 +326,8 @@ def _ticker(progress: Progress | None, total: int, label: str):
 
 # ---------------------------------------------------------------------------------------------- public
 def cka_between(
-    a: str | Path | ModelSource,
-    b: str | Path | ModelSource,
+    a: str | Path | ModelRef,
+    b: str | Path | ModelRef,
     texts: str | Path | Sequence[str],
     pooling: str = "mean",
     max_len: int = 512,
@@ -521,9 +521,20 @@ def _checkpoint_points(run_dir: Path, include_final: bool) -> list[dict]:
     return points
 
 
+def run_folder_of(run: str | Path) -> Path:
+    """A run typed as its folder or by its name (a run, a sweep's ``SWEEP/RUN``: ``model_ref``) -> its folder."""
+    p = Path(run).expanduser()
+    if p.is_dir():
+        return p
+    ref = resolve_model(str(run))  # refused with the close names when it names nothing
+    if ref.run is None:
+        raise ModelSpecError(f"run '{run}': is a {ref.kind} model, not a run (a trajectory reads a run's checkpoints)")
+    return Path(ref.run)
+
+
 def cka_trajectory(
     run_dir: str | Path,
-    reference: str | Path | ModelSource,
+    reference: str | Path | ModelRef,
     texts: str | Path | Sequence[str],
     pooling: str = "mean",
     max_len: int = 512,
@@ -547,9 +558,7 @@ def cka_trajectory(
     """
     t0 = time.time()
     seed_list = _check_args(pooling, max_len, n_texts, batch_size, dtype, seed, seeds, measure)
-    run_dir = Path(run_dir).expanduser()
-    if not run_dir.is_dir():
-        raise ModelSpecError(f"run directory '{run_dir}': no such folder")
+    run_dir = run_folder_of(run_dir)
     points = _checkpoint_points(run_dir, include_final)
     if not points:
         raise ModelSpecError(f"run directory '{run_dir}': no complete checkpoint (nor final/) yet")
@@ -565,7 +574,7 @@ def cka_trajectory(
     notes: list[str] = []
     eff_len = max_len
     for p in points:
-        ck = load_for_cka(ModelSource("checkpoint", p["path"], p["path"]), dtype)
+        ck = load_for_cka(ModelRef("checkpoint", p["path"], p["path"]), dtype)
         if len(ck.names) != len(ref.names):
             raise ModelSpecError(
                 f"checkpoint {p['name']} has {len(ck.names)} layer indices, reference '{ref.spec}' has "
@@ -624,7 +633,7 @@ def cka_trajectory(
     }
 
 
-def weight_change_between(a: str | Path | ModelSource, b: str | Path | ModelSource, *, detail: bool = False) -> dict:
+def weight_change_between(a: str | Path | ModelRef, b: str | Path | ModelRef, *, detail: bool = False) -> dict:
     """Relative weight change ``||W_b - W_a|| / ||W_a||`` per block (``layers``, named ``block_i``: the same
     names as CKA indices 1..L), ``embeddings``, ``head``, ``other`` and ``total``. JSON-ready."""
     out = relative_weight_change(a, b, detail=detail)

@@ -53,25 +53,24 @@ def normalise_mask(text: str, mask_token: str) -> str:
     return MASK_FORMS.sub(lambda _m: mask_token, text)
 
 
-def _cache_key(spec: str, trust_remote_code: bool) -> tuple:
-    src = resolve_model(spec)
+def _cache_key(src, trust_remote_code: bool) -> tuple:
     mtime = 0.0
-    cfg = Path(src.path) / "config.json"
+    cfg = Path(src.folder) / "config.json"
     if cfg.exists():
         mtime = cfg.stat().st_mtime
-        for w in Path(src.path).glob("*.safetensors"):
+        for w in Path(src.folder).glob("*.safetensors"):
             mtime = max(mtime, w.stat().st_mtime)
     return (src.kind, src.path, mtime, trust_remote_code)
 
 
 def get_model(spec: str, trust_remote_code: bool = False):
     """(tokenizer, model) for ``spec``, from a small LRU cache (a re-saved model is reloaded)."""
-    key = _cache_key(spec, trust_remote_code)
+    src = resolve_model(spec)  # once: the key and the loads take the reference
+    key = _cache_key(src, trust_remote_code)
     with _cache_lock:
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
-    src = resolve_model(spec)
     tok = load_tokenizer(src, trust_remote_code=trust_remote_code)
     if tok.mask_token is None or tok.mask_token_id is None:
         raise FillMaskError(f"fill-mask: model '{spec}' has no mask token in its tokenizer")

@@ -22,7 +22,7 @@ import torch
 
 from backend.core.errors import ModelSpecError
 from backend.engine import model_files
-from backend.engine.models import ModelSource, resolve_model
+from backend.engine.models import ModelRef, resolve_model
 
 _PREFIXES = ("model.", "bert.", "roberta.")
 _BLOCK = re.compile(r"(?:^|\.)(?:layers|layer)\.(\d+)\.")
@@ -49,9 +49,9 @@ def param_group(name: str) -> str:
     return "other"
 
 
-def _model_dir(source: ModelSource) -> Path:
-    if source.kind != "hub":
-        return Path(source.path)
+def _model_dir(source: ModelRef) -> Path:
+    if source.local:  # a local folder, or a cached hub model's snapshot
+        return Path(source.folder)
     try:
         from huggingface_hub import snapshot_download
 
@@ -66,8 +66,8 @@ def _model_dir(source: ModelSource) -> Path:
 class WeightReader:
     """Lazy name -> tensor access over a model folder's safetensors files (names normalised)."""
 
-    def __init__(self, spec: str | Path | ModelSource):
-        self.source = spec if isinstance(spec, ModelSource) else resolve_model(str(spec))
+    def __init__(self, spec: str | Path | ModelRef):
+        self.source = spec if isinstance(spec, ModelRef) else resolve_model(str(spec))
         self.dir = _model_dir(self.source)
         self._where: dict[str, tuple[Path, str]] = {}
         from safetensors import safe_open
@@ -108,7 +108,7 @@ def _pairs(a: WeightReader, b: WeightReader) -> Iterator[tuple[str, torch.Tensor
             yield name, a.get(name), b.get(name)
 
 
-def relative_weight_change(a: str | Path | ModelSource, b: str | Path | ModelSource, *, detail: bool = False) -> dict:
+def relative_weight_change(a: str | Path | ModelRef, b: str | Path | ModelRef, *, detail: bool = False) -> dict:
     """Relative weight change of ``b`` against ``a`` per block, embeddings, head and other; JSON-ready.
 
     Raises ModelSpecError when the two are not the same architecture (a shared parameter with different

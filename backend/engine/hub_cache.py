@@ -1,8 +1,10 @@
 """Encoders already in the user's Hugging Face cache: the models people inspecting released encoders have.
 
 ``cached_encoders()`` lists the masked-LM models of the hub cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``, read at
-call time) with their size, through huggingface_hub's own ``scan_cache_dir``; a hub id in it loads offline. The app's
-model pickers offer them as ``org/name (cached, 149.6M)``: ``strip_label`` gives the hub id back.
+call time) with their parameter count (from the safetensors headers: nothing is loaded), through huggingface_hub's
+own cache scan; a hub id in it loads offline. The app's model pickers offer them as
+``org/name (cached, 149.6M params)``: a label for the eye only; ``strip_label`` (called by
+``model_ref.resolve_model``) gives the hub id back.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from backend.core.errors import DetourError, ModelSpecError
 from backend.core.paths import confined, read_text_confined
+from backend.engine import model_files
 
 CACHE_ENVS = "HF_HUB_CACHE, else HF_HOME/hub"
 
@@ -39,12 +42,12 @@ LABEL = re.compile(r"^(?P<id>\S+) \(cached, [^)]*\)$")
 @dataclass(frozen=True)
 class CachedModel:
     hub_id: str
-    size: str
+    params: str  # '5.5M': its parameters, not its size on disk (a tied or fp32 copy is not a bigger model)
     snapshot: Path
 
     @property
     def label(self) -> str:
-        return f"{self.hub_id} (cached, {self.size})"
+        return f"{self.hub_id} (cached, {self.params} params)"
 
 
 def cache_dir() -> Path:
@@ -93,7 +96,8 @@ def _scan(root: Path) -> tuple[list[CachedModel], list[str]]:
             skipped.append(f"cached model folder {repo_path} skipped: {why}")
             continue
         if isinstance(config, dict) and _is_masked_lm(config):
-            out.append(CachedModel(repo.repo_id, repo.size_on_disk_str, newest.snapshot_path))
+            params = model_files.human_count(model_files.parameter_count(newest.snapshot_path))
+            out.append(CachedModel(repo.repo_id, params, newest.snapshot_path))
     out.sort(key=lambda m: m.hub_id.lower())
     return out, skipped
 
@@ -151,8 +155,6 @@ def check_snapshot(hub_id: str) -> Path | None:
     """The cached snapshot of ``hub_id``, checked whole before anything loads it: config.json present, and weights
     present and not truncated (their headers). None when the model is not in the cache (it is then fetched, or
     ``not_available`` says why not). Every file must stay inside the model's cache folder."""
-    from backend.engine import model_files
-
     found = snapshot_of(hub_id)
     if found is None:
         return None
@@ -179,7 +181,7 @@ def check_snapshot(hub_id: str) -> Path | None:
 
 
 def strip_label(spec: str) -> str:
-    """``org/name (cached, 12.3M)`` -> ``org/name``; anything else unchanged."""
+    """``org/name (cached, 12.3M params)`` -> ``org/name``; anything else unchanged."""
     m = LABEL.match(spec.strip())
     return m.group("id") if m else spec
 

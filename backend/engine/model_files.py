@@ -67,11 +67,10 @@ def _written_by_a_run(model_dir: Path) -> bool:
     return model_dir.name == "final" and ((run / "config.yaml").exists() or (run / "status.json").exists())
 
 
-def check(model_dir: str | Path, label: str, checksums: bool = True) -> str | None:
-    """Raise ModelSpecError naming the file when a local model folder is not whole. ``checksums``: also compare
-    a sealed folder with its manifest (reads every file once). Returns a note for an unsealed run model."""
-    model_dir = Path(model_dir)
-    check_weights(model_dir, label)
+def verify_seal(model_dir: Path, label: str, checksums: bool = True) -> str | None:
+    """A sealed folder compared with its manifest (reads every file once; ``checksums`` False skips it); a run's
+    ``final/`` written before it was sealed loads with a note, returned. The weights' headers were checked when the
+    name was resolved (``model_ref.resolve_model``)."""
     folder = sealed_folder(model_dir)
     if folder is None:
         if not _written_by_a_run(model_dir):
@@ -90,3 +89,40 @@ def check(model_dir: str | Path, label: str, checksums: bool = True) -> str | No
                 f"{exc}; it no longer matches the manifest written with it, so it is not loaded"
             ) from exc
     return None
+
+
+def check(model_dir: str | Path, label: str, checksums: bool = True) -> str | None:
+    """Raise ModelSpecError naming the file when a local model folder is not whole. ``checksums``: also compare
+    a sealed folder with its manifest (reads every file once). Returns a note for an unsealed run model."""
+    model_dir = Path(model_dir)
+    check_weights(model_dir, label)
+    return verify_seal(model_dir, label, checksums)
+
+
+def parameter_count(model_dir: Path) -> int | None:
+    """How many parameters the folder's weights hold, from the safetensors headers alone (no tensor is read; a
+    tied matrix is stored, and counted, once). None when the headers cannot be read."""
+    from safetensors import SafetensorError, safe_open
+
+    total = 0
+    try:
+        for f in weight_files(model_dir, str(model_dir)):
+            with safe_open(str(f), framework="pt") as st:
+                for k in st.keys():  # noqa: SIM118 (a safe_open handle is no mapping)
+                    n = 1
+                    for d in st.get_slice(k).get_shape():
+                        n *= d
+                    total += n
+    except (ModelSpecError, SafetensorError, OSError):
+        return None
+    return total
+
+
+def human_count(n: int | None) -> str:
+    """5_512_000 -> '5.5M' (parameters as a model's size is said), '?' when unknown."""
+    if n is None:
+        return "?"
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)

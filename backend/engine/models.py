@@ -1,4 +1,4 @@
-"""Resolve a model spec (bundled name, run dir, checkpoint, local dir, hub id) and load it safely.
+"""Load a model that ``engine.model_ref`` resolved (the one place a name becomes a model), safely.
 
 Security defaults: weights only from safetensors, ``trust_remote_code`` off unless the
 caller opts in per model. Offline-friendly: a hub id that cannot be reached gives a
@@ -8,17 +8,18 @@ specific error instead of a stack trace.
 from __future__ import annotations
 
 import contextlib
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from backend.core.errors import ConfigError, ModelSpecError
-from backend.core.paths import BUNDLED_MODELS_DIR, DEFAULT_MODEL
 from backend.engine import model_files
-
-HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+from backend.engine.model_ref import (  # noqa: F401 (the loaders' callers read them here too)
+    ModelRef,
+    bundled_models,
+    resolve_model,
+    resolve_tokenizer,
+)
 
 # Families whose attention we can make causal (see backend/attention.py).
 CAUSAL_FAMILIES = {
@@ -30,68 +31,7 @@ CAUSAL_FAMILIES = {
 }
 
 
-@dataclass(frozen=True)
-class ModelSource:
-    """Where a model's files are: ``path`` is a local dir, or a hub id when ``kind == 'hub'``."""
-
-    kind: str  # bundled | run | checkpoint | local | hub
-    path: str
-    spec: str
-
-    @property
-    def label(self) -> str:
-        return self.spec
-
-
-def bundled_models() -> list[str]:
-    if not BUNDLED_MODELS_DIR.exists():
-        return []
-    return sorted(p.name for p in BUNDLED_MODELS_DIR.iterdir() if (p / "config.json").exists())
-
-
-def _run_model_dir(run_dir: Path) -> Path | None:
-    """The model a run directory stands for: ``final/``, else its newest complete checkpoint."""
-    if (run_dir / "final" / "config.json").exists():
-        return run_dir / "final"
-    ckpts = sorted((run_dir / "checkpoints").glob("step-*")) if (run_dir / "checkpoints").exists() else []
-    for ck in reversed(ckpts):
-        if (ck / "model" / "config.json").exists() and (ck / "COMPLETE").exists():
-            return ck / "model"
-    return None
-
-
-def resolve_model(spec: str | None) -> ModelSource:
-    """Turn what a user typed into a ModelSource, or raise a ModelSpecError saying why not."""
-    spec = (spec or DEFAULT_MODEL).strip()
-    if not spec:
-        raise ModelSpecError("model: empty; give a bundled name, a run directory, a local model folder or a hub id")
-    if "/" not in spec and "\\" not in spec and (BUNDLED_MODELS_DIR / spec / "config.json").exists():
-        return ModelSource("bundled", str(BUNDLED_MODELS_DIR / spec), spec)
-    p = Path(spec).expanduser()
-    if p.exists():
-        if not p.is_dir():
-            raise ModelSpecError(f"model '{spec}': is a file, not a model folder (expected a folder with config.json)")
-        if (p / "config.json").exists():
-            return ModelSource("local", str(p.resolve()), spec)
-        if (p / "model" / "config.json").exists():
-            return ModelSource("checkpoint", str((p / "model").resolve()), spec)
-        if (p / "status.json").exists() or (p / "config.yaml").exists():
-            m = _run_model_dir(p)
-            if m is None:
-                raise ModelSpecError(f"model '{spec}': run directory has no finished model or complete checkpoint yet")
-            return ModelSource("run", str(m.resolve()), spec)
-        raise ModelSpecError(f"model '{spec}': folder is not a model (no config.json), a checkpoint or a run directory")
-    if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
-        raise ModelSpecError(f"model '{spec}': no such path")
-    if HUB_ID.match(spec):
-        return ModelSource("hub", spec, spec)
-    raise ModelSpecError(
-        f"model '{spec}': not a bundled model ({', '.join(bundled_models()) or 'none installed'}), "
-        "an existing folder, or a hub id like 'answerdotai/ModernBERT-base'"
-    )
-
-
-def _hub_guard(source: ModelSource, exc: Exception) -> ModelSpecError:
+def _hub_guard(source: ModelRef, exc: Exception) -> ModelSpecError:
     from backend.engine.hub_cache import is_cached, not_available
 
     if not is_cached(source.spec):  # said plainly: neither cached nor reachable
@@ -105,7 +45,7 @@ def _hub_guard(source: ModelSource, exc: Exception) -> ModelSpecError:
 
 
 @contextlib.contextmanager
-def _loading(source: ModelSource, problem: str):
+def _loading(source: ModelRef, problem: str):
     """transformers' OSError/ValueError as one ModelSpecError: for a hub id the offline hint, else ``problem``
     (what was wrong with the local files) and the original message."""
     try:
@@ -116,22 +56,12 @@ def _loading(source: ModelSource, problem: str):
         raise ModelSpecError(f"model '{source.spec}': {problem} ({exc})") from exc
 
 
-def _check_cached(source: ModelSource) -> None:
-    """A hub model in the cache is checked whole first (config.json, weights present and not truncated): a broken
-    snapshot is named here, not reported as "not in your cache" or as a SafetensorError inside a training run."""
-    if source.kind == "hub":
-        from backend.engine.hub_cache import check_snapshot
-
-        check_snapshot(source.spec)
-
-
-def load_config(source: ModelSource, trust_remote_code: bool = False):
+def load_config(source: ModelRef, trust_remote_code: bool = False):
     from transformers import AutoConfig
 
-    _check_cached(source)
-
+    source = resolve_model(source)
     with _loading(source, "unreadable config.json"):
-        return AutoConfig.from_pretrained(source.path, trust_remote_code=trust_remote_code)
+        return AutoConfig.from_pretrained(source.folder, trust_remote_code=trust_remote_code)
 
 
 def model_family(config) -> str | None:
@@ -139,50 +69,31 @@ def model_family(config) -> str | None:
     return CAUSAL_FAMILIES.get(getattr(config, "model_type", ""))
 
 
-def resolve_tokenizer(spec: str) -> ModelSource:
-    """Like resolve_model, but a bare tokenizer folder (tokenizer.json, no config.json) is fine too."""
-    p = Path(spec).expanduser()
-    if p.is_dir() and ((p / "tokenizer.json").exists() or (p / "tokenizer_config.json").exists()):
-        return ModelSource("local", str(p.resolve()), spec)
-    if p.is_dir() and not any(p.iterdir()):  # "not a model (no config.json)" sent users looking for the wrong file
-        raise ModelSpecError(f"tokenizer '{spec}': the folder is empty (a tokenizer folder holds tokenizer.json)")
-    try:
-        return resolve_model(spec)
-    except ModelSpecError as exc:
-        if p.is_dir():
-            raise ModelSpecError(
-                f"tokenizer '{spec}': no tokenizer.json or tokenizer_config.json in the folder, and it is not a model "
-                "or run either"
-            ) from exc
-        raise
-
-
-def load_tokenizer(source: ModelSource | str, trust_remote_code: bool = False):
+def load_tokenizer(source: ModelRef | str, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
-    if isinstance(source, str):
-        source = resolve_tokenizer(source)
-    with _loading(source, f"no usable tokenizer in {source.path}"):
-        return AutoTokenizer.from_pretrained(source.path, trust_remote_code=trust_remote_code)
+    source = resolve_tokenizer(source)
+    with _loading(source, f"no usable tokenizer in {source.folder}"):
+        return AutoTokenizer.from_pretrained(source.folder, trust_remote_code=trust_remote_code)
 
 
 def _load(
     auto_cls,
-    source: ModelSource,
+    source: ModelRef | str,
     *,
     dtype=None,
     attn_implementation: str | None = None,
     trust_remote_code: bool = False,
     **kwargs,
 ):
-    if source.kind != "hub":  # a truncated or altered weight file is named here, not deep inside transformers
-        model_files.check(source.path, source.spec)
-    _check_cached(source)
+    source = resolve_model(source)
+    if source.kind != "hub":  # a file altered since its run sealed it is named here, not deep inside transformers
+        model_files.verify_seal(Path(source.path), source.spec)
     if attn_implementation == "auto":
         attn_implementation = resolve_attn_implementation("auto", load_config(source, trust_remote_code))[0]
-    with _loading(source, f"could not load weights from {source.path}"):
+    with _loading(source, f"could not load weights from {source.folder}"):
         model = auto_cls.from_pretrained(
-            source.path,
+            source.folder,
             dtype=dtype if dtype is not None else torch.float32,
             attn_implementation=attn_implementation,
             trust_remote_code=trust_remote_code,
@@ -206,21 +117,17 @@ def check_finite_weights(model: torch.nn.Module, spec: str) -> None:
         )
 
 
-def load_masked_lm(source: ModelSource | str, **kwargs):
+def load_masked_lm(source: ModelRef | str, **kwargs):
     """An encoder with its MLM head (training, fill-mask)."""
     from transformers import AutoModelForMaskedLM
 
-    if isinstance(source, str):
-        source = resolve_model(source)
     return _load(AutoModelForMaskedLM, source, **kwargs)
 
 
-def load_encoder(source: ModelSource | str, **kwargs):
+def load_encoder(source: ModelRef | str, **kwargs):
     """The bare encoder (hidden states for CKA)."""
     from transformers import AutoModel
 
-    if isinstance(source, str):
-        source = resolve_model(source)
     return _load(AutoModel, source, **kwargs)
 
 

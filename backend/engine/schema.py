@@ -157,37 +157,45 @@ SCHEMA: list[Key] = [
     # presets that expand to a phase list (backend/detour/recipe.py)
     Key("pair.mlm_probability", 0.30, "float",
         "pair with phases as a list: the baseline's masking rate, in place of each CLM phase", lo=0, hi=1,
-        lo_open=True, hi_open=True),
+        lo_open=True, hi_open=True, label="Baseline masking rate (in place of each CLM phase)", form=42),
     Key("hybrid.clm_share", 0.5, "float", "recipe hybrid: the share of hybrid.tokens trained with CLM first "
-        "(0 = pure MLM, 1 = pure CLM); the rest is MLM", lo=0, hi=1),
-    Key("hybrid.tokens", 200_000, "int", "recipe hybrid: the run's total token budget, CLM and MLM together", lo=1),
+        "(0 = pure MLM, 1 = pure CLM); the rest is MLM", lo=0, hi=1, label="CLM share of the budget (then MLM)",
+        form=44),
+    Key("hybrid.tokens", 200_000, "int", "recipe hybrid: the run's total token budget, CLM and MLM together", lo=1,
+        label="Run tokens (CLM and MLM together)", form=43),
     Key("hybrid.mlm_probability", 0.40, "float", "recipe hybrid: masking rate of the MLM part (seed paper: 40%)",
-        lo=0, hi=1, lo_open=True, hi_open=True),
+        lo=0, hi=1, lo_open=True, hi_open=True, label="Masking rate of the MLM part", form=45),
     Key("hybrid.decay_fraction", 0.0, "float", "recipe hybrid: an LR decay (1-sqrt to 10%) over this last share "
         "of the run, same objective (0 = warm-up then constant, as far as the seed paper says)", lo=0, hi=1,
-        hi_open=True),
+        hi_open=True, label="Decay fraction (of the run's tokens)", form=46),
     Key("mask_schedule.rates", [0.30, 0.15, 0.05], "rates",
-        "recipe mask_schedule: MLM masking rates, one phase each, in order (mmBERT: 0.30, 0.15, 0.05)"),
-    Key("mask_schedule.tokens", 200_000, "int", "recipe mask_schedule: the run's total token budget", lo=1),
+        "recipe mask_schedule: MLM masking rates, one phase each, in order (mmBERT: 0.30, 0.15, 0.05)",
+        label="Masking rates, one phase each, in order", form=48),
+    Key("mask_schedule.tokens", 200_000, "int", "recipe mask_schedule: the run's total token budget", lo=1,
+        label="Run tokens (all phases)", form=47),
     Key("mask_schedule.shares", None, "rates", "recipe mask_schedule: each rate's share of the budget, adding up "
-        "to 1 (null = equal shares)", optional=True),
+        "to 1 (null = equal shares)", optional=True, label="Shares of the budget (blank = equal)", form=49),
     Key("mask_schedule.decay_shape", "1-sqrt", "choice", "recipe mask_schedule: LR shape of the last phase "
-        "(down to 10% of the peak) when there are several; constant = no decay", choices=LR_SHAPES[1:]),
+        "(down to 10% of the peak) when there are several; constant = no decay", choices=LR_SHAPES[1:],
+        label="LR shape of the last phase", form=50),
     Key("alternate.blocks", "clm:4, mlm:16, clm:4", "str", "recipe alternate: objective:weight blocks in order, the "
         "budget split by weight (AntLM: clm:4, mlm:16, clm:4); any registered objective (an unknown one is "
-        "refused with the list)"),
-    Key("alternate.tokens", 200_000, "int", "recipe alternate: the run's total token budget", lo=1),
+        "refused with the list)", label="Blocks (objective:weight, in order)", form=52),
+    Key("alternate.tokens", 200_000, "int", "recipe alternate: the run's total token budget", lo=1,
+        label="Run tokens (all blocks)", form=51),
     Key("alternate.mlm_probability", 0.15, "float", "recipe alternate: masking rate of the blocks that mask", lo=0,
-        hi=1, lo_open=True, hi_open=True),
+        hi=1, lo_open=True, hi_open=True, label="Masking rate of the blocks that mask", form=53),
     Key("alternate.decay_shape", "1-sqrt", "choice", "recipe alternate: LR shape of the last block (down to 10% of "
-        "the peak) when there are several; constant = no decay", choices=LR_SHAPES[1:]),
+        "the peak) when there are several; constant = no decay", choices=LR_SHAPES[1:],
+        label="LR shape of the last block", form=54),
     Key("mixed.causal_share", 1 / 16, "float", "recipe mixed: share of each step's rows trained causally, the rest "
-        "masked (GPT-BERT: about 1 to 15)", lo=0, hi=1),
+        "masked (GPT-BERT: about 1 to 15)", lo=0, hi=1, label="Causal share of each step's rows", form=56),
     Key("mixed.mlm_probability", 0.15, "float", "recipe mixed: masking rate of the masked rows", lo=0, hi=1,
-        lo_open=True, hi_open=True),
-    Key("mixed.tokens", 200_000, "int", "recipe mixed: the run's total token budget", lo=1),
+        lo_open=True, hi_open=True, label="Masking rate of the masked rows", form=57),
+    Key("mixed.tokens", 200_000, "int", "recipe mixed: the run's total token budget", lo=1,
+        label="Run tokens (causal and masked rows together)", form=55),
     Key("mixed.decay_fraction", 0.1, "float", "recipe mixed: a 1-sqrt LR decay over this last share of the run "
-        "(0 = none)", lo=0, hi=1, hi_open=True),
+        "(0 = none)", lo=0, hi=1, hi_open=True, label="Decay fraction (of the run's tokens)", form=58),
     # logging
     Key("logging.log_every", 5, "int", "steps between training-loss rows", lo=1,
         label="Log every (steps)", form=37, advanced=True),

@@ -43,14 +43,16 @@ def weights_sha256(model_dir: Path, label: str) -> str:
 
 
 def model_identity(source) -> dict:
-    """``{"path", "kind", "sha256"}`` of a resolved ``ModelSource``. A hub model's path is its id, and its sha256
+    """``{"path", "kind", "sha256"}`` of a resolved ``ModelRef``. A hub model's path is its id, and its sha256
     is that of the cached snapshot when there is one, else None (then the id alone identifies it). A local folder
     without readable weights gets None too: its seeds fail with the loader's own error later."""
     from backend.core.errors import DetourError
 
     sha = None
     folder = Path(source.path)
-    if source.kind == "hub":
+    if source.kind == "hub" and source.snapshot:
+        folder = Path(source.snapshot)
+    elif source.kind == "hub":
         try:
             from huggingface_hub import snapshot_download
 

@@ -27,7 +27,7 @@ from backend.evaluation.merge import merge_previous
 from backend.evaluation.report import refresh, write_results
 
 if TYPE_CHECKING:
-    from backend.engine.models import ModelSource
+    from backend.engine.models import ModelRef
 
 RESULTS_VERSION = 1
 
@@ -224,30 +224,38 @@ def resolve_eval_precision(requested: str) -> dict:
 
 def _check_inputs(task: str, models, labels, data, seeds, hparams: dict) -> tuple:
     """Every argument checked before any data or model is read: (labels, folder names, seeds, hparams, sources)."""
-    from backend.engine.models import resolve_model
+    from backend.engine.model_ref import resolve_model
 
     if task not in TASKS:
         raise ConfigError("task", task, f"use one of: {', '.join(TASKS)}")
     models = list(models or [])
     if not models:
         raise ConfigError("models", models, "give at least one model")
-    labels = list(labels) if labels else list(models)
-    if len(labels) != len(models):
-        raise ConfigError("labels", labels, f"give one label per model ({len(models)})")
+    if labels:
+        labels, dirs = _checked_labels(list(labels), len(models))
+    seeds = normalize_seeds(seeds)
+    hp = resolve_hparams(task, **hparams)
+    if task == "classification" and not data:
+        raise ConfigError("data", data, "classification needs --data: a folder with train/dev/test CSV/JSONL/parquet")
+    sources = [resolve_model(m) for m in models]  # every kind of name, one resolver; refused here with candidates
+    if not labels:  # named as resolved: a picker's label (org/name (cached, ...)) never names a result
+        labels, dirs = _checked_labels([s.spec for s in sources], len(models))
+    hp["lr_why"] = "given"
+    if hparams.get("lr") is None:  # the paper's 5e-5 leaves a small model predicting nothing: by size, and why
+        hp["lr"], hp["lr_why"] = sanity.default_lr([model_config_of_source(s) for s in sources])
+    return labels, dirs, seeds, hp, sources
+
+
+def _checked_labels(labels: list[str], n: int) -> tuple[list[str], list[str]]:
+    """(labels, their folder names): one per model, distinct, and distinct as folder names too."""
+    if len(labels) != n:
+        raise ConfigError("labels", labels, f"give one label per model ({n})")
     if len(set(labels)) != len(labels):
         raise ConfigError("labels", labels, "model labels must be distinct (pass --labels to name repeats)")
     dirs = [safe_label(x) for x in labels]
     if len(set(dirs)) != len(dirs):
         raise ConfigError("labels", labels, f"labels map to the same folder names ({dirs}); pass distinct --labels")
-    seeds = normalize_seeds(seeds)
-    hp = resolve_hparams(task, **hparams)
-    if task == "classification" and not data:
-        raise ConfigError("data", data, "classification needs --data: a folder with train/dev/test CSV/JSONL/parquet")
-    sources = [resolve_model(m) for m in models]
-    hp["lr_why"] = "given"
-    if hparams.get("lr") is None:  # the paper's 5e-5 leaves a small model predicting nothing: by size, and why
-        hp["lr"], hp["lr_why"] = sanity.default_lr([model_config_of_source(s) for s in sources])
-    return labels, dirs, seeds, hp, sources
+    return labels, dirs
 
 
 def model_config_of_source(source):
@@ -339,7 +347,7 @@ class _Job:
     runs: int
     model: int  # index into results["models"]
     label: str
-    source: ModelSource
+    source: ModelRef
     seed: int
     seed_dir: Path
     record: dict

@@ -26,9 +26,9 @@ def _start(cfg: dict) -> dict | None:
         src = resolve_model(spec)
     except ModelSpecError:
         return None
-    if src.kind == "hub":  # not on disk: scrubbing would fetch it
+    if not src.local:  # not on disk: scrubbing would fetch it
         return None
-    return {"label": f"start: {spec}", "model": src.path, "step": 0, "tokens_seen": 0, "phase": None,
+    return {"label": f"start: {spec}", "model": src.folder, "step": 0, "tokens_seen": 0, "phase": None,
             "objective": None, "tag": "start"}  # fmt: skip
 
 

@@ -12,6 +12,10 @@ recipes), ``form`` (its place in the Launch form's list; absent: not offered the
 * ``single``: ``objective``, one phase and its decay, its settings from the ``<preset>`` section;
 * ``pair``: ``runs`` (role -> preset), ``baseline`` (the objective a listed pair's baseline trains) and ``detour``
   (the objective a listed pair must have: the one its baseline replaces).
+
+And every file declares the config keys the recipe reads: ``budget`` (where its token budget is) and ``settings``
+(its other keys); ``with_list``, the keys it reads besides a phase list. The Launch form shows those and no other
+recipe's, so no field it shows is ignored (``form_keys``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from backend.core import strict_yaml
 
 HERE = Path(__file__).parent
 CUSTOM = "custom"  # a recipe written as a phase list: no file, the list is the recipe
+LIST_BUDGET = ("train.total_tokens",)  # a phase list's budget: what its fractions are shares of
 SHAPES = ("detour", "split", "schedule", "blocks", "single", "pair")
 
 
@@ -57,3 +62,20 @@ def help_text(custom: str) -> str:
     """'clm_detour | mlm | pair (both, ...) | ... | custom (<custom>)': the recipe key's help."""
     return " | ".join(f"{p['name']} ({p['help']})" if p["help"] else p["name"] for p in [*_presets().values(),
                       {"name": CUSTOM, "help": custom}])  # fmt: skip
+
+
+def form_keys(recipe: str, listed: bool = False) -> tuple[str, ...]:
+    """The budget and settings keys ``recipe`` reads: its file's ``budget`` and ``settings``; with a phase list
+    (``listed``, or ``custom``), ``train.total_tokens`` and its ``with_list``."""
+    if listed or recipe == CUSTOM:
+        return (*LIST_BUDGET, *(_presets()[recipe].get("with_list", []) if recipe in _presets() else []))
+    p = _presets().get(recipe, {})
+    return (*p.get("budget", []), *p.get("settings", []))
+
+
+def recipe_keys() -> tuple[str, ...]:
+    """Every key some recipe reads and another does not (the union of the declarations)."""
+    keys = dict.fromkeys(LIST_BUDGET)
+    for p in _presets().values():
+        keys.update(dict.fromkeys([*p.get("budget", []), *p.get("settings", []), *p.get("with_list", [])]))
+    return tuple(keys)

@@ -5,6 +5,8 @@ Cheap: reads config.json (not the weights) and enough of the corpus to know it f
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from backend.core.errors import ConfigError, DataError, ModelSpecError
@@ -76,8 +78,8 @@ def check(cfg: dict, check_data: bool = True) -> dict:
         mconf = load_config(source, m["trust_remote_code"])
         if clm := first_causal_phase(cfg):
             check_causal_supported(mconf, clm)
-        if source.kind != "hub":  # weights present and whole (a hub model is fetched when training starts)
-            model_files.check(source.path, source.spec, checksums=check_data)
+        if source.kind != "hub":  # headers checked when resolved; the manifest too at launch (a hub model has none)
+            model_files.verify_seal(Path(source.path), source.spec, checksums=check_data)
     else:
         try:
             mconf = scratch_config(m["from_scratch"])

@@ -168,11 +168,9 @@ def test_settings_errors(tmp_path):
         evaluate_models([str(tmp_path)], "classification", out_dir=tmp_path / "o")
 
 
-def test_cli_bad_data_is_one_clean_line(tmp_path, capsys):
+def test_cli_bad_data_is_one_clean_line(tmp_path, capsys, tiny_bert_dir):
     d = ner_dir(tmp_path, test="The\tO\ntumour\n")
-    model = tmp_path / "model"  # resolves as a local model; the data error comes before any loading
-    model.mkdir()
-    (model / "config.json").write_text('{"model_type": "bert"}')
+    model = tiny_bert_dir  # a whole model (its folder is checked when named); the data error comes before loading
     rc = cli(
         [
             "evaluate",

@@ -60,7 +60,7 @@ def _app_offline(code: str, cache: Path) -> subprocess.CompletedProcess:
 def test_cached_encoders_are_offered_by_hub_id_and_size_and_causal_lms_are_not(hub_cache):
     choices = model_choices()
     cached = [c for c in choices if c.startswith(CACHED)]
-    assert len(cached) == 1 and cached[0].startswith(f"{CACHED} (cached, ") and cached[0].endswith("M)"), choices
+    assert len(cached) == 1 and cached[0].startswith(f"{CACHED} (cached, ") and cached[0].endswith("M params)"), choices
     assert not any("a-gpt" in c for c in choices)
     assert check_model_spec(cached[0]) == CACHED  # the label is the hub id
     assert check_model_spec(CACHED) == CACHED  # typed, as in every model field (allow_custom_value)
@@ -88,7 +88,8 @@ def test_a_cached_model_fills_masks_in_the_app_offline_and_a_missing_one_is_name
     first, *rest = proc.stdout.strip().splitlines()
     assert first == "True True", proc.stdout
     text = "\n".join(rest)
-    assert f"**{CACHED} (cached," in text and "nobody/gone': not in your Hugging Face cache" in text, text
+    assert f"**{CACHED}**" in text and "nobody/gone': not in your Hugging Face cache" in text, text
+    assert "(cached," not in text  # a picker's label names no result
 
 
 def test_the_trajectory_offers_runs_only_not_cached_models(hub_cache, isolated_runs_dir):

@@ -27,7 +27,8 @@ def test_start_from_the_preset_edit_reorder_and_use_the_list(tiny_modernbert_dir
     assert launch_tab.config_to_values(res["cfg"])  # a list config still fills the form
     removed = timeline_editor.remove_row(rows, 2)
     assert [r[0] for r in removed] == ["main", "decay"]
-    back, _, recipe = timeline_editor.clear_list(base, recipe)
+    back, _, recipe, table = timeline_editor.clear_list(base, recipe)
+    assert table == []  # the table follows: no old rows
     values[launch_tab.KEYS.index("recipe")] = recipe
     assert isinstance(back["phases"], dict) and launch_tab.validate_form(values, deep=False, base=back)["ok"]
 
