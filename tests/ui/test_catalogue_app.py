@@ -137,9 +137,9 @@ def test_unreadable_sweep_is_listed_with_its_reason():
 
 
 def test_two_uploads_of_one_name_in_one_second_are_both_kept(tmp_path, monkeypatch):
-    from app import launch_tab
+    from app import launch_configs, launch_tab
 
-    monkeypatch.setattr(launch_tab.time, "strftime", lambda fmt, *a: "20260101-000000")  # the same second
+    monkeypatch.setattr(launch_configs.time, "strftime", lambda fmt, *a: "20260101-000000")  # the same second
     first, second = tmp_path / "a" / "corpus.txt", tmp_path / "b" / "corpus.txt"
     for p, text in ((first, "first corpus\n"), (second, "second corpus\n")):
         p.parent.mkdir()
