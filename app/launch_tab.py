@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from app import check_corpus_spec, check_model_spec, check_path, md_escape, model_choices, uploads_dir, warn
+from backend.core import strict_yaml
 from backend.core.errors import ConfigError, DataError, DetourError
 from backend.core.paths import runs_dir
 from backend.engine import schema
@@ -400,7 +401,7 @@ def load_config_file(path: str | None) -> tuple[list | None, str, dict | None]:
         p = Path(path)
         if not _is_gradio_upload(p):
             p = check_path(path, "config")
-        raw = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        raw = strict_yaml.load(p.read_text(encoding="utf-8")) or {}  # bounded: a "billion laughs" is refused
         if not isinstance(raw, dict):
             raise ConfigError("config", path, "the top level must be a mapping")
         raw = copy.deepcopy(raw)
