@@ -13,7 +13,7 @@ from backend.detour.budget import check_step_fits
 from backend.detour.recipe import build_phases, first_causal_phase, split_pair
 from backend.engine import model_files
 from backend.engine.compiling import cpp_compiler, resolve_compile
-from backend.engine.data import iter_documents, pack, split_documents, tokenize_documents
+from backend.engine.data import iter_documents, pack, skipped_for, split_documents, tokenize_documents
 from backend.engine.heldout_guard import check_disjoint
 from backend.engine.models import (
     load_config,
@@ -177,7 +177,8 @@ def _check_batch_fills(cfg: dict, tok) -> dict:
         frac = 0.0 if d["heldout_file"] else d["heldout_fraction"]
         need = 4 * bs * (seq_len - 1) / (1 - frac)  # ~2 characters per token at most: a 4x margin, held-out docs aside
         sample, got, complete = [], 0, True
-        for doc in iter_documents(d["corpus"], d["text_column"], d["hub_split"], d["max_documents"]):
+        skipped = skipped_for(d)
+        for doc in iter_documents(d["corpus"], d["text_column"], d["hub_split"], d["max_documents"], skipped=skipped):
             sample.append(doc)
             got += len(doc) // 2 + 1
             if got > need:
@@ -193,7 +194,7 @@ def _check_batch_fills(cfg: dict, tok) -> dict:
         documents = len(sample) if complete else f">= {len(sample)} (read until one batch was certainly filled)"
         if d["heldout_file"]:
             try:
-                n_held = n_rows(list(iter_documents(d["heldout_file"], d["text_column"])))
+                n_held = n_rows(list(iter_documents(d["heldout_file"], d["text_column"], skipped=skipped)))
             except DataError as exc:  # the reader names the corpus key
                 raise DataError(str(exc).replace("data.corpus", "data.heldout_file", 1)) from exc
     if n_seq < bs:
