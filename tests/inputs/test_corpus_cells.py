@@ -9,11 +9,11 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import tiny_train_cfg
 
 from backend.core.errors import DataError
 from backend.engine import readers
 from backend.engine.data import read_documents
+from conftest import tiny_train_cfg
 
 GOOD = [f"Sentence number {i} of a small corpus about words and letters." for i in range(80)]
 
