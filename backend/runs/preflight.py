@@ -23,6 +23,7 @@ from backend.engine.models import (
     resolve_tokenizer,
     scratch_config,
 )
+from backend.engine.precision import check_runs_here
 from backend.engine.tokenstore import cached_info
 from backend.engine.trackers import check_installed
 
@@ -93,6 +94,7 @@ def check(cfg: dict, check_data: bool = True) -> dict:
                 True,
                 "torch.compile on CPU needs a C++ compiler (g++ or clang++): install one or set false (or auto)",
             )
+    check_runs_here(cfg["train"]["precision"], "train.precision")  # fp16 on a CPU would run fp32, recorded fp16
     if cfg["train"]["fsdp"] and not torch.cuda.is_available():
         import accelerate
 
