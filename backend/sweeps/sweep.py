@@ -230,6 +230,10 @@ def launch(m: dict, out: str | Path | None = None) -> Path:
     """Write the sweep folder (or find the same sweep there) and queue every run that is not done or running.
     Rerunning with the same manifest resumes; a different sweep in the same folder is refused."""
     out = check_out(out) if out else default_out(m["name"])
+    if m["executor"] == "slurm":  # before the folder is written: what is missing, in one line
+        from backend.sweeps.cluster import check_sbatch
+
+        check_sbatch()
     if (out / MANIFEST).exists():
         old = read_manifest(out)
         if not _same_sweep(old, m):
