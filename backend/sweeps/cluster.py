@@ -283,9 +283,10 @@ def check_sbatch() -> None:
     every ``sbatch`` fail after the sweep was written)."""
     missing = [c for c in ("sbatch", "srun", "sinfo") if shutil.which(c) is None]
     if missing:
+        verb = "is" if len(missing) == 1 else "are"
         raise SlurmError(
-            f"Slurm: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not on this machine's PATH; run Detour Lab (the app or the CLI) where jobs "
-            f"can be submitted (a login node), {USE_QUEUE}, or train here"
+            f"Slurm: {', '.join(missing)} {verb} not on this machine's PATH; run Detour Lab (the app or the CLI) "
+            f"where jobs can be submitted (a login node), {USE_QUEUE}, or train here"
         )
     r = _run(["sinfo", "-h", "-o", "%P"])
     if r is None or r.returncode != 0:
