@@ -280,6 +280,11 @@ def _queue_missing(out: Path, m: dict) -> None:
                 to_start.append(d)
             elif state == "queued":
                 to_start.append(d)
+    hashes = {r: h for c in m["cells"] for r in c["runs"].values()
+              if (h := rundir.read_status(root / r).get("queued_config_sha256"))}  # fmt: skip
+    if hashes != m.get("config_sha256"):  # the config each run was queued with (its report checks what ran)
+        m["config_sha256"] = hashes
+        write_manifest(out, m)
     if not to_start:
         return
     if m["executor"] == "queue":
