@@ -288,6 +288,9 @@ def check_sbatch() -> None:
             f"Slurm: {', '.join(missing)} {verb} not on this machine's PATH; run Detour Lab (the app or the CLI) "
             f"where jobs can be submitted (a login node), {USE_QUEUE}, or train here"
         )
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not Path(conf).is_file():  # sinfo would retry for a minute before saying so
+        raise SlurmError(f"Slurm: SLURM_CONF names {conf}, which is not a file; point it at slurm.conf, {USE_QUEUE}")
     r = _run(["sinfo", "-h", "-o", "%P"])
     if r is None or r.returncode != 0:
         why = (

@@ -41,7 +41,7 @@ def test_slurm_not_configured_is_refused_before_anything_is_written(tmp_path, mo
     out = tmp_path / "sw"
     assert main([*SWEEP, "--out", str(out)]) == 2
     err = _one_line(capsys)
-    assert "installed but not answering (sinfo:" in err and "--executor queue" in err
+    assert "SLURM_CONF names" in err and "not a file" in err and "--executor queue" in err
     assert not out.exists()
 
 
