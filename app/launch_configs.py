@@ -14,6 +14,7 @@ import yaml
 from app import check_path, md_escape, uploads_dir, warn
 from app.launch_checks import validate_form
 from app.launch_form import config_to_values, kept_note
+from backend.core import strict_yaml
 from backend.core.errors import ConfigError, DetourError
 from backend.engine.config import load_config
 
@@ -58,7 +59,7 @@ def load_config_file(path: str | None) -> tuple[list | None, str, dict | None]:
         p = Path(path)
         if not _is_gradio_upload(p):
             p = check_path(path, "config")
-        raw = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        raw = strict_yaml.load(p.read_text(encoding="utf-8")) or {}  # bounded: a "billion laughs" is refused
         if not isinstance(raw, dict):
             raise ConfigError("config", path, "the top level must be a mapping")
         raw = copy.deepcopy(raw)

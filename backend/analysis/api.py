@@ -37,6 +37,7 @@ from backend.analysis.hidden_states import (
 )
 from backend.analysis.weight_change import relative_weight_change
 from backend.core.errors import DataError, DetourError, ModelSpecError
+from backend.engine import readers
 from backend.engine.models import ModelRef, load_encoder, load_tokenizer, quiet_transformers, resolve_model
 from backend.engine.rundir import read_status, saved_models
 
@@ -46,6 +47,7 @@ Progress = Callable[[float, str], object]
 
 
 # ---------------------------------------------------------------------------------------------- texts
+_CKA_RULE = readers.Skipped(hint="(every text a string)")  # the corpus rule; CKA compares the texts it is given
 def load_text_pool(src: str | Path | Sequence[str]) -> tuple[list[str], str]:
     """All candidate texts and a label for where they came from.
 
@@ -53,7 +55,8 @@ def load_text_pool(src: str | Path | Sequence[str]) -> tuple[list[str], str]:
     (one JSON object per line with a string ``text`` field).
     """
     if isinstance(src, (list, tuple)):
-        texts = [str(t).strip() for t in src if str(t).strip()]
+        cells = (readers.text_cell(t, f"texts: item {i}", _CKA_RULE) for i, t in enumerate(src, 1))
+        texts = [t.strip() for t in cells if t.strip()]
         label = f"<list of {len(src)} texts>"
     else:
         path = Path(src).expanduser()
@@ -68,19 +71,11 @@ def load_text_pool(src: str | Path | Sequence[str]) -> tuple[list[str], str]:
             lines = list(io.StringIO(raw.decode("utf-8"), newline=None))  # the lines a text-mode file gives
         except UnicodeDecodeError as exc:
             raise DataError(f"texts '{src}': not UTF-8 text (byte {exc.start}); save it as UTF-8") from exc
-        if path.suffix.lower() == ".jsonl":
-            for lineno, line in enumerate(lines, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"texts '{src}': line {lineno} is not valid JSON ({exc.msg})") from exc
-                text = row.get("text") if isinstance(row, dict) else None
-                if not isinstance(text, str):
-                    raise DataError(f"texts '{src}': line {lineno} has no string 'text' field")
-                if text.strip():
-                    texts.append(text.strip())
+        if path.suffix.lower() == ".jsonl":  # the corpus reader and its one rule for cells (readers.text_cell)
+            try:
+                texts = [t.strip() for t in readers.jsonl_documents(path, "text", _CKA_RULE) if t.strip()]
+            except DataError as exc:
+                raise DataError(str(exc).replace("data.corpus: ", "texts: ", 1)) from exc
         else:
             texts = [line.strip() for line in lines if line.strip()]
     if not texts:

@@ -52,6 +52,8 @@ def run(args) -> int:
         return _exit_code(Path(args.run_dir), train_run(args.run_dir, resume=args.resume))
     if args.resume:
         raise ConfigError("--resume", True, "use it with --run-dir runs/NAME")
+    if args.executor == "here":
+        launch.cpu_processes()  # a launch that would be refused is refused before any run folder exists
     overrides = list(args.overrides) + ([f"name={args.name}"] if args.name else []) + slurm_overrides(args)
     cfg = load_config(args.config, overrides)
     if args.executor == "slurm":

@@ -170,6 +170,22 @@ def _detour_preset(cfg: dict, tps: int) -> list[dict]:
     return out
 
 
+def _every_part_holds_a_step(parts: list[dict], budgets: list[float], tps: int, key: str, value, how: str) -> None:
+    """The phase list's rule for presets too (``budget.check_step_fits``): a part given a share of the budget must
+    hold one optimizer step. Rounding it to no step left it out (``alternate.tokens=100`` trained one MLM block and
+    no CLM), rounding it up to one stretched it; either is refused here, naming the part and its budget."""
+    for part, budget in zip(parts, budgets, strict=True):
+        if budget > 0 and (budget < tps or not part["steps"]):
+            budget = f"{budget:,.0f}" if budget >= 1 else f"{budget:.2g}"
+            raise ConfigError(
+                key,
+                value,
+                f"phase '{part['name']}' gets {budget} tokens ({how}), less than one optimizer step of {tps:,} "
+                "tokens (train.batch_size x seq_len x grad_accum x processes): it would be dropped or stretched; "
+                f"raise {key.split('.')[0]}.tokens, give it a larger share, or lower the step",
+            )
+
+
 def _hybrid_preset(cfg: dict, tps: int) -> list[dict]:
     """CLM for ``clm_share`` of the budget, then MLM: the objective splits of Gisserot-Boukhlef et al. (2025),
     "Should We Still Pretrain Encoders with Masked Language Modeling?" (arXiv 2507.00994; the blog in
@@ -188,6 +204,9 @@ def _hybrid_preset(cfg: dict, tps: int) -> list[dict]:
         _phase(first, first, share, key="hybrid.clm_share"),
         _phase(then, then, total - share, h, key="hybrid.clm_share"),
     ]
+    budgets = [h["clm_share"] * h["tokens"], (1 - h["clm_share"]) * h["tokens"]]
+    how = f"hybrid.clm_share {h['clm_share']:g} of hybrid.tokens {h['tokens']:,}"
+    _every_part_holds_a_step(parts, budgets, tps, "hybrid.tokens", h["tokens"], how)
     parts = [p for p in parts if p["steps"]]
     decay = round(h["decay_fraction"] * total)
     if decay:
@@ -225,6 +244,9 @@ def _mask_schedule_preset(cfg: dict, tps: int) -> list[dict]:
     objective = presets.get(cfg["recipe"])["objective"]
     parts = [_phase(n, objective, s, {"mlm_probability": r}, key="mask_schedule.rates")
              for n, s, r in zip(names, steps, rates, strict=True)]  # fmt: skip
+    how = f"its share of mask_schedule.tokens {m['tokens']:,}"
+    budgets = [sh / sum(shares) * m["tokens"] for sh in shares]
+    _every_part_holds_a_step(parts, budgets, tps, "mask_schedule.tokens", m["tokens"], how)
     parts = [p for p in parts if p["steps"]]
     if len(parts) > 1 and m["decay_shape"] != "constant":
         parts[-1]["shape"] = m["decay_shape"]
@@ -255,6 +277,9 @@ def _alternate_preset(cfg: dict, tps: int) -> list[dict]:
     steps = [b - a_ for a_, b in zip([0, *bounds[:-1]], bounds, strict=True)]
     parts = [_phase(f"b{i + 1}-{name}", name, n, {"mlm_probability": a["mlm_probability"]}, key="alternate.blocks")
              for i, ((name, _), n) in enumerate(zip(blocks, steps, strict=True))]  # fmt: skip
+    how = f"its weight in alternate.blocks '{a['blocks']}' of alternate.tokens {a['tokens']:,}"
+    budgets = [w / weight * a["tokens"] for _, w in blocks]
+    _every_part_holds_a_step(parts, budgets, tps, "alternate.tokens", a["tokens"], how)
     parts = [p for p in parts if p["steps"]]
     if not parts:
         raise ConfigError("alternate.tokens", a["tokens"], "the budget rounds to no step: raise it")

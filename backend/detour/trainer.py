@@ -232,6 +232,10 @@ def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log, resume: bool = Fa
         info = resume_guard.data_info(run_dir, info, resume)  # a resume keeps what trained (or refuses)
         atomic.write_json(run_dir / "data_info.json", info)
         log(f"data: {info}")
+        if info.get("skipped_cells"):  # the user asked (data.skip_non_text): say what was left out, every start
+            n = sum(info["skipped_cells"].values())
+            kinds = ", ".join(f"{v} {k}" for k, v in info["skipped_cells"].items())
+            log(f"data: skipped {n} corpus cells that are not text ({kinds}), as data.skip_non_text asks")
         log("phases: " + ", ".join(f"{p.name}={p.objective}x{p.steps} steps" for p in phases)
             + f"; {s.tps} tokens/step" + (f"; encoder compiled (torch.compile, kernels cached in {kernels})"
                                            if compiled else ""))  # fmt: skip

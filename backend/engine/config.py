@@ -94,6 +94,8 @@ def parse_override(item: str) -> tuple[str, Any]:
     key = key.strip()
     try:
         value = strict_yaml.load(raw) if raw.strip() else None
+    except strict_yaml.YAMLBoundsError as exc:
+        raise ConfigError(key, raw[:80], f"refused: {exc}") from exc
     except yaml.YAMLError:
         value = raw
     known = BY_KEY.get(key)
@@ -166,6 +168,8 @@ def load_config(path: str | Path | dict | None = None, overrides: list[str] | tu
             raw = strict_yaml.load(p.read_text(encoding="utf-8"))  # a key written twice is refused, naming lines
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError("config", str(path), f"unreadable ({type(exc).__name__}: {exc})") from exc
+        except strict_yaml.YAMLBoundsError as exc:
+            raise ConfigError("config", str(path), f"refused before reading: {exc}") from exc
         except yaml.YAMLError as exc:
             raise ConfigError("config", str(path), f"not valid YAML ({' '.join(str(exc).split())})") from exc
         if raw is None:  # an empty file would silently train the defaults

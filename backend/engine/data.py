@@ -46,18 +46,25 @@ def corpus_files(corpus: str) -> list[Path] | None:
 
 
 def iter_documents(
-    corpus: str, text_column: str = "text", hub_split: str = "train", max_documents=None, *, whole_files: bool = False
+    corpus: str,
+    text_column: str = "text",
+    hub_split: str = "train",
+    max_documents=None,
+    *,
+    whole_files: bool = False,
+    skipped: readers.Skipped | None = None,
 ):
     """Yield the non-empty documents of a corpus spec one at a time, each file streamed in bounded pieces
-    (``readers``). ``whole_files``: read each file whole instead, as earlier versions did (the reference).
+    (``readers``). ``whole_files``: read each file whole instead, as earlier versions did (the reference). A cell
+    that is not text is refused, or skipped and counted in ``skipped`` where it allows that (``skipped_for``).
 
     Raises DataError at the end if nothing was yielded."""
     files = corpus_files(corpus)
     if files is not None:
         read = readers.whole_documents if whole_files else readers.documents
-        raw = (d for f in files for d in read(f, text_column))
+        raw = (d for f in files for d in read(f, text_column, skipped))
     else:
-        raw = _hub_documents(corpus, text_column, hub_split)
+        raw = _hub_documents(corpus, text_column, hub_split, skipped=skipped)
     n = 0
     for x in raw:
         d = x.strip()
@@ -72,10 +79,21 @@ def iter_documents(
 
 
 def read_documents(
-    corpus: str, text_column: str = "text", hub_split: str = "train", max_documents=None, *, whole_files=False
+    corpus: str,
+    text_column: str = "text",
+    hub_split: str = "train",
+    max_documents=None,
+    *,
+    whole_files=False,
+    skipped: readers.Skipped | None = None,
 ) -> list[str]:
     """All non-empty documents of a corpus spec as one list: for small corpora (the replication split, tests)."""
-    return list(iter_documents(corpus, text_column, hub_split, max_documents, whole_files=whole_files))
+    return list(iter_documents(corpus, text_column, hub_split, max_documents, whole_files=whole_files, skipped=skipped))
+
+
+def skipped_for(data_cfg: dict) -> readers.Skipped:
+    """The ``Skipped`` tally of a config's data section: skipping allowed only where ``data.skip_non_text`` asks."""
+    return readers.Skipped(allow=bool(data_cfg.get("skip_non_text")))
 
 
 def hub_dataset(dataset_id: str, column: str, split: str):
@@ -94,10 +112,15 @@ def hub_dataset(dataset_id: str, column: str, split: str):
     return ds
 
 
-def _hub_documents(dataset_id: str, column: str, split: str, batch: int = 1000):
+def _hub_documents(dataset_id: str, column: str, split: str, batch: int = 1000, skipped=None):
     ds = hub_dataset(dataset_id, column, split).select_columns([column])
+    row = 0
     for rows in ds.iter(batch_size=batch):
-        yield from (str(x) for x in rows[column])
+        for x in rows[column]:
+            row += 1
+            text = readers.text_cell(x, f"data.corpus: {dataset_id} ({split}) row {row}, '{column}'", skipped)
+            if text is not None:
+                yield text
 
 
 def heldout_indices(n_documents: int, heldout_fraction: float) -> torch.Tensor:
@@ -202,10 +225,15 @@ def load_corpus_in_memory(data_cfg: dict, tokenizer, seq_len: int) -> tuple[Pack
     reads every file whole (``readers.whole_documents``, the reading of earlier versions) and holds the whole corpus
     as Python lists, then tensors (~80 bytes per token): small corpora only."""
     d = data_cfg
-    docs = read_documents(d["corpus"], d["text_column"], d["hub_split"], d["max_documents"], whole_files=True)
+    skipped = skipped_for(d)
+    docs = read_documents(
+        d["corpus"], d["text_column"], d["hub_split"], d["max_documents"], whole_files=True, skipped=skipped
+    )
     if data_cfg.get("heldout_file"):
         train_docs = docs
-        heldout_docs = read_documents(data_cfg["heldout_file"], data_cfg["text_column"], whole_files=True)
+        heldout_docs = read_documents(
+            data_cfg["heldout_file"], data_cfg["text_column"], whole_files=True, skipped=skipped
+        )
     else:
         if len(docs) < 2:
             raise DataError(f"data.corpus: {data_cfg['corpus']} has 1 document; a held-out split needs at least 2")
@@ -230,6 +258,8 @@ def load_corpus_in_memory(data_cfg: dict, tokenizer, seq_len: int) -> tuple[Pack
         "heldout_tokens": held.num_tokens,
         "fingerprint": corpus_fingerprint(docs),
     }
+    if skipped.counts:
+        info["skipped_cells"] = dict(sorted(skipped.counts.items()))
     return train, held, info
 
 

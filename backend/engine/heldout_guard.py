@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from backend.core.errors import DataError
-from backend.engine.data import corpus_files, iter_documents
+from backend.engine.data import corpus_files, iter_documents, skipped_for
 
 SHINGLE = 8  # words: a run this long shared with the corpus is copied text, not a common phrase
 BATCH_WORDS = 1 << 18  # corpus words hashed at once
@@ -76,7 +76,7 @@ def check_disjoint(data_cfg: dict) -> None:
         )
     column = data_cfg["text_column"]
     docs: dict[bytes, np.ndarray] = {}  # held-out document -> its runs (disjoint: one every SHINGLE words)
-    for d in iter_documents(str(held_path), column):
+    for d in iter_documents(str(held_path), column, skipped=skipped_for(data_cfg)):
         words = _words(d)
         docs.setdefault(_digest(words), _runs(words, SHINGLE))
     owner: dict[int, list[bytes]] = {}
@@ -88,7 +88,7 @@ def check_disjoint(data_cfg: dict) -> None:
     words_run: list[str] = []  # the corpus's words in order, a batch at a time (runs may span its documents)
     same: set[bytes] = set()
     spec = (data_cfg["corpus"], column, data_cfg["hub_split"], data_cfg["max_documents"])
-    for d in iter_documents(*spec):
+    for d in iter_documents(*spec, skipped=skipped_for(data_cfg)):
         words = _words(d)
         if (key := _digest(words)) in docs:
             same.add(key)

@@ -102,6 +102,20 @@ def resolve_precision(requested: str, device: str | None = None) -> tuple[str, s
     return "fp32", f"auto: bf16 matmul only {speed:.2f}x fp32 on {probe['cpu']} (no native bf16)"
 
 
+FP16_NEEDS_GPU = "fp16 needs a CUDA GPU (Accelerate runs fp16 on a CPU as fp32 without a word); use auto, fp32 or bf16"
+
+
+def check_runs_here(precision: str, key: str, device: str | None = None) -> None:
+    """Refuse a precision this machine would silently not run: fp16 on a CPU is plain fp32 under Accelerate, so the
+    run would record fp16 (and take its MFU against an fp16 peak) while computing in fp32. One rule for training
+    (``train.precision``) and evaluation (``--precision``)."""
+    from backend.core.errors import ConfigError
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if precision == "fp16" and device != "cuda":
+        raise ConfigError(key, precision, FP16_NEEDS_GPU)
+
+
 def bf16_warning(precision: str, device: str | None = None) -> str | None:
     """A warning when bf16 is asked for explicitly on a CPU where it is slow, with the measured factor."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -16,8 +16,13 @@ the held-out split and the corpus fingerprint do not change:
 * ``.parquet``: ``TABLE_ROWS`` rows at a time (pyarrow), one row group's pages at a time.
 * ``.json`` (one JSON document): parsed whole with pandas, as before; large corpora belong in ``.jsonl``.
 
-A table cell that is null or NaN is skipped; other cells become ``str(value)``. Bad input gets a ``DataError``
-naming the file and, for text, the byte offset.
+A cell is text only when it is a string (``text_cell``, the one rule of every reader here, of CKA's texts and of
+hub datasets): a number, a list, an object, bytes or a null is refused, naming the file, the line or row and what it
+held, never turned into its Python repr or dropped without a word. Where the user asks (``data.skip_non_text``,
+``cka --skip-non-text``) such cells are skipped instead and counted by kind (``Skipped``: ``data_info.json``'s
+``skipped_cells``, the log). A CSV is read as text throughout: an empty cell is empty text (no document), and
+``NA`` or ``null`` are the words themselves. Bad input gets a ``DataError`` naming the file and, for text, the byte
+offset.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import codecs
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend.core.errors import DataError
@@ -39,12 +45,67 @@ _LINE_BREAK = re.compile("[\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")  # where st
 _NON_SPACE, _SPACE = re.compile(r"\S"), re.compile(r"\s")
 
 
-def documents(path: Path, column: str) -> Iterator[str]:
-    """The documents of one file, streamed (not yet stripped of surrounding whitespace or filtered for empty ones)."""
+SKIP_HINT = "or set data.skip_non_text=true to skip such cells (they are counted in data_info.json)"
+
+
+@dataclass
+class Skipped:
+    """Cells that were not text, by kind (``null``, ``number``, ``list``, ...). ``allow``: skip them (the user asked)
+    instead of refusing the first one; ``hint`` says how to ask, in the refusal."""
+
+    allow: bool = False
+    counts: dict[str, int] = field(default_factory=dict)
+    hint: str = SKIP_HINT
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def summary(self) -> str:
+        return ", ".join(f"{n} {kind}" for kind, n in sorted(self.counts.items()))
+
+
+def cell_kind(x) -> str:
+    """What a cell that is not text holds, in words."""
+    if x is None or (isinstance(x, float) and x != x) or type(x).__name__ in ("NAType", "NaTType"):
+        return "null"
+    if isinstance(x, bool) or type(x).__name__ == "bool_":
+        return "boolean"
+    if isinstance(x, bytes | bytearray | memoryview):
+        return "bytes"
+    if isinstance(x, int | float | complex) or type(x).__module__ == "numpy" and hasattr(x, "dtype"):
+        return "number"
+    if isinstance(x, list | tuple) or type(x).__name__ == "ndarray":
+        return "list"
+    if isinstance(x, dict):
+        return "object"
+    return type(x).__name__
+
+
+def text_cell(x, where: str, skipped: Skipped | None = None) -> str | None:
+    """``x`` when it is a string; otherwise None where ``skipped.allow`` (counted there), else a DataError naming
+    ``where`` (file and line/row) and what the cell held."""
+    if isinstance(x, str):
+        return x
+    kind = cell_kind(x)
+    if skipped is not None and skipped.allow:
+        skipped.counts[kind] = skipped.counts.get(kind, 0) + 1
+        return None
+    shown = "" if kind == "null" else f" ({' '.join(repr(x).split())[:40]})"
+    hint = (skipped or Skipped()).hint
+    article = "" if kind == "bytes" else "an " if kind[0] in "aeiou" else "a "
+    raise DataError(
+        f"{where}: holds {article}{kind}{shown} where text was expected; a corpus is text: fix the cell {hint}"
+    )
+
+
+def documents(path: Path, column: str, skipped: Skipped | None = None) -> Iterator[str]:
+    """The documents of one file, streamed (not yet stripped of surrounding whitespace or filtered for empty ones).
+    A cell that is not text is refused, or counted in ``skipped`` where it allows skipping."""
     reader = _READERS.get(path.suffix.lower())
     if reader is None:
         raise DataError(f"data.corpus: {path}: unsupported file type '{path.suffix}'; expected {', '.join(_READERS)}")
-    return reader(path) if reader is txt_documents else reader(path, column)
+    return reader(path) if reader is txt_documents else reader(path, column, skipped)
 
 
 # ---------------------------------------------------------------------------------------------- text
@@ -148,9 +209,10 @@ def _join_lines(block: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- tables
-def jsonl_documents(path: Path, column: str) -> Iterator[str]:
-    """The ``column`` of each JSON line; a record without it is skipped, a file where none has it is an error."""
-    found, columns, offset = False, {}, 0
+def jsonl_documents(path: Path, column: str, skipped: Skipped | None = None) -> Iterator[str]:
+    """The ``column`` of each JSON line; a record without it is a null cell (``text_cell``), a file where none has
+    it is an error naming the columns found."""
+    found, columns, offset, missing = False, {}, 0, []
     with open(path, "rb") as f:
         for number, raw in enumerate(f, 1):
             start, offset = offset, offset + len(raw)
@@ -172,18 +234,26 @@ def jsonl_documents(path: Path, column: str) -> Iterator[str]:
                     f"data.corpus: {path} line {number} is a JSON {type(record).__name__}; expected one object per line"
                 )
             if column in record:
+                if not found and missing:  # records before the first with the column lacked it: null cells
+                    for at in missing:
+                        text_cell(None, f"data.corpus: {path} line {at}, '{column}' (absent)", skipped)
                 found = True
-                text = _cell_text(record[column])
+                text = text_cell(record[column], f"data.corpus: {path} line {number}, '{column}'", skipped)
                 if text is not None:
                     yield text
-            elif not found and len(columns) < 100:
-                columns.update(dict.fromkeys(record))
+            elif found:
+                text_cell(None, f"data.corpus: {path} line {number}, '{column}' (absent)", skipped)
+            else:
+                missing.append(number)
+                if len(columns) < 100:
+                    columns.update(dict.fromkeys(record))
     if not found and columns:
         raise _no_column(path, column, list(columns))
 
 
-def csv_documents(path: Path, column: str) -> Iterator[str]:
-    """The ``column`` of a CSV file, ``TABLE_ROWS`` rows at a time, read as text (never guessed to be numbers)."""
+def csv_documents(path: Path, column: str, skipped: Skipped | None = None) -> Iterator[str]:
+    """The ``column`` of a CSV file, ``TABLE_ROWS`` rows at a time, read as text (never guessed to be numbers, and
+    ``NA``/``null`` stay words: pandas' default made them missing values, dropped without a word)."""
     import pandas as pd
 
     try:
@@ -199,14 +269,16 @@ def csv_documents(path: Path, column: str) -> Iterator[str]:
             )
         raise _no_column(path, column, header)
     try:
-        with pd.read_csv(path, usecols=[column], dtype={column: str}, chunksize=TABLE_ROWS) as chunks:
+        with pd.read_csv(
+            path, usecols=[column], dtype={column: str}, keep_default_na=False, chunksize=TABLE_ROWS
+        ) as chunks:
             for chunk in chunks:
-                yield from (str(x) for x in chunk[column].dropna().tolist())
+                yield from chunk[column].tolist()
     except Exception as exc:
         raise _unreadable(path, exc) from exc
 
 
-def parquet_documents(path: Path, column: str) -> Iterator[str]:
+def parquet_documents(path: Path, column: str, skipped: Skipped | None = None) -> Iterator[str]:
     """The ``column`` of a Parquet file, ``TABLE_ROWS`` rows at a time, pages read as needed (buffered stream)."""
     import pyarrow.parquet as pq
 
@@ -217,24 +289,24 @@ def parquet_documents(path: Path, column: str) -> Iterator[str]:
     names = pf.schema_arrow.names
     if column not in names:
         raise _no_column(path, column, names)
+    row = 0
     try:
-        for batch in pf.iter_batches(batch_size=TABLE_ROWS, columns=[column]):
-            texts = (_cell_text(x) for x in batch.column(0).to_pylist())
-            yield from (t for t in texts if t is not None)
+        batches = pf.iter_batches(batch_size=TABLE_ROWS, columns=[column])
+        for batch in batches:
+            for x in batch.column(0).to_pylist():
+                row += 1
+                text = text_cell(x, f"data.corpus: {path} row {row}, '{column}'", skipped)
+                if text is not None:
+                    yield text
+    except DataError:
+        raise
     except Exception as exc:
         raise _unreadable(path, exc) from exc
 
 
-def json_documents(path: Path, column: str) -> Iterator[str]:
+def json_documents(path: Path, column: str, skipped: Skipped | None = None) -> Iterator[str]:
     """One JSON document (records or columns), parsed whole by pandas as before."""
-    return iter(whole_table_documents(path, column))
-
-
-def _cell_text(x) -> str | None:
-    """A table cell as text; None for a null or NaN (what pandas' ``dropna`` dropped)."""
-    if x is None or (isinstance(x, float) and x != x):
-        return None
-    return str(x)
+    return iter(whole_table_documents(path, column, skipped))
 
 
 def _unreadable(path: Path, exc: Exception) -> DataError:
@@ -273,11 +345,13 @@ SUFFIXES = tuple(_READERS)
 
 
 # ---------------------------------------------------------------------------------------------- the reference
-def whole_documents(path: Path, column: str) -> list[str]:
+def whole_documents(path: Path, column: str, skipped: Skipped | None = None) -> list[str]:
     """The documents of one file read whole, as every version before the streaming readers did.
 
     The reference the streaming readers must reproduce (``data.load_corpus_in_memory`` reads with it): small files."""
-    return whole_txt_documents(path) if path.suffix.lower() == ".txt" else whole_table_documents(path, column)
+    if path.suffix.lower() == ".txt":
+        return whole_txt_documents(path)
+    return whole_table_documents(path, column, skipped)
 
 
 def whole_txt_documents(path: Path) -> list[str]:
@@ -295,18 +369,22 @@ def whole_txt_documents(path: Path) -> list[str]:
     return [ln.strip() for ln in text.splitlines()]
 
 
-def whole_table_documents(path: Path, column: str) -> list[str]:
+def whole_table_documents(path: Path, column: str, skipped: Skipped | None = None) -> list[str]:
+    """A table read whole; its cells pass ``text_cell`` as the streaming readers' do (read as written: no dtype
+    guessing, so a JSON string "123" stays text and a CSV's ``NA`` stays a word)."""
     import pandas as pd
 
     try:
         if path.suffix == ".parquet":
             df = pd.read_parquet(path)
         elif path.suffix == ".csv":
-            df = pd.read_csv(path)
+            df = pd.read_csv(path, dtype=str, keep_default_na=False)
         else:
-            df = pd.read_json(path, lines=path.suffix == ".jsonl")
+            df = pd.read_json(path, lines=path.suffix == ".jsonl", dtype=False, convert_dates=False)
     except Exception as exc:  # pandas raises many types for malformed files
         raise _unreadable(path, exc) from exc
     if column not in df.columns:
         raise _no_column(path, column, list(df.columns))
-    return [str(x) for x in df[column].dropna().tolist()]
+    unit = "line" if path.suffix == ".jsonl" else "row"
+    texts = (text_cell(x, f"data.corpus: {path} {unit} {i}, '{column}'", skipped) for i, x in enumerate(df[column], 1))
+    return [t for t in texts if t is not None]

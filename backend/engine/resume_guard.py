@@ -55,6 +55,43 @@ def record(meta: dict, cfg: dict, run_dir: Path) -> None:
         meta["trained_config"] = training_keys(cfg)
 
 
+def fixed_config(cfg: dict) -> tuple[dict, str]:
+    """(training keys, their sha256) of a config as it is queued: what the run must train when it starts. JSON-normal
+    (as status.json holds it), so a value read back compares equal."""
+    import hashlib
+    import json
+
+    keys = json.loads(json.dumps(training_keys(cfg), sort_keys=True, default=str))
+    return keys, hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()
+
+
+def check_queued(run_dir: Path, cfg: dict, status: dict) -> None:
+    """Refuse a run whose config.yaml changed between queueing and its start, naming the keys: a queued sweep cell
+    edited meanwhile trained the edit (tokens 25,600 -> 5,120, seed 7) while its report promised the plan. Runs
+    queued before the record (no ``queued_config_sha256``) pass."""
+    from backend.engine.config import validate_config
+
+    queued, sha = status.get("queued_config"), status.get("queued_config_sha256")
+    if not isinstance(queued, dict) or not sha:
+        return
+    try:
+        now, now_sha = fixed_config(validate_config(copy.deepcopy(cfg)))
+    except ConfigError:
+        return  # an invalid config: train_run reports it (and marks the run failed)
+    if now_sha == sha:
+        return
+    changed = sorted(k for k in set(queued) | set(now) if queued.get(k) != now.get(k)) or ["(unknown)"]
+    what = ", ".join(f"{k} {queued.get(k)!r} -> {now.get(k)!r}" for k in changed)
+    path = run_dir / "config.yaml"
+    raise ConfigError(
+        "config",
+        str(path),
+        f"changed since the run was queued ({what}); a queued run trains what was planned: restore "
+        f"{'it' if len(changed) == 1 else 'them'}, or train the edited config as a new run: python -m backend train "
+        f"{path} --name {suggest_name(run_dir.name, run_dir.parent)}",
+    )
+
+
 def check_config(run_dir: Path, cfg: dict) -> None:
     """Refuse a resume whose config changed since the run trained (names the keys). ``cfg`` is the validated
     config; runs from before the record (no ``trained_config``) and runs without a checkpoint pass."""

@@ -91,6 +91,9 @@ SCHEMA: list[Key] = [
     Key("data.heldout_fraction", 0.05, "float", "document-level held-out split (fixed seed: the same for every run)",
         lo=0, hi=0.5, hi_open=True),
     Key("data.heldout_file", None, "path", "held-out text from a file instead of a split", optional=True),
+    Key("data.skip_non_text", False, "bool",
+        "skip corpus cells that are not text (null, number, list, bytes) instead of refusing the file; they are "
+        "counted in data_info.json and the log"),
     Key("data.max_documents", None, "int", "use only the first N documents", lo=1, optional=True,
         label="Max documents (blank = all)", form=31, advanced=True),
     # train

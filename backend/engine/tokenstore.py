@@ -40,7 +40,7 @@ from backend.core import atomic
 from backend.core.errors import DataError
 from backend.core.paths import cache_dir
 from backend.core.process import FileLock
-from backend.engine.data import corpus_files, heldout_indices, hub_dataset, iter_documents
+from backend.engine.data import corpus_files, heldout_indices, hub_dataset, iter_documents, skipped_for
 
 FORMAT = 1
 SPLITS = ("train", "held")
@@ -122,6 +122,8 @@ def cache_key(data_cfg: dict, tokenizer, seq_len: int) -> tuple[str, dict]:
         "tokenizer": tokenizer_hash(tokenizer),
         "seq_len": seq_len,
     }
+    if d.get("skip_non_text"):  # only then may the documents differ (else a cell that is not text is refused)
+        material["skip_non_text"] = True
     key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:20]
     return key, material
 
@@ -262,10 +264,11 @@ def _id_dtype(tokenizer) -> np.dtype:
     return np.dtype("<u2") if size <= 1 << 16 else np.dtype("<u4")
 
 
-def _count(spec: tuple) -> tuple[int, str]:
-    """(documents, content fingerprint) in one streaming pass; the fingerprint is ``data.corpus_fingerprint``."""
+def _count(spec: tuple, skipped=None) -> tuple[int, str]:
+    """(documents, content fingerprint) in one streaming pass; the fingerprint is ``data.corpus_fingerprint``.
+    Cells that are not text are counted in ``skipped`` (where it allows skipping them)."""
     h, n = hashlib.sha256(), 0
-    for doc in iter_documents(*spec):
+    for doc in iter_documents(*spec, skipped=skipped):
         h.update(doc.encode("utf-8"))
         h.update(b"\x00")
         n += 1
@@ -283,7 +286,9 @@ def _build(data_cfg, tokenizer, seq_len, key, material, folder: Path, log) -> di
         shutil.rmtree(folder)
     spec = (d["corpus"], d["text_column"], d["hub_split"], d["max_documents"])
     log(f"token store: counting documents of {d['corpus']}")
-    n_docs, fingerprint = _count(spec)
+    skipped = skipped_for(d)
+    n_docs, fingerprint = _count(spec, skipped)
+    skip_again = skipped_for(d)  # the second pass skips the same cells; its tally is not added twice
     held_spec = (d["heldout_file"], d["text_column"]) if d.get("heldout_file") else None
     held_mask = np.zeros(n_docs, bool)
     n_held_docs = 0
@@ -315,13 +320,13 @@ def _build(data_cfg, tokenizer, seq_len, key, material, folder: Path, log) -> di
             if len(batches[split]) >= BATCH_DOCS or chars[split] >= BATCH_CHARS:
                 flush(split)
 
-        for i, doc in enumerate(iter_documents(*spec)):
+        for i, doc in enumerate(iter_documents(*spec, skipped=skip_again)):
             progress.docs = i + 1
             route("held" if i < n_docs and held_mask[i] else "train", doc)
         if progress.docs != n_docs:
             raise DataError(f"data.corpus: {d['corpus']} changed while it was read ({progress.docs} != {n_docs} docs)")
         if held_spec is not None:
-            for doc in iter_documents(*held_spec):
+            for doc in iter_documents(*held_spec, skipped=skipped):
                 n_held_docs += 1
                 route("held", doc)
         for s in SPLITS:
@@ -345,6 +350,7 @@ def _build(data_cfg, tokenizer, seq_len, key, material, folder: Path, log) -> di
                 "train_tokens": writers["train"].rows * seq_len,
                 "heldout_tokens": writers["held"].rows * seq_len,
                 "fingerprint": fingerprint,
+                **({"skipped_cells": dict(sorted(skipped.counts.items()))} if skipped.counts else {}),
             },
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "build_seconds": round(seconds, 3),

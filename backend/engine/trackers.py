@@ -169,8 +169,10 @@ def start_run(accelerator, cfg: dict, run_dir: Path, resume: bool, log=print) ->
         return {}
     import yaml
 
+    from backend.core import strict_yaml
+
     try:
-        group = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("_meta", {}).get("pair")
+        group = (strict_yaml.load((run_dir / "config.yaml").read_text()) or {}).get("_meta", {}).get("pair")
     except (OSError, yaml.YAMLError, AttributeError):
         group = None
     paths = start(accelerator, run_dir.name, cfg, run_dir, run_dir.parent, group=group, resume=resume)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from backend.core.errors import ConfigError, DetourError
 from backend.core.paths import DEMO_NER_DIR, evals_dir
 from backend.engine import trackers
-from backend.engine.precision import bf16_warning, from_mixed, make_accelerator, resolve_precision
+from backend.engine.precision import bf16_warning, check_runs_here, from_mixed, make_accelerator, resolve_precision
 from backend.engine.schema import PRECISIONS
 from backend.evaluation import TASKS, sanity
 from backend.evaluation.datafiles import subsample
@@ -204,18 +204,12 @@ def resolve_eval_precision(requested: str) -> dict:
 
     fp16 is refused without a GPU: Accelerate 1.15 runs "fp16" on a CPU as plain fp32 without a word, so the
     results would claim a precision they were not computed in."""
-    import torch
 
     if requested not in PRECISIONS:
         raise ConfigError("precision", requested, f"use one of: {', '.join(PRECISIONS)}")
     resolved, why = resolve_precision(requested)
     why = why if requested == "auto" else "asked for explicitly"
-    if resolved == "fp16" and not torch.cuda.is_available():
-        raise ConfigError(
-            "precision",
-            requested,
-            "fp16 needs a CUDA GPU (Accelerate runs fp16 on a CPU as fp32 without a word); use auto, fp32 or bf16",
-        )
+    check_runs_here(resolved, "precision")  # fp16 on a CPU: the rule training follows too
     out = {"requested": requested, "resolved": resolved, "why": why}
     if warning := bf16_warning(resolved):
         out["warning"] = warning

@@ -15,7 +15,7 @@ from backend.detour.budget import check_step_fits
 from backend.detour.recipe import build_phases, first_causal_phase, split_pair
 from backend.engine import model_files
 from backend.engine.compiling import cpp_compiler, resolve_compile
-from backend.engine.data import iter_documents, pack, split_documents, tokenize_documents
+from backend.engine.data import iter_documents, pack, skipped_for, split_documents, tokenize_documents
 from backend.engine.heldout_guard import check_disjoint
 from backend.engine.models import (
     load_config,
@@ -25,6 +25,7 @@ from backend.engine.models import (
     resolve_tokenizer,
     scratch_config,
 )
+from backend.engine.precision import check_runs_here
 from backend.engine.tokenstore import cached_info
 from backend.engine.trackers import check_installed
 
@@ -95,6 +96,7 @@ def check(cfg: dict, check_data: bool = True) -> dict:
                 True,
                 "torch.compile on CPU needs a C++ compiler (g++ or clang++): install one or set false (or auto)",
             )
+    check_runs_here(cfg["train"]["precision"], "train.precision")  # fp16 on a CPU would run fp32, recorded fp16
     if cfg["train"]["fsdp"] and not torch.cuda.is_available():
         import accelerate
 
@@ -179,7 +181,8 @@ def _check_batch_fills(cfg: dict, tok) -> dict:
         frac = 0.0 if d["heldout_file"] else d["heldout_fraction"]
         need = 4 * bs * (seq_len - 1) / (1 - frac)  # ~2 characters per token at most: a 4x margin, held-out docs aside
         sample, got, complete = [], 0, True
-        for doc in iter_documents(d["corpus"], d["text_column"], d["hub_split"], d["max_documents"]):
+        skipped = skipped_for(d)
+        for doc in iter_documents(d["corpus"], d["text_column"], d["hub_split"], d["max_documents"], skipped=skipped):
             sample.append(doc)
             got += len(doc) // 2 + 1
             if got > need:
@@ -195,7 +198,7 @@ def _check_batch_fills(cfg: dict, tok) -> dict:
         documents = len(sample) if complete else f">= {len(sample)} (read until one batch was certainly filled)"
         if d["heldout_file"]:
             try:
-                n_held = n_rows(list(iter_documents(d["heldout_file"], d["text_column"])))
+                n_held = n_rows(list(iter_documents(d["heldout_file"], d["text_column"], skipped=skipped)))
             except DataError as exc:  # the reader names the corpus key
                 raise DataError(str(exc).replace("data.corpus", "data.heldout_file", 1)) from exc
     if n_seq < bs:

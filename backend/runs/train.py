@@ -86,9 +86,10 @@ def _write_prepared(runs: list, out: list[Path], pair: str, command: list[str] |
             "host": socket.gethostname(),
         }
         atomic.write_yaml(d / "config.yaml", c)
-        write_status(
-            d, state="queued", error=None, created_at=time.time(), pid=None, claimed_by=os.getpid() if claim else None
-        )
+        queued, sha = resume_guard.fixed_config(c)  # what it must train when it starts (checked then)
+        write_status(d, state="queued", error=None, created_at=time.time(), pid=None,
+                     claimed_by=os.getpid() if claim else None, queued_config=queued,
+                     queued_config_sha256=sha)  # fmt: skip
 
 
 def _claim_names(root: Path, names: list[str], asked: str) -> list[Path]:
@@ -179,6 +180,12 @@ def _config_to_train(run_dir: Path, resume: bool, rank0: bool) -> dict:
         )
     trained = trained_so_far(run_dir)
     if trained is None:
+        try:
+            resume_guard.check_queued(run_dir, cfg, read_status(run_dir))  # the config it was queued with
+        except ConfigError as exc:
+            if rank0:
+                write_status(run_dir, state="failed", error=str(exc), finished_at=time.time())
+            raise
         return cfg
     if trained["finished"]:
         raise RunStartedError(

@@ -17,11 +17,13 @@ Where the states come from: Slurm itself. ``squeue`` for every job it still know
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -240,10 +242,25 @@ def submit_runs(out: Path, m: dict, run_dirs: list[Path]) -> list[str]:
     if not run_dirs:
         return []
     sl = slurm_settings(m.get("slurm"))
-    ex = make_executor(out / "submitit", m["executor"], sl, f"sweep-{m['name']}", m["max_concurrent"])
+    if m["executor"] == "slurm":
+        check_sbatch()
     gpus = max(1, sl["gpus_per_task"])
-    with ex.batch():
-        jobs = [ex.submit(TrainCell(), str(d), gpus) for d in run_dirs]
+    said: list[str] = []
+    try:
+        with _sbatch_stderr(said):
+            ex = make_executor(out / "submitit", m["executor"], sl, f"sweep-{m['name']}", m["max_concurrent"])
+            with ex.batch():
+                jobs = [ex.submit(TrainCell(), str(d), gpus) for d in run_dirs]
+    except SUBMIT_ERRORS as exc:  # nothing was submitted: the runs say so, and --resume / --cancel take them
+        text = str(exc) if "error" in str(exc) or not said[0].strip() else said[0]
+        why = " ".join(text.split())[-300:] or type(exc).__name__
+        for d in run_dirs:
+            rundir.write_status(d, state="failed", error=f"not submitted ({m['executor']}): {why}",
+                                finished_at=rundir.now())  # fmt: skip
+        raise SlurmError(
+            f"{len(run_dirs)} run(s) not submitted to {m['executor']}: {why}; they are marked failed: fix it and "
+            f"run sweep --resume {out}, or sweep --cancel {out} ({USE_QUEUE} in a new sweep)"
+        ) from None
     ids = _read_jobs(out)
     for d, j in zip(run_dirs, jobs, strict=True):
         ids[d.name] = {"job_id": str(j.job_id), "executor": m["executor"]}
@@ -256,13 +273,58 @@ class SlurmError(DetourError):
     pass
 
 
+USE_QUEUE = "or use --executor queue (this machine trains the cells)"
+
+
 def check_sbatch() -> None:
-    """Refuse before anything is prepared where this machine cannot submit Slurm jobs."""
-    if shutil.which("sbatch") is None:
+    """Refuse before anything is prepared where this machine cannot submit Slurm jobs: the commands submitit calls
+    (``sbatch``, and ``srun``, which its executor looks for first: "Could not detect srun" reached the user as an
+    internal error) and a controller that answers (``sinfo``: a missing or wrong slurm.conf, or slurmctld down, made
+    every ``sbatch`` fail after the sweep was written)."""
+    missing = [c for c in ("sbatch", "srun", "sinfo") if shutil.which(c) is None]
+    if missing:
+        verb = "is" if len(missing) == 1 else "are"
         raise SlurmError(
-            "Slurm: sbatch is not on this machine's PATH; run Detour Lab (the app or the CLI) where jobs can be "
-            "submitted (a login node), or train here"
+            f"Slurm: {', '.join(missing)} {verb} not on this machine's PATH; run Detour Lab (the app or the CLI) "
+            f"where jobs can be submitted (a login node), {USE_QUEUE}, or train here"
         )
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not Path(conf).is_file():  # sinfo would retry for a minute before saying so
+        raise SlurmError(f"Slurm: SLURM_CONF names {conf}, which is not a file; point it at slurm.conf, {USE_QUEUE}")
+    r = _run(["sinfo", "-h", "-o", "%P"])
+    if r is None or r.returncode != 0:
+        why = (
+            "no answer in 30 s"
+            if r is None
+            else " ".join((r.stderr or r.stdout).split())[:300] or f"exit {r.returncode}"
+        )
+        raise SlurmError(
+            f"Slurm: installed but not answering (sinfo: {why}); check SLURM_CONF and that slurmctld runs "
+            f"(scontrol ping), {USE_QUEUE}"
+        )
+
+
+SUBMIT_ERRORS = (RuntimeError, subprocess.CalledProcessError, OSError)  # submitit's FailedJobError is a RuntimeError
+
+
+@contextlib.contextmanager
+def _sbatch_stderr(into: list[str]):
+    """Keep what ``sbatch`` writes to the terminal (submitit runs it with this process's stderr) and hand it back in
+    ``into``: a refusal is then one line that quotes it, not sbatch's lines and then ours."""
+    import io
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    copied = io.StringIO()  # submitit copies the command's stderr to sys.stderr as it reads it
+    with tempfile.TemporaryFile() as f, contextlib.redirect_stderr(copied):
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            into.append(copied.getvalue() + f.read().decode("utf-8", "replace"))
 
 
 def submit_run(run_dir: Path, sl: dict | None) -> str:
@@ -275,7 +337,7 @@ def submit_run(run_dir: Path, sl: dict | None) -> str:
     ex = make_executor(run_dir / "submitit", "slurm", sl, f"detour-{run_dir.name}")
     try:
         job = ex.submit(TrainCell(), str(run_dir), max(1, sl["gpus_per_task"]))
-    except (submitit.core.utils.FailedJobError, subprocess.CalledProcessError, OSError) as exc:
+    except (submitit.core.utils.FailedJobError, *SUBMIT_ERRORS) as exc:
         why = " ".join(str(exc).split())[-400:]
         rundir.write_status(run_dir, state="failed", error=f"sbatch refused the job: {why}", finished_at=rundir.now())
         raise SlurmError(f"{run_dir.name}: sbatch refused the job: {why}") from None
@@ -381,6 +443,13 @@ def cancel_jobs(out: Path) -> list[str]:
         d = out / "runs" / run
         if rundir.read_status(d).get("state") == "queued":
             rundir.write_status(d, state="cancelled", finished_at=rundir.now(), error="cancelled before it started")
+    runs = out / "runs"
+    for d in sorted(runs.iterdir()) if runs.is_dir() else []:  # queued, but no job Slurm knows: never submitted
+        if d.name in states and states[d.name]["state"] in ALIVE:
+            continue
+        if (d / "status.json").is_file() and rundir.read_status(d).get("state") == "queued":
+            rundir.write_status(d, state="cancelled", finished_at=rundir.now(), error="cancelled before submission")
+            msgs.append(f"{d.name}: cancelled (it had no Slurm job)")
     return msgs
 
 

@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 
 from backend.core import atomic
+from backend.core.errors import DetourError
 from backend.evaluation.aggregate import seed_levels, t_summary, task_delta
 from backend.evaluation.stats import mean_std, seeds_needed, t_interval
 from backend.evaluation.suite_report import clip_to_scale
@@ -152,6 +153,7 @@ def build_report(out: str | Path) -> dict:
     results = read_results(out)
     tables = {k: metric_table(st, results, k) for k in metrics_present(st, results)}
     not_done = {r: s for r, s in st["run_states"].items() if s != "done"}
+    summary = _summary_as_run(out, st)
     rep_suite = suite_section(st, results)
     return {
         "suite": rep_suite,
@@ -160,7 +162,7 @@ def build_report(out: str | Path) -> dict:
         "axes": st["axes"],
         "seeds": st["seeds"],
         "reference": st["reference"],
-        "summary": st["summary"],
+        "summary": summary,
         "matched": st["matched"],
         "evaluation": st["evaluation"],
         "primary": primary_metric(st, results),
@@ -356,3 +358,32 @@ def write_report(out: str | Path, png: bool = True) -> dict:
     figs = [figure(rep, k) for k in rep["tables"]] + list(suite_figs.values())
     atomic.write_text(out / "report.html", md_to_html(md, figs, f"Sweep {rep['name']}"))
     return rep
+
+
+def _summary_as_run(out: Path, st: dict) -> str:
+    """The plan's data-order and compute sentence, kept only where what ran is what was planned: each done run's
+    recorded config (its config.yaml) against the hash it was queued with (the manifest's ``config_sha256``). A run
+    that trained another config makes the compute line say so, naming it, instead of promising the plan."""
+    from backend.engine.config import validate_config
+    from backend.engine.resume_guard import fixed_config
+    from backend.engine.rundir import read_config
+    from backend.sweeps.manifest import read_manifest
+
+    planned = read_manifest(out).get("config_sha256") or {}
+    differs = []
+    for run, state in st["run_states"].items():
+        if state != "done" or run not in planned:
+            continue
+        try:
+            sha = fixed_config(validate_config(read_config(out / "runs" / run)))[1]
+        except DetourError:
+            sha = None
+        if sha != planned[run]:
+            differs.append(run)
+    if not differs:
+        return st["summary"]
+    head = st["summary"].split(" Compute:")[0]
+    return (
+        f"{head} Compute: NOT as planned: {', '.join(sorted(differs))} trained a config other than the one queued "
+        "(its config.yaml changed); the cells' token counts cannot be taken as matched."
+    )

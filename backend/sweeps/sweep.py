@@ -231,6 +231,10 @@ def launch(m: dict, out: str | Path | None = None) -> Path:
     """Write the sweep folder (or find the same sweep there) and queue every run that is not done or running.
     Rerunning with the same manifest resumes; a different sweep in the same folder is refused."""
     out = check_out(out or default_out(m["name"]))  # the default folder too: it may hold something else
+    if m["executor"] == "slurm":  # before the folder is written: what is missing, in one line
+        from backend.sweeps.cluster import check_sbatch
+
+        check_sbatch()
     if (out / MANIFEST).exists():
         old = read_manifest(out)
         if not _same_sweep(old, m):
@@ -277,6 +281,11 @@ def _queue_missing(out: Path, m: dict) -> None:
                 to_start.append(d)
             elif state == "queued":
                 to_start.append(d)
+    hashes = {r: h for c in m["cells"] for r in c["runs"].values()
+              if (h := rundir.read_status(root / r).get("queued_config_sha256"))}  # fmt: skip
+    if hashes != m.get("config_sha256"):  # the config each run was queued with (its report checks what ran)
+        m["config_sha256"] = hashes
+        write_manifest(out, m)
     if not to_start:
         return
     if m["executor"] == "queue":

@@ -18,12 +18,12 @@ from backend.engine.data import read_documents
 from conftest import require_shared
 
 
-def _streamed(path: Path, column: str = "text") -> list[str]:
-    return read_documents(str(path), column)
+def _streamed(path: Path, column: str = "text", skipped=None) -> list[str]:
+    return read_documents(str(path), column, skipped=skipped)
 
 
-def _whole(path: Path, column: str = "text") -> list[str]:
-    return read_documents(str(path), column, whole_files=True)
+def _whole(path: Path, column: str = "text", skipped=None) -> list[str]:
+    return read_documents(str(path), column, whole_files=True, skipped=skipped)
 
 
 # ---------------------------------------------------------------------------------------------- text
@@ -196,12 +196,20 @@ _DOCS = ["plain", 'ünïcödé ’quotes’ and "escapes"', "line\nbreaks\r\nins
 def test_jsonl_records_equal_the_pandas_reading(tmp_path, monkeypatch):
     f = tmp_path / "c.jsonl"
     rows = [{"text": d, "id": i} for i, d in enumerate(_DOCS * 5)]
-    rows[3]["text"] = None  # null: skipped
-    del rows[5]["text"]  # missing: skipped
+    rows[3]["text"] = None  # null: refused, or skipped where asked (data.skip_non_text)
+    del rows[5]["text"]  # missing: a null too
     lines = [json.dumps(r, ensure_ascii=i % 2 == 0) for i, r in enumerate(rows)]
     lines.insert(7, "   ")  # blank lines are skipped, as pandas skips them
     f.write_text("\r\n".join(lines) + "\n\n")
-    assert _streamed(f) == _whole(f) and len(_streamed(f)) == 23
+    tallies = [readers.Skipped(allow=True), readers.Skipped(allow=True)]
+    assert (
+        _streamed(f, skipped=tallies[0]) == _whole(f, skipped=tallies[1])
+        and len(_streamed(f, skipped=readers.Skipped(allow=True))) == 23
+    )
+    assert tallies[0].counts == tallies[1].counts == {"null": 2}
+    for read in (_streamed, _whole):
+        with pytest.raises(DataError, match="line 4, 'text': holds a null"):
+            read(f)
 
 
 def test_jsonl_errors_name_the_file_line_and_column(tmp_path):
@@ -229,9 +237,9 @@ def test_csv_and_parquet_equal_the_pandas_reading_across_reads(tmp_path, monkeyp
     df.to_csv(tmp_path / "c.csv", index=False)
     df.to_parquet(tmp_path / "c.parquet", row_group_size=7)
     for f in (tmp_path / "c.csv", tmp_path / "c.parquet"):
-        whole = _whole(f)
-        assert _streamed(f) == whole and "4.50" in whole, f
-        assert ("NA" in whole) == (f.suffix == ".parquet")  # CSV's missing-value words are missing, as before
+        whole = _whole(f, skipped=readers.Skipped(allow=True))  # parquet's null is a null (a CSV's: empty text)
+        assert _streamed(f, skipped=readers.Skipped(allow=True)) == whole and "4.50" in whole, f
+        assert "NA" in whole  # the word, in a CSV too (pandas' default made it a missing value)
     with pytest.raises(DataError, match="column 'body' not in c.parquet; columns found: id, text"):
         _streamed(tmp_path / "c.parquet", "body")
     (tmp_path / "bad.parquet").write_bytes(b"not parquet")

@@ -211,3 +211,13 @@ def test_a_process_that_fails_on_one_machine_stops_the_other_with_its_reason(
         "another process of this launch failed: process rank 1 (machine 1): not a directory"
     ), st
     assert "error: run split failed: another process of this launch failed: process rank 1" in ends[0][1]
+
+
+def test_a_refused_launch_leaves_no_run_behind(tiny_modernbert_dir, isolated_runs_dir, tmp_path):
+    """Issue 39: ``--num_processes 2`` without ``--multi_gpu`` starts one process and is refused, but the run folder
+    was made first (``queued``), and ``queue`` later trained it as one process. Now nothing is left behind."""
+    cfg = config_file(tmp_path, tiny_modernbert_dir, "acc1")
+    proc = _accelerate("--num_processes", "2", "--main_process_port", str(free_port()), train=(str(cfg),))
+    assert proc.returncode != 0  # accelerate's own launcher adds its traceback after the process's one line
+    assert "error: config key '--num_processes': got 2; this accelerate launch started 1 process" in proc.stderr
+    assert not (isolated_runs_dir / "acc1").exists()
