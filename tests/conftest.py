@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 # One thread, in this process and in every process a test starts (trainers, the app, launchers) unless the test or
@@ -24,6 +23,7 @@ from backend.core.paths import (  # noqa: E402
     shared_data,
 )
 from backend.engine.models import build_from_scratch  # noqa: E402
+from tests.local_servers import free_port  # noqa: E402, F401 - the tests import it from here
 
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # also where something imported torch before this file
 
@@ -104,13 +104,6 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
-
-
-def free_port() -> int:
-    """A loopback port free now (the app, accelerate's rendezvous and the Slurm daemons the tests start)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def require_shared(name: str) -> Path:

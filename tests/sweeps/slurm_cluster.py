@@ -50,13 +50,15 @@ class SlurmCluster:
         host = socket.gethostname().split(".")[0]
         for d in ("state", "spool", "munge", "log"):
             (r / d).mkdir(parents=True, exist_ok=True)
+        ctld_port = free_port()
+        slurmd_port = next(p for p in iter(free_port, None) if p != ctld_port)  # two picks can draw the same one
         self.conf.write_text(
             "\n".join(
                 [
                     f"ClusterName=detour{os.getpid()}",
                     f"SlurmctldHost={host}(127.0.0.1)",
-                    f"SlurmctldPort={free_port()}",
-                    f"SlurmdPort={free_port()}",
+                    f"SlurmctldPort={ctld_port}",
+                    f"SlurmdPort={slurmd_port}",
                     "AuthType=auth/munge",
                     "CredType=cred/munge",
                     f"AuthInfo=socket={r / 'munge' / 'munge.socket'}",
