@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import pytest
 
 from backend.core.errors import ConfigError, DataError, DetourError, ModelSpecError
-from backend.core.paths import REPO_ROOT
 from backend.engine.config import load_config
 from backend.runs.train import prepare_runs
-from conftest import tiny_train_cfg
+from conftest import backend_cli, tiny_train_cfg
 
 
 @pytest.mark.parametrize(
@@ -127,13 +124,7 @@ def test_existing_run_is_never_overwritten(tiny_modernbert_dir, isolated_runs_di
 
 
 def test_cli_prints_one_clean_error_line(tmp_path):
-    r = subprocess.run(
-        [sys.executable, "-m", "backend", "train", "--set", "phases.main.mlm_probability=2"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = backend_cli("train", "--set", "phases.main.mlm_probability=2", timeout=120)
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         "error: config key 'phases.main.mlm_probability': got 2; must be in (0, 1)"
