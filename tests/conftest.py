@@ -38,6 +38,27 @@ TINY_MODERNBERT = dict(
 TINY_BERT = dict(TINY_WIDTHS, model_type="bert", num_hidden_layers=3)
 
 
+# The longest modules, started first. CI runs two pytest-xdist workers that take whole modules (``--dist loadscope
+# --no-loadscope-reorder``: a module's fixtures are built once, and the Slurm module's one cluster serves all its
+# tests) in collection order: the long ones first, then the many short ones fill in, so both workers end together
+# rather than one waiting out the other's last long module.
+LONGEST_FIRST = (
+    "sweeps/test_slurm.py",
+    "runs/test_compile.py",
+    "runs/test_accelerate_launch.py",
+    "ui/test_browser.py",
+    "sweeps/test_sweep_e2e.py",
+    "ui/test_sweeps_browser.py",
+    "bench/test_bench_gpu_smoke.py",
+    "replication/test_replicate.py",
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    rank = {f"tests/{name}": i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep their order
+
+
 def bundled_tokenizer():
     from transformers import AutoTokenizer
 

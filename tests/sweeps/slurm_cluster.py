@@ -98,10 +98,14 @@ class SlurmCluster:
         (r / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nCgroupAutomount=no\n")
 
     def _spawn(self, name: str, argv: list[str]) -> None:
+        # each daemon gets SIGTERM when this process ends, however it ends: a test run stopped by a timeout, ^C or
+        # SIGKILL skips stop() and left the cluster running (its own session: nothing else reaches it)
+        with_us = [_which("setpriv"), "--pdeathsig", "TERM"] if _which("setpriv") else []  # util-linux
         log = open(self.root / "log" / f"{name}.out", "ab")
         self.procs[name] = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env, start_new_session=True
-        )
+            [*with_us, *argv], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
+            start_new_session=True,
+        )  # fmt: skip
 
     def _log_tail(self, name: str, n: int = 6) -> str:
         lines: list[str] = []

@@ -21,8 +21,8 @@ from backend.core.paths import REPO_ROOT
 from backend.engine.rundir import read_metrics, read_status
 from backend.sweeps import sweep
 
-# one xdist worker runs them all (``--dist loadgroup``), on the one cluster the session starts: two workers would
-# each start a cluster of 2 CPUs on the same 2 cores
+# one xdist worker runs them all (a module is one unit under ``--dist loadscope``, a group under ``loadgroup``), on
+# the one cluster its session starts: two workers would each start a cluster of 2 CPUs on the same 2 cores
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 
