@@ -4,18 +4,17 @@ the load benchmarks (bench_app_load, bench_fillmask_load)."""
 from __future__ import annotations
 
 import json
-import socket
 import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from backend.core.machine import cpu_name, cpu_speed_flags  # noqa: E402
+from tests import local_servers  # noqa: E402 - the app started as the tests start it
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -55,33 +54,14 @@ def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 10) -> float:
     return 2 * n**3 / dt / 1e9
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_app(runs: Path, env: dict, log: Path, wait_s: float = 600) -> tuple[subprocess.Popen, str]:
-    """``python -m app`` on a free loopback port with ``runs`` as its runs folder, once it answers; its output goes
-    to ``log``, shown if it exits first. ``wait_s`` is long: on a busy shared machine, importing torch,
+    """The app in its own process (tests/local_servers.py, shared with the tests), once it answers; a start that
+    fails ends the benchmark with the app's output. ``wait_s`` is long: on a busy shared machine, importing torch,
     transformers and gradio takes minutes."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port), "--runs-dir", str(runs)],
-        cwd=REPO, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + wait_s
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=5):
-                return proc, url
-        except OSError:
-            if proc.poll() is not None:
-                raise SystemExit(log.read_text()) from None
-            time.sleep(0.5)
-    proc.kill()
-    raise SystemExit("the app did not start")
+    try:
+        return local_servers.start_app(runs, log, env=env, wait_s=wait_s)
+    except local_servers.AppDidNotStart as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def stats(xs: list[float]) -> dict:

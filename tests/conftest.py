@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 # One thread, in this process and in every process a test starts (trainers, the app, launchers) unless the test or
@@ -24,27 +23,40 @@ from backend.core.paths import (  # noqa: E402
     shared_data,
 )
 from backend.engine.models import build_from_scratch  # noqa: E402
+from tests.local_servers import free_port  # noqa: E402, F401 - the tests import it from here
 
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # also where something imported torch before this file
 
+TINY_WIDTHS = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, max_position_embeddings=256)
 TINY_MODERNBERT = dict(
+    TINY_WIDTHS,
     model_type="modernbert",
-    hidden_size=64,
-    intermediate_size=96,
     num_hidden_layers=4,
-    num_attention_heads=4,
-    max_position_embeddings=256,
     local_attention=16,  # window of 16: sequences of 64 are well beyond it
     global_attn_every_n_layers=2,
 )
-TINY_BERT = dict(
-    model_type="bert",
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=3,
-    num_attention_heads=4,
-    max_position_embeddings=256,
+TINY_BERT = dict(TINY_WIDTHS, model_type="bert", num_hidden_layers=3)
+
+
+# The longest modules, started first. CI runs two pytest-xdist workers that take whole modules (``--dist loadscope
+# --no-loadscope-reorder``: a module's fixtures are built once, and the Slurm module's one cluster serves all its
+# tests) in collection order: the long ones first, then the many short ones fill in, so both workers end together
+# rather than one waiting out the other's last long module.
+LONGEST_FIRST = (
+    "sweeps/test_slurm.py",
+    "runs/test_compile.py",
+    "runs/test_accelerate_launch.py",
+    "ui/test_browser.py",
+    "sweeps/test_sweep_e2e.py",
+    "ui/test_sweeps_browser.py",
+    "bench/test_bench_gpu_smoke.py",
+    "replication/test_replicate.py",
 )
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    rank = {f"tests/{name}": i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep their order
 
 
 def bundled_tokenizer():
@@ -106,13 +118,6 @@ def one_torch_thread():
     torch.set_num_threads(n)
 
 
-def free_port() -> int:
-    """A loopback port free now (the app, accelerate's rendezvous and the Slurm daemons the tests start)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def require_shared(name: str) -> Path:
     p = shared_data(name)
     if p is None:
@@ -143,6 +148,61 @@ def tiny_train_cfg(model_dir: Path, name: str = "t", **sets) -> dict:
     }
     base.update({k.replace("__", "."): v for k, v in sets.items()})
     return load_config(None, [f"{k}={v}" for k, v in base.items()])
+
+
+def train_rows(run: Path) -> dict[int, dict]:
+    """A run's training rows (metrics.jsonl) by step."""
+    from backend.engine.rundir import read_metrics
+
+    return {r["step"]: r for r in read_metrics(run) if r["type"] == "train"}
+
+
+def resume_from_first_checkpoint(run: Path, want: dict[int, dict]) -> dict[int, dict]:
+    """Cut a finished tiny ``run`` back to its first checkpoint (step 4: the later ones and the final model gone),
+    resume it, and check that every step's loss is that of ``want`` (the uninterrupted run's rows); its rows."""
+    import shutil
+
+    from backend.runs.train import train_run
+
+    for ck in sorted((run / "checkpoints").glob("step-*"))[1:]:
+        shutil.rmtree(ck)
+    shutil.rmtree(run / "final")
+    assert train_run(run, resume=True)["state"] == "done"
+    assert "from step-00000004" in (run / "train.log").read_text()
+    got = train_rows(run)
+    assert sorted(got) == sorted(want)
+    for s in want:
+        assert got[s]["loss"] == pytest.approx(want[s]["loss"], abs=1e-5), s
+    return got
+
+
+def tiny_config_file(path: Path, model_dir: Path, name: str) -> Path:
+    """A config YAML as a user uploads one (the Sweeps tab's form reads it): a tiny clm_detour run, 256 tokens of
+    CLM and one MLM step."""
+    import yaml
+
+    cfg = {
+        "name": name,
+        "model": {"name": str(model_dir)},
+        "data": {"corpus": "demo", "heldout_fraction": 0.1},
+        "train": {"seq_len": 64, "batch_size": 4, "precision": "fp32"},
+        "recipe": "clm_detour",
+        "phases": {"main": {"tokens": 256}, "decay": {"steps": 1}},
+        "logging": {"eval_every": 4, "eval_batches": 1},
+    }
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def backend_cli(*args: str, timeout: float = 300):
+    """``python -m backend ARGS`` in a fresh process, as a user types it: its CompletedProcess (text output)."""
+    import subprocess
+    import sys
+
+    from backend.core.paths import REPO_ROOT
+
+    return subprocess.run([sys.executable, "-m", "backend", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
 
 
 def torchrun_train(run_dir: Path, port: int, nproc: int = 2, timeout: int = 600, resume: bool = False):

@@ -86,6 +86,14 @@ def _as_2d64(x, name: str) -> torch.Tensor:
     return t.to(F64)
 
 
+def _paired(x, y, measure: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``x`` and ``y`` as float64 n x d arrays of the same n samples; None where n is too few for ``measure``."""
+    x, y = _as_2d64(x, "x"), _as_2d64(y, "y")
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"x and y must have the same number of rows, got {x.shape[0]} and {y.shape[0]}")
+    return None if x.shape[0] < MIN_SAMPLES[measure] else (x, y)
+
+
 def _ratio(num: float, den: float) -> float:
     return num / den if den > 0 and math.isfinite(den) else float("nan")
 
@@ -134,12 +142,10 @@ def similarity(x, y, measure: str = DEFAULT_MEASURE) -> float:
     NaN when undefined: a side without variance, or fewer samples than the measure needs (``MIN_SAMPLES``).
     """
     check_measure(measure)
-    x, y = _as_2d64(x, "x"), _as_2d64(y, "y")
-    if x.shape[0] != y.shape[0]:
-        raise ValueError(f"x and y must have the same number of rows, got {x.shape[0]} and {y.shape[0]}")
-    n = x.shape[0]
-    if n < MIN_SAMPLES[measure]:
+    if (xy := _paired(x, y, measure)) is None:
         return float("nan")
+    x, y = xy
+    n = x.shape[0]
     x = x - x.mean(0, keepdim=True)
     y = y - y.mean(0, keepdim=True)
     lx, ly = _centred_summaries(x), _centred_summaries(y)
@@ -197,12 +203,9 @@ def gram_similarity(x, y, measure: str = "linear") -> float:
     feature-space code). (The tests check ``procrustes`` against scipy's ``orthogonal_procrustes``.)"""
     if measure not in ("linear", "debiased"):
         raise ValueError(f"gram_similarity: measure {measure!r}; use 'linear' or 'debiased'")
-    x, y = _as_2d64(x, "x"), _as_2d64(y, "y")
-    if x.shape[0] != y.shape[0]:
-        raise ValueError(f"x and y must have the same number of rows, got {x.shape[0]} and {y.shape[0]}")
-    n = x.shape[0]
-    if n < MIN_SAMPLES[measure]:
+    if (xy := _paired(x, y, measure)) is None:
         return float("nan")
+    x, y = xy
     if measure == "debiased":
         k, ll = x @ x.T, y @ y.T  # two n x n matrices, as for the biased form
         k.fill_diagonal_(0)

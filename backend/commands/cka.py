@@ -106,23 +106,17 @@ def _print_cka(res: dict) -> None:
     wc = res.get("weight_change") or {}
     wl = dict(zip(wc.get("layer_names", []), wc.get("layers", [])))
     wl["embeddings"] = wc.get("embeddings")
-    head = f"{'layer':<12} {'sim':>8} {'1-sim':>8}"
+    columns = {"sim": lambda i, _: _fmt(res["cka_diagonal"][i]), "1-sim": lambda i, _: _fmt(res["divergence"][i])}
     if base and base.get("diagonal"):
-        head += f" {'shuffled':>8}"
+        columns["shuffled"] = lambda i, _: _fmt(base["diagonal"][i])
     if res["control_divergence"] is not None:
-        head += f" {'control':>8} {'ratio':>8}"
+        columns["control"] = lambda i, _: _fmt(res["control_divergence"][i])
+        columns["ratio"] = lambda i, _: _fmt(res["ratio"][i], 8, 2)
     if wc:
-        head += f" {'dW/W':>8}"
-    print(head)
+        columns["dW/W"] = lambda _, name: _fmt(wl.get(name))
+    print(f"{'layer':<12} " + " ".join(f"{head:>8}" for head in columns))
     for i, name in enumerate(names):
-        row = f"{name:<12} {_fmt(res['cka_diagonal'][i])} {_fmt(res['divergence'][i])}"
-        if base and base.get("diagonal"):
-            row += f" {_fmt(base['diagonal'][i])}"
-        if res["control_divergence"] is not None:
-            row += f" {_fmt(res['control_divergence'][i])} {_fmt(res['ratio'][i], 8, 2)}"
-        if wc:
-            row += f" {_fmt(wl.get(name))}"
-        print(row)
+        print(f"{name:<12} " + " ".join(cell(i, name) for cell in columns.values()))
 
 
 def _print_trajectory(res: dict) -> None:

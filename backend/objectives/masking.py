@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from backend.objectives.base import IGNORE
+from backend.objectives.base import IGNORE, Masking
 
-__all__ = ["IGNORE", "mlm_mask", "replacement_vocab", "special_ids"]
+__all__ = ["IGNORE", "mask_with", "mlm_mask", "replacement_vocab", "special_ids"]
 
 
 def special_ids(tokenizer) -> list[int]:
@@ -47,3 +47,8 @@ def mlm_mask(
     out = torch.where(to_mask, torch.full_like(input_ids, mask_id), input_ids)
     out = torch.where(to_random, random_tokens, out)
     return out, labels
+
+
+def mask_with(masking: Masking, input_ids: torch.Tensor, probability: float, generator: torch.Generator):
+    """``mlm_mask`` with the tokenizer's ids that ``masking`` holds: what every objective that masks calls."""
+    return mlm_mask(input_ids, probability, masking.special, masking.mask_id, masking.vocab, generator)

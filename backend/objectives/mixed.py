@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from backend.objectives.base import Batch, Objective, Setting, next_token_labels
-from backend.objectives.masking import mlm_mask
+from backend.objectives.masking import mask_with
 
 
 def causal_rows(rows: int, share: float, generator: torch.Generator) -> int:
@@ -23,8 +23,7 @@ def causal_rows(rows: int, share: float, generator: torch.Generator) -> int:
 def _make(ids, doc_start, settings, masking, generator) -> Batch:
     b, t = ids.shape
     n = causal_rows(b, settings["causal_share"], generator)
-    inputs, labels = mlm_mask(ids, settings["mlm_probability"], masking.special, masking.mask_id, masking.vocab,
-                              generator)  # fmt: skip
+    inputs, labels = mask_with(masking, ids, settings["mlm_probability"], generator)
     inputs[:n], labels[:n] = ids[:n], next_token_labels(ids[:n], doc_start[:n])
     prefix = torch.full((b,), t, dtype=torch.long)  # a whole-row prefix: bidirectional
     prefix[:n] = 0  # no prefix: causal

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from backend.objectives.base import Batch, Objective, Setting
-from backend.objectives.masking import mlm_mask
+from backend.objectives.masking import mask_with
 
 # a phase list gives it; the presets have their own
 RATE = Setting("mlm_probability", None, "its masking rate", column="mask rate")
 
 
 def _make(ids, doc_start, settings, masking, generator) -> Batch:
-    inputs, labels = mlm_mask(ids, settings["mlm_probability"], masking.special, masking.mask_id, masking.vocab,
-                              generator)  # fmt: skip
+    inputs, labels = mask_with(masking, ids, settings["mlm_probability"], generator)
     return Batch(inputs, labels, False)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from backend.objectives.base import IGNORE, Batch, Objective, Setting
-from backend.objectives.masking import mlm_mask
+from backend.objectives.masking import mask_with
 
 
 def shift_left(labels: torch.Tensor, doc_start: torch.Tensor) -> torch.Tensor:
@@ -19,8 +19,7 @@ def shift_left(labels: torch.Tensor, doc_start: torch.Tensor) -> torch.Tensor:
 
 
 def _make(ids, doc_start, settings, masking, generator) -> Batch:
-    inputs, labels = mlm_mask(ids, settings["mlm_probability"], masking.special, masking.mask_id, masking.vocab,
-                              generator)  # fmt: skip
+    inputs, labels = mask_with(masking, ids, settings["mlm_probability"], generator)
     return Batch(inputs, shift_left(labels, doc_start), False)
 
 

@@ -14,19 +14,10 @@ import torch
 
 from backend.detour.attention import causal_attention, causal_plan
 from backend.engine.models import build_from_scratch, load_masked_lm
-from conftest import bundled_tokenizer
+from conftest import TINY_MODERNBERT, bundled_tokenizer
 
 # local_attention 32 (keys within 16) at seq 320: ten windows, and 3 flex blocks of 128 (the last one partial).
-SCRATCH = dict(
-    model_type="modernbert",
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    max_position_embeddings=512,
-    local_attention=32,
-    global_attn_every_n_layers=2,
-)
+SCRATCH = dict(TINY_MODERNBERT, max_position_embeddings=512, local_attention=32)
 SEQ = {"scratch": 320, "detour-tiny-en": 384}  # the bundled model: window 64, six windows and three blocks
 
 

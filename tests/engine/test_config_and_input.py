@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import time
 
 import pytest
 
 from backend.core.errors import ConfigError, DataError, DetourError, ModelSpecError
-from backend.core.paths import REPO_ROOT
 from backend.engine.config import load_config
 from backend.runs.train import prepare_runs
-from conftest import tiny_train_cfg
+from conftest import backend_cli, tiny_train_cfg
 
 
 @pytest.mark.parametrize(
@@ -68,21 +66,22 @@ def test_compile_without_a_compiler_is_refused_before_the_run_exists(
     assert not (isolated_runs_dir / "nocc").exists()
 
 
-def test_model_errors(tmp_path):
+def test_model_errors(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
     (tmp_path / "notamodel").mkdir()
     with pytest.raises(ModelSpecError, match="not a model"):
         prepare_runs(load_config(None, [f"model.name={tmp_path / 'notamodel'}"]))
     with pytest.raises(ModelSpecError, match="no such path"):
         prepare_runs(load_config(None, ["model.name=./missing/model"]))
-    # an unknown hub id while offline: a clear message, not a stack trace
-    import os
-
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    try:
-        with pytest.raises(ModelSpecError, match="hub"):
-            prepare_runs(load_config(None, ["model.name=nobody/no-such-model-xyz"]))
-    finally:
-        os.environ.pop("HF_HUB_OFFLINE")
+    # an unknown hub id while offline: a clear message, not a stack trace. huggingface_hub reads HF_HUB_OFFLINE once,
+    # when it is imported (before this test in a full run): the variable alone left it trying the network for 23 s
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # backend.engine.hub_cache reads the variable
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # transformers asks huggingface_hub
+    started = time.monotonic()
+    with pytest.raises(ModelSpecError, match="hub"):
+        prepare_runs(load_config(None, ["model.name=nobody/no-such-model-xyz"]))
+    assert time.monotonic() - started < 10, "offline, the unknown hub id was still looked for on the network"
 
 
 def test_architecture_that_cannot_be_causal_is_refused(tmp_path):
@@ -125,13 +124,7 @@ def test_existing_run_is_never_overwritten(tiny_modernbert_dir, isolated_runs_di
 
 
 def test_cli_prints_one_clean_error_line(tmp_path):
-    r = subprocess.run(
-        [sys.executable, "-m", "backend", "train", "--set", "phases.main.mlm_probability=2"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = backend_cli("train", "--set", "phases.main.mlm_probability=2", timeout=120)
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         "error: config key 'phases.main.mlm_probability': got 2; must be in (0, 1)"

@@ -6,14 +6,11 @@ NaN fails every comparison, so a range check written with ``<`` / ``>`` lets it 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from backend.core.errors import ConfigError
-from backend.core.paths import REPO_ROOT
 from backend.engine.config import load_config
+from conftest import backend_cli
 
 
 @pytest.mark.parametrize(
@@ -46,13 +43,7 @@ def test_non_finite_number_inside_a_from_scratch_architecture_is_refused():
 
 def test_validate_cli_prints_one_line_for_a_nan_that_used_to_end_in_a_traceback():
     """``phases.decay.fraction=.nan`` passed the schema and crashed in preflight (cannot convert float NaN)."""
-    r = subprocess.run(
-        [sys.executable, "-m", "backend", "validate", "--set", "phases.decay.fraction=.nan"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    r = backend_cli("validate", "--set", "phases.decay.fraction=.nan")
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
         "error: config key 'phases.decay.fraction': got nan; expected a finite number in [0, 1]"

@@ -25,32 +25,24 @@ def ner_dir(tmp_path, train=GOOD, dev=GOOD, test=GOOD, names=("train.tsv", "dev.
     return d
 
 
-def test_missing_tag_names_file_and_line(tmp_path):
-    d = ner_dir(tmp_path, test="The\tO\ntumour\n")
-    with pytest.raises(DataError, match=r"test\.tsv line 2: token 'tumour' has no tag"):
-        load_ner_folder(d)
-
-
-def test_bad_tag_names_line_and_tag(tmp_path):
-    d = ner_dir(tmp_path, train="The\tO\ntumour\tDisease\n")
-    with pytest.raises(DataError, match=r"train\.tsv line 2: tag 'Disease' is not IOB2"):
-        load_ner_folder(d)
-    d = ner_dir(tmp_path, train="The\tO\ntumour\tS-Disease\n")
-    with pytest.raises(DataError, match=r"line 2: tag 'S-Disease' is IOBES"):
-        load_ner_folder(d)
-
-
-def test_empty_split(tmp_path):
-    d = ner_dir(tmp_path, dev="\n\n  \n")
-    with pytest.raises(DataError, match=r"dev\.tsv: empty dev split"):
-        load_ner_folder(d)
-
-
-def test_label_only_in_test_is_named(tmp_path):
-    d = ner_dir(tmp_path, test="The\tO\naspirin\tB-Chemical\n")
-    with pytest.raises(
-        DataError, match=r"label 'B-Chemical' appears in test \(.*test\.tsv line 1\).*never appears in train"
-    ):
+@pytest.mark.parametrize(
+    "split, text, message",
+    [
+        ("test", "The\tO\ntumour\n", r"test\.tsv line 2: token 'tumour' has no tag"),
+        ("train", "The\tO\ntumour\tDisease\n", r"train\.tsv line 2: tag 'Disease' is not IOB2"),
+        ("train", "The\tO\ntumour\tS-Disease\n", r"line 2: tag 'S-Disease' is IOBES"),
+        ("dev", "\n\n  \n", r"dev\.tsv: empty dev split"),
+        (
+            "test",
+            "The\tO\naspirin\tB-Chemical\n",
+            r"label 'B-Chemical' appears in test \(.*test\.tsv line 1\).*never appears in train",
+        ),
+    ],
+    ids=["missing-tag", "not-iob2", "iobes", "empty-split", "label-only-in-test"],
+)
+def test_a_bad_split_file_is_named_with_its_line_and_problem(tmp_path, split, text, message):
+    d = ner_dir(tmp_path, **{split: text})
+    with pytest.raises(DataError, match=message):
         load_ner_folder(d)
 
 

@@ -5,6 +5,7 @@ majority baseline, failures are recorded, reruns resume, the saved model serves 
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import random
 
@@ -104,29 +105,14 @@ def test_ner_loop_learns_records_failures_resumes_and_predicts(tmp_path, tiny_mo
 
     # rerun: the finished seed is reused, not retrained; different settings are refused
     events.clear()
-    r2 = evaluate_models(
-        [str(tiny_modernbert_dir)],
-        "ner",
-        str(ncbi),
-        seeds=[0],
-        out_dir=out,
-        labels=["tiny"],
-        progress=events.append,
-        **NER_HP,
-    )
+    tiny_again = functools.partial(evaluate_models, [str(tiny_modernbert_dir)], "ner", str(ncbi), seeds=[0],
+                                   out_dir=out, labels=["tiny"])  # fmt: skip
+    r2 = tiny_again(progress=events.append, **NER_HP)
     assert [e["event"] for e in events] == ["run_resumed", "done"]
     assert r2["models"][0]["runs"][0]["resumed"] is True
     assert r2["models"][0]["runs"][0]["test"] == run["test"]
     with pytest.raises(ConfigError, match="different lr"):
-        evaluate_models(
-            [str(tiny_modernbert_dir)],
-            "ner",
-            str(ncbi),
-            seeds=[0],
-            out_dir=out,
-            labels=["tiny"],
-            **{**NER_HP, "lr": 1e-3},
-        )
+        tiny_again(**{**NER_HP, "lr": 1e-3})
 
     # the NER demo's functions
     [item] = list_finetuned(tmp_path / "evals")

@@ -11,9 +11,8 @@ import sys
 import pytest
 
 from backend.core.paths import REPO_ROOT
-from backend.engine.rundir import read_metrics
 from backend.runs.train import prepare_runs, train_run
-from conftest import TINY_MODERNBERT, save_tiny_model, tiny_train_cfg
+from conftest import TINY_MODERNBERT, save_tiny_model, tiny_train_cfg, train_rows
 
 # The tiny corpus holds 68 held-out rows of 64 tokens: in batches of 5, the last has 3 rows (a new shape for an
 # evaluation that does not pad it). Evaluations every 2 steps land on both sides of the CLM -> MLM switch.
@@ -49,10 +48,6 @@ def _compile_lines(run, proc, out) -> list[str]:
     assert proc.returncode == 0, out.read_text()[-6000:]
     assert json.loads((run / "status.json").read_text())["state"] == "done"
     return [ln for ln in (run / "train.log").read_text().splitlines() if "compile: first" in ln]
-
-
-def _train_rows(run):
-    return {r["step"]: r for r in read_metrics(run) if r["type"] == "train"}
 
 
 @pytest.mark.slow
@@ -117,13 +112,13 @@ def test_compiled_pair_matches_eager_compiles_each_graph_once_and_caches_its_ker
     for run in eager:
         assert train_run(run)["state"] == "done"
     for c, e in zip(compiled, eager):
-        a, b = _train_rows(e), _train_rows(c)
+        a, b = train_rows(e), train_rows(c)
         assert sorted(a) == sorted(b) == list(range(1, 8))
         for s in a:
             assert b[s]["loss"] == pytest.approx(a[s]["loss"], rel=2e-3), (c.name, s)
         names = lambda run: sorted(load_file(run / "final" / "model.safetensors"))  # noqa: E731
         assert names(c) == names(e) and not any("_orig_mod" in n for n in names(c))
-    assert [_train_rows(compiled[0])[s]["objective"] for s in (4, 5)] == ["clm", "mlm"]
+    assert [train_rows(compiled[0])[s]["objective"] for s in (4, 5)] == ["clm", "mlm"]
 
     # kernels are written under the project cache ...
     kernels = isolated_cache_dir / "inductor"

@@ -16,11 +16,7 @@ import pytest
 from backend.core.paths import REPO_ROOT
 from backend.engine.rundir import read_metrics, read_status
 from backend.runs.train import prepare_runs, train_run
-from conftest import tiny_train_cfg
-
-
-def _train_rows(run):
-    return {r["step"]: r for r in read_metrics(run) if r["type"] == "train"}
+from conftest import resume_from_first_checkpoint, tiny_train_cfg, train_rows
 
 
 def test_pair_sees_identical_token_streams_and_budget(tiny_modernbert_dir, isolated_runs_dir):
@@ -28,7 +24,7 @@ def test_pair_sees_identical_token_streams_and_budget(tiny_modernbert_dir, isola
     assert [r.name for r in runs] == ["p-detour", "p-mlm"]
     for r in runs:
         assert train_run(r)["state"] == "done"
-    a, b = (_train_rows(r) for r in runs)
+    a, b = (train_rows(r) for r in runs)
     assert sorted(a) == sorted(b) == list(range(1, 13))
     assert [a[s]["data_hash"] for s in a] == [b[s]["data_hash"] for s in b]
     assert a[12]["tokens_seen"] == b[12]["tokens_seen"]
@@ -55,7 +51,7 @@ def test_seed_noise_control_keeps_data_order_and_changes_only_masks(tiny_modernb
     )
     for r in (a, b, c):
         assert train_run(r)["state"] == "done"
-    ra, rb, rc = (_train_rows(r) for r in (a, b, c))
+    ra, rb, rc = (train_rows(r) for r in (a, b, c))
     assert [ra[s]["data_hash"] for s in ra] == [rb[s]["data_hash"] for s in rb]  # same tokens, same order
     assert [ra[s]["loss"] for s in ra] != [rb[s]["loss"] for s in rb]  # ... but other masks
     assert [ra[s]["data_hash"] for s in ra] != [rc[s]["data_hash"] for s in rc]  # data_seed None follows seed
@@ -80,7 +76,7 @@ def test_kill_9_then_resume_matches_uninterrupted(tiny_modernbert_dir, isolated_
     (run,) = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "killed", **base))
     proc = _spawn(run)
     deadline = time.time() + 240
-    while time.time() < deadline and max(_train_rows(run) or [0]) < 10:
+    while time.time() < deadline and max(train_rows(run) or [0]) < 10:
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -98,7 +94,7 @@ def test_kill_9_then_resume_matches_uninterrupted(tiny_modernbert_dir, isolated_
         verify(ck)
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert all(json.loads(line) for line in lines)
-    got, want = _train_rows(run), _train_rows(ref)
+    got, want = train_rows(run), train_rows(ref)
     assert sorted(got) == sorted(want)  # no duplicated or missing steps in the curve
     for s in want:
         assert got[s]["loss"] == pytest.approx(want[s]["loss"], abs=1e-5), s
@@ -161,20 +157,12 @@ def test_run_made_before_the_token_store_resumes_and_reproduces(tiny_modernbert_
 
     (run,) = prepare_runs(tiny_train_cfg(tiny_modernbert_dir, "pre", recipe="mlm"))
     assert train_run(run)["state"] == "done"
-    want = _train_rows(run)
+    want = train_rows(run)
     info = json.loads((run / "data_info.json").read_text())
     shutil.rmtree(Path(info["cache_path"]).parent)  # no token store anywhere
     old = {k: v for k, v in info.items() if k not in ("cache_path", "cache_bytes", "cache_hit", "prepare_seconds")}
     (run / "data_info.json").write_text(json.dumps(old))
-    for ck in sorted((run / "checkpoints").glob("step-*"))[1:]:  # keep step 4 only: the run was cut there
-        shutil.rmtree(ck)
-    shutil.rmtree(run / "final")
-    assert train_run(run, resume=True)["state"] == "done"
-    assert "from step-00000004" in (run / "train.log").read_text()
-    got = _train_rows(run)
-    assert sorted(got) == sorted(want)
-    for s in want:
-        assert got[s]["loss"] == pytest.approx(want[s]["loss"], abs=1e-5), s
-        assert got[s]["data_hash"] == want[s]["data_hash"]
+    got = resume_from_first_checkpoint(run, want)
+    assert all(got[s]["data_hash"] == want[s]["data_hash"] for s in want)
     new = json.loads((run / "data_info.json").read_text())
     assert {k: new[k] for k in old} == old and new["cache_hit"] is False

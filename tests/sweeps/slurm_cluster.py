@@ -50,13 +50,15 @@ class SlurmCluster:
         host = socket.gethostname().split(".")[0]
         for d in ("state", "spool", "munge", "log"):
             (r / d).mkdir(parents=True, exist_ok=True)
+        ctld_port = free_port()
+        slurmd_port = next(p for p in iter(free_port, None) if p != ctld_port)  # two picks can draw the same one
         self.conf.write_text(
             "\n".join(
                 [
                     f"ClusterName=detour{os.getpid()}",
                     f"SlurmctldHost={host}(127.0.0.1)",
-                    f"SlurmctldPort={free_port()}",
-                    f"SlurmdPort={free_port()}",
+                    f"SlurmctldPort={ctld_port}",
+                    f"SlurmdPort={slurmd_port}",
                     "AuthType=auth/munge",
                     "CredType=cred/munge",
                     f"AuthInfo=socket={r / 'munge' / 'munge.socket'}",
@@ -96,10 +98,14 @@ class SlurmCluster:
         (r / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nCgroupAutomount=no\n")
 
     def _spawn(self, name: str, argv: list[str]) -> None:
+        # each daemon gets SIGTERM when this process ends, however it ends: a test run stopped by a timeout, ^C or
+        # SIGKILL skips stop() and left the cluster running (its own session: nothing else reaches it)
+        with_us = [_which("setpriv"), "--pdeathsig", "TERM"] if _which("setpriv") else []  # util-linux
         log = open(self.root / "log" / f"{name}.out", "ab")
         self.procs[name] = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env, start_new_session=True
-        )
+            [*with_us, *argv], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
+            start_new_session=True,
+        )  # fmt: skip
 
     def _log_tail(self, name: str, n: int = 6) -> str:
         lines: list[str] = []

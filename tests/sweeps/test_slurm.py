@@ -21,7 +21,9 @@ from backend.core.paths import REPO_ROOT
 from backend.engine.rundir import read_metrics, read_status
 from backend.sweeps import sweep
 
-pytestmark = pytest.mark.slow
+# one xdist worker runs them all (a module is one unit under ``--dist loadscope``, a group under ``loadgroup``), on
+# the one cluster its session starts: two workers would each start a cluster of 2 CPUs on the same 2 cores
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 
 def _config(tmp_path: Path, model_dir: Path, **train) -> Path:
@@ -125,6 +127,13 @@ def _job(cluster, job_id: str) -> dict:
     return dict(kv.split("=", 1) for kv in text.split() if "=" in kv)
 
 
+def _minutes_run(run_time: str) -> int:
+    """Whole minutes in a ``scontrol show job`` RunTime: ``[D-]HH:MM:SS``."""
+    days, _, hms = run_time.rpartition("-")
+    h, m, _s = (int(x) for x in hms.split(":"))
+    return (int(days or 0) * 24 + h) * 60 + m
+
+
 def _start_now(cluster, job_id: str) -> None:
     """Slurm holds a requeued batch job 120 s before it may start again (its fixed requeue delay; BeginTime):
     start it in 5 s instead, as an admin can, with a fresh 10-minute limit. (Not at once: slurmd refuses to launch
@@ -159,12 +168,13 @@ def _trainer_pid(run: Path, after: int = 0) -> int:
 def test_a_run_stopped_by_its_time_limit_and_by_scontrol_requeue_ends_with_the_uninterrupted_weights(
     slurm_cluster, tmp_path, tiny_modernbert_dir, isolated_runs_dir
 ):
-    """``train --executor slurm``. Once it trains, the job's limit is cut to 2 minutes, so Slurm's --signal=USR2@120
-    is due: the trainer checkpoints, submitit requeues the job, the run resumes. Then ``scontrol requeue`` (what a
-    preempting partition does): SIGTERM, a checkpoint, the run resumes again. Its final weights are those of the
-    same run trained here without a stop, and no step is logged twice.
+    """``train --executor slurm``. Once it trains, the job's limit is cut to end within 2 minutes, so Slurm's
+    --signal=USR2@120 is due: the trainer checkpoints, submitit requeues the job, the run resumes. Then ``scontrol
+    requeue`` (what a preempting partition does): SIGTERM, a checkpoint, the run resumes again. Its final weights are
+    those of the same run trained here without a stop, and no step is logged twice.
 
-    Slurm looks at time limits every 30 s, so the trainer is frozen (SIGSTOP) mid-run until the signal has come:
+    Slurm looks at time limits every 30 s (a constant in slurmctld 22.05, PERIODIC_TIMEOUT, not a slurm.conf
+    setting), so the trainer is frozen (SIGSTOP) mid-run until the signal has come:
     a tiny run would otherwise finish first. Slurm's own SIGCONT (or the test's) lets it go on."""
     sets = ["--set", "train.seq_len=32", "--set", "train.batch_size=2", "--set", "phases.main.steps=30",
             "--set", "phases.decay.steps=6", "--set", "logging.checkpoint_every=5", "--set", "logging.eval_every=50",
@@ -183,11 +193,14 @@ def test_a_run_stopped_by_its_time_limit_and_by_scontrol_requeue_ends_with_the_u
     def submitit_log() -> str:
         return "".join(p.read_text() for p in (run / "submitit").glob("*_log.out"))
 
-    # 1. the time limit: 2 minutes from the job's start leaves less than the 120 s warning, so Slurm signals it
+    # 1. the time limit: 2 minutes more than the whole minutes the job has run puts its end 60-120 s away: within
+    # the 120-s warning, so Slurm signals it at its next look (every 30 s), and beyond that look, so the limit itself
+    # cannot kill it first (a flat 2 minutes did, wherever the job had taken over 90 s to train its 3 steps)
     _poll(lambda: len(_train_steps(run)) >= 3, 240)
     pid = _poll(lambda: _trainer_pid(run))
     os.kill(pid, signal.SIGSTOP)
-    slurm_cluster.run("scontrol", "update", f"JobId={job}", "TimeLimit=2", check=True)
+    limit = _minutes_run(_job(slurm_cluster, job)["RunTime"]) + 2
+    slurm_cluster.run("scontrol", "update", f"JobId={job}", f"TimeLimit={limit}", check=True)
     _poll(lambda: "Caught signal SIGUSR2" in submitit_log(), 90)
     os.kill(pid, signal.SIGCONT)
     # submitit's `scontrol requeue` may itself be killed by the requeue it asked for: Slurm's count is the record

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -19,36 +18,16 @@ import pytest
 from app import launch_tab
 from backend.engine import rundir
 from backend.engine.config import default_config
-from conftest import free_port
+from tests import local_servers
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
 def start_app(runs: Path, tmp: Path, *extra: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    log = open(tmp / f"app-{port}.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "--port", str(port), "--runs-dir", str(runs), *extra],
-        cwd=REPO,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, **(env or {})},
-    )
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError((tmp / f"app-{port}.log").read_text())
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    raise AssertionError("the app did not start in 90 s")
+    """The app in its own process (``extra``: its flags; ``env``: added to this one's), logging under ``tmp``."""
+    log = tmp / f"app-{len(list(tmp.glob('app-*.log')))}.log"
+    return local_servers.start_app(runs, log, *extra, env={**os.environ, **(env or {})})
 
 
 def wait_for(cond, timeout: float, what: str):

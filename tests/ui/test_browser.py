@@ -27,6 +27,17 @@ def _playwright():
     return sync_playwright
 
 
+def open_page(p, url: str):
+    """(browser, page): headless Chromium on ``url`` at 1400 x 1000, no network of its own, as every browser test
+    starts."""
+    flags = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+             "--no-first-run"]  # fmt: skip
+    browser = p.chromium.launch(executable_path=CHROMIUM, args=flags)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(url)
+    return browser, page
+
+
 def test_page_launch_plot_fill_mask(tmp_path, isolated_runs_dir, tiny_modernbert_dir, monkeypatch):
     sync_playwright = _playwright()
     monkeypatch.setenv("DETOUR_ALLOWED_ROOTS", str(tiny_modernbert_dir))
@@ -47,18 +58,7 @@ def test_page_launch_plot_fill_mask(tmp_path, isolated_runs_dir, tiny_modernbert
     proc, url = start_app(isolated_runs_dir, tmp_path)
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(
-                executable_path=CHROMIUM,
-                args=[
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--disable-background-networking",
-                    "--disable-component-update",
-                    "--no-first-run",
-                ],
-            )
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(url)
+            browser, page = open_page(p, url)
             page.wait_for_selector("#launch-btn", timeout=60_000)
             page.wait_for_selector("#yaml-preview", timeout=30_000)
             page.screenshot(path=str(shots / "launch.png"), full_page=True)
@@ -130,9 +130,7 @@ def test_fresh_install_detour_scrub_says_no_runs_yet(tmp_path, isolated_runs_dir
     proc, url = start_app(isolated_runs_dir, tmp_path)
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(url)
+            browser, page = open_page(p, url)
             page.wait_for_selector("#launch-btn", timeout=60_000)
             page.get_by_role("tab", name="Detour").click()
             page.click("#dt-run-btn")
@@ -155,9 +153,7 @@ def test_detour_scrub_follows_the_keyboard(tmp_path, detour_run_dir, monkeypatch
     proc, url = start_app(detour_run_dir.parent, tmp_path)
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(url)
+            browser, page = open_page(p, url)
             page.wait_for_selector("#launch-btn", timeout=60_000)
             page.get_by_role("tab", name="Detour").click()
             page.locator("#dt-run input").fill("scrub")

@@ -4,10 +4,9 @@ finished."""
 
 from __future__ import annotations
 
-import yaml
-
+from conftest import tiny_config_file
 from tests.ui.test_app_client import start_app
-from tests.ui.test_browser import CHROMIUM, _playwright, pytestmark  # noqa: F401  (browser + slow marks)
+from tests.ui.test_browser import _playwright, open_page, pytestmark  # noqa: F401  (browser + slow marks)
 
 
 def test_sweep_from_the_browser(tmp_path, isolated_runs_dir, tiny_modernbert_dir, monkeypatch):
@@ -17,23 +16,11 @@ def test_sweep_from_the_browser(tmp_path, isolated_runs_dir, tiny_modernbert_dir
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     (tmp_path / "uploads").mkdir()
     isolated_runs_dir.mkdir(parents=True, exist_ok=True)
-    cfg = {
-        "name": "web",
-        "model": {"name": str(tiny_modernbert_dir)},
-        "data": {"corpus": "demo", "heldout_fraction": 0.1},
-        "train": {"seq_len": 64, "batch_size": 4, "precision": "fp32"},
-        "recipe": "clm_detour",
-        "phases": {"main": {"tokens": 256}, "decay": {"steps": 1}},
-        "logging": {"eval_every": 4, "eval_batches": 1},
-    }
-    cfg_file = tmp_path / "uploads" / "web.yaml"
-    cfg_file.write_text(yaml.safe_dump(cfg))
+    cfg_file = tiny_config_file(tmp_path / "uploads" / "web.yaml", tiny_modernbert_dir, "web")
     proc, url = start_app(isolated_runs_dir, tmp_path)
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(url)
+            browser, page = open_page(p, url)
             page.get_by_role("tab", name="Sweeps").click()
             page.wait_for_selector("#sw-launch", timeout=60_000)
             page.locator("#sw-config textarea, #sw-config input").first.fill(str(cfg_file))

@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 
 import pytest
-import yaml
 
 from app import sweeps_tab
 from backend.core import paths
 from backend.core.errors import DetourError
+from conftest import tiny_config_file
 
 
 @pytest.fixture
@@ -22,18 +22,7 @@ def roots(tmp_path, monkeypatch):
 
 
 def _config(roots, model_dir) -> str:
-    cfg = {
-        "name": "tab",
-        "model": {"name": str(model_dir)},
-        "data": {"corpus": "demo", "heldout_fraction": 0.1},
-        "train": {"seq_len": 64, "batch_size": 4, "precision": "fp32"},
-        "recipe": "clm_detour",
-        "phases": {"main": {"tokens": 256}, "decay": {"steps": 1}},
-        "logging": {"eval_every": 4, "eval_batches": 1},
-    }
-    p = roots / "uploads" / "tab.yaml"
-    p.write_text(yaml.safe_dump(cfg))
-    return str(p)
+    return str(tiny_config_file(roots / "uploads" / "tab.yaml", model_dir, "tab"))
 
 
 def test_launch_view_and_cancel_from_the_tab(roots, tiny_modernbert_dir):
