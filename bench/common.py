@@ -57,9 +57,10 @@ def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 10) -> float:
 def start_app(runs: Path, env: dict, log: Path, wait_s: float = 600) -> tuple[subprocess.Popen, str]:
     """The app in its own process (tests/local_servers.py, shared with the tests), once it answers; a start that
     fails ends the benchmark with the app's output. ``wait_s`` is long: on a busy shared machine, importing torch,
-    transformers and gradio takes minutes."""
+    transformers and gradio takes minutes. The app leads its own session, as a lab server's would
+    (``setsid python -m app``), so it can put that session below the trainers' (``inference_lane.lower_session``)."""
     try:
-        return local_servers.start_app(runs, log, env=env, wait_s=wait_s)
+        return local_servers.start_app(runs, log, env=env, wait_s=wait_s, own_session=True)
     except local_servers.AppDidNotStart as exc:
         raise SystemExit(str(exc)) from None
 

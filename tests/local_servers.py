@@ -66,19 +66,19 @@ def free_port() -> int:
 
 
 def start_app(
-    runs: Path, log: Path, *extra: str, env: dict | None = None, wait_s: float = 300
+    runs: Path, log: Path, *extra: str, env: dict | None = None, wait_s: float = 300, own_session: bool = False
 ) -> tuple[subprocess.Popen, str]:
     """``python -m app`` on a free loopback port with ``runs`` as its runs folder, once it answers (HTTP 200); its
     output goes to ``log``. Raises ``AppDidNotStart`` with that output if it exits first or does not answer in
     ``wait_s``: long, since on a busy machine importing torch, transformers and gradio takes minutes (90 s failed
     three browser tests with the app still importing, on a 2-core machine at load 20); a quick start waits no
-    longer for it."""
+    longer for it. ``own_session``: the app leads its own session, as on a lab server (``setsid python -m app``)."""
     port = free_port()
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port), "--runs-dir", str(runs), *extra],
             cwd=REPO, env=os.environ if env is None else env, stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL, start_new_session=own_session,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}/"
     deadline = time.time() + wait_s

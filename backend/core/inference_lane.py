@@ -73,6 +73,29 @@ def bound_threads(threads: int | None = None) -> int:
     return n
 
 
+AUTOGROUP = Path("/proc/self/autogroup")
+
+
+def lower_session(nice: int | None = None) -> int | None:
+    """Where the kernel groups processes by session (autogroup), give this process's session the nice ``nice``
+    (default ``DETOUR_APP_NICE``); returns it, or None where there is no autogroup to lower. A per-thread nice does
+    not reach across sessions, and the trainers the app starts run in sessions of their own: under 20 users a run
+    kept 2% of its solo rate with the app's session on an equal footing (its two threads wait at every parallel
+    region for the one the app's work preempted). Only this session yields; the trainers keep their priority.
+    Only an app that leads its own session lowers it (``setsid python -m app``, a service manager): started from a
+    terminal, its session is the user's shell and everything else run there."""
+    nice = settings()["nice"] if nice is None else nice
+    if os.getsid(0) != os.getpid():
+        return None
+    try:
+        if Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "1":
+            return None
+        AUTOGROUP.write_text(str(nice))
+        return int(AUTOGROUP.read_text().split("nice")[-1])
+    except (OSError, ValueError):
+        return None
+
+
 def thread_nice() -> int:
     """The calling thread's own nice value (Linux: per thread)."""
     return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
