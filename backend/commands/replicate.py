@@ -24,6 +24,7 @@ from backend.core.errors import DetourError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from backend.replication.budget_study import SUITE
     from backend.replication.plan import PRESETS
 
     p.add_argument(
@@ -33,12 +34,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="detour: the CLM detour paper (default); hybrid-splits: the second paper (objective splits from "
         "scratch and the 40%% MLM continuation), built on sweeps",
     )
+    from backend.replication.budget_study import BUDGET_PRESETS
+
     p.add_argument(
         "--preset",
-        choices=list(PRESETS),
+        choices=list(dict.fromkeys([*PRESETS, *BUDGET_PRESETS])),
         default="quick",
-        help="quick (the demo) or mini (the one to read); --plan estimates the time from this machine's rate",
+        help="quick (the demo), mini; with --budgets or --suite (the budget study on sweeps and suites): quick, "
+        "standard, gpu, paper. --plan estimates the time from this machine's rate",
     )
+    p.add_argument(
+        "--budgets",
+        nargs="+",
+        metavar="TOKENS",
+        help="token budgets per run (e.g. 1e6 1e7 1e8): the budget becomes an axis of the study and the report "
+        "states where the detour's sign changes (the detour study runs on sweeps and a task suite)",
+    )
+    p.add_argument("--suite", help=f"task suite of the budget study (default {SUITE})")
+    p.add_argument("--pretrain-seeds", type=int, help="pretraining seeds of the budget study (preset default: 3)")
+    p.add_argument(
+        "--drop-weights",
+        action="store_true",
+        default=None,
+        help="delete each run's weights once measured: the folder keeps only metrics, results and reports "
+        "(the gpu and paper presets do this by default)",
+    )
+    p.add_argument("--executor", choices=["queue", "local", "slurm"], default="queue",
+                   help="budget study: where its runs train (the sweep's executors)")  # fmt: skip
     p.add_argument("--seeds", type=int, help="fine-tuning seeds per model (preset default: 5)")
     p.add_argument("--out", help="output folder (default reports/<preset>); rerun with the same folder to resume")
     p.add_argument("--model", help="base encoder: bundled name, model folder or run directory (default: bundled)")
@@ -98,6 +120,16 @@ def print_plan(settings: dict, out: Path) -> None:
         print(f"         {'[done] ' if step.name in done else '       '}{step.name:<18} {step.title}")
 
 
+def _is_budget_folder(out: str) -> bool:
+    import json
+
+    p = Path(out).expanduser() / "settings.json"
+    try:
+        return json.loads(p.read_text()).get("study") == "detour-budgets"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def run_hybrid_study(args: argparse.Namespace) -> int:
     """``--study hybrid-splits``: plan, run (or resume) and report the second paper's study."""
     import json
@@ -133,6 +165,58 @@ def run_hybrid_study(args: argparse.Namespace) -> int:
     return 0
 
 
+def budget_study_wanted(args: argparse.Namespace) -> bool:
+    """The detour study runs on sweeps and a suite when a budget axis or a suite is asked for, or with a preset only
+    it has (standard, gpu, paper); quick and mini alone keep the single-budget replication with its CKA and freezes."""
+    from backend.replication.plan import PRESETS
+
+    return bool(args.budgets or args.suite or args.pretrain_seeds) or args.preset not in PRESETS
+
+
+def run_budget_study(args: argparse.Namespace) -> int:
+    import time
+
+    from backend.core.paths import reports_dir
+    from backend.replication import budget_study as bs
+
+    out = Path(args.out).expanduser() if args.out else reports_dir() / f"budgets-{args.preset}"
+    if args.report_only:
+        rep = bs.write_report(out.resolve())
+    else:
+        if args.preset not in bs.BUDGET_PRESETS:
+            raise DetourError(f"--preset {args.preset}: the budget study's presets are {', '.join(bs.BUDGET_PRESETS)}")
+        s = bs.resolve_budget_study(
+            args.preset,
+            model=args.model,
+            corpus=args.corpus,
+            suite=args.suite,
+            budgets=bs.parse_budgets(args.budgets) if args.budgets else None,
+            seeds=args.pretrain_seeds,
+            finetune_seeds=args.seeds,
+            drop_weights=args.drop_weights,
+            overrides=args.overrides,
+        )
+        if args.plan:
+            print(f"detour budget study, preset {args.preset}: {s['description']}")
+            print(f"  budgets {', '.join(f'{b:,}' for b in s['budgets'])} tokens; {s['seeds']} pretraining seeds; "
+                  f"suite {s['suite']}; fine-tuning {s['finetune'] or 'as the suite says'}")  # fmt: skip
+            print(f"  this plan: {bs.plan_text(bs.plan(s))}")
+            print("  every preset at these settings' suite:")
+            for name in bs.BUDGET_PRESETS:
+                other = bs.resolve_budget_study(name, model=args.model, corpus=args.corpus, suite=args.suite)
+                for device in ("cpu", "cuda"):
+                    print(f"    {bs.plan_text(bs.plan(other, device))}")
+            print(f"  out {out.resolve()}")
+            return 0
+        t0 = time.time()
+        rep = bs.run_study(s, out, executor=args.executor, command=[sys.executable, "-m", "backend", *sys.argv[1:]])
+        print(f"wall time {time.time() - t0:.0f} s")
+    for arm, st in rep["statements"].items():
+        print(f"  {arm}: {st['mean_delta']['text']}")
+    print(f"report: {out / 'report.md'}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from backend.core.paths import reports_dir
     from backend.replication.plan import resolve_settings
@@ -140,6 +224,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.study == "hybrid-splits":
         return run_hybrid_study(args)
+    if budget_study_wanted(args) or (args.report_only and args.out and _is_budget_folder(args.out)):
+        return run_budget_study(args)
 
     out = Path(args.out).expanduser() if args.out else reports_dir() / args.preset
     if args.report_only:

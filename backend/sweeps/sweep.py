@@ -167,6 +167,12 @@ def _evaluation(ev: dict | None) -> dict:
         raise ConfigError(
             "--eval-set", hparams, "fine-tuning settings need --eval ner, --eval classification or --eval-suite"
         )
+    if suite and hparams:  # the suite's overrides (seeds, epochs, example caps): refused now if unknown
+        from backend.evaluation.suite import DEFAULT_KEYS
+
+        unknown = sorted(k for k in hparams if k not in DEFAULT_KEYS)
+        if unknown:
+            raise ConfigError("--eval-set", unknown, f"settings a suite takes: {', '.join(DEFAULT_KEYS)}")
     if task:  # a misspelt or bad setting is refused now, not after every cell has trained
         from backend.evaluation.finetune import resolve_hparams
 
@@ -184,6 +190,7 @@ def _evaluation(ev: dict | None) -> dict:
         "cka_n_texts": int(ev.get("cka_n_texts") or 100),
         "cka_max_len": int(ev.get("cka_max_len") or 128),
         "cka_measure": _cka_measure(ev.get("cka_measure")),
+        "drop_weights": bool(ev.get("drop_weights")),
     }
 
 
