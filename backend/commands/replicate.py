@@ -142,19 +142,29 @@ def run_hybrid_study(args: argparse.Namespace) -> int:
     if args.report_only:
         rep = write_hybrid_report(out.resolve())
     else:
+        from backend.replication.budget_study import parse_budgets
+        from backend.replication.hybrid import HYBRID_PRESETS
+
+        if args.preset not in HYBRID_PRESETS:
+            known = ", ".join(HYBRID_PRESETS)
+            raise DetourError(f"--preset {args.preset}: the hybrid-splits study's presets are {known}")
         s = resolve_hybrid(
-            args.preset, corpus=args.corpus, ner_data=args.ner_data, seeds=args.seeds, overrides=args.overrides
+            args.preset,
+            corpus=args.corpus,
+            ner_data=args.ner_data,
+            seeds=args.pretrain_seeds or args.seeds,
+            overrides=args.overrides,
+            budgets=parse_budgets(args.budgets) if args.budgets else None,
+            suite=args.suite,
+            drop_weights=args.drop_weights,
         )
         if args.plan:
             from backend.replication.hybrid import estimate_text, hybrid_estimate
 
             print(f"hybrid-splits {args.preset}: {s['description']}")
-            print(f"time: {estimate_text(hybrid_estimate(args.preset))}")
-            print(
-                json.dumps(
-                    {k: s[k] for k in ("arch", "train", "budgets", "seeds", "eval", "corpus", "ner_data")}, indent=1
-                )
-            )
+            print(f"time: {estimate_text(hybrid_estimate(s))}")
+            keys = ("arch", "train", "shares", "budgets", "seeds", "eval", "suite", "cpt", "corpus", "ner_data")
+            print(json.dumps({k: s[k] for k in keys}, indent=1))
             return 0
         t0 = time.time()
         rep = run_hybrid(s, out)

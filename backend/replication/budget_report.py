@@ -21,6 +21,12 @@ def _agg(c: dict, key: str) -> dict:
     return {"value": v.get("value"), "ci95": v.get("ci95")}
 
 
+def verdict_word(c: dict) -> str:
+    """'better' / 'worse' (the arm against the reference) from ``compare``'s verdict, else its own words."""
+    v = str(c.get("verdict") or "")
+    return {f"{c.get('a')} better": "better", f"{c.get('b')} better": "worse"}.get(v, v or "-")
+
+
 def collect(sweep_rep: dict, manifest: dict, arm_name) -> dict:
     """``{panels, losses, per_task}`` by arm and budget from a two-axis sweep (arm x budget) with a suite.
     ``arm_name``: first-axis value -> the arm's name in the report."""
@@ -35,7 +41,7 @@ def collect(sweep_rep: dict, manifest: dict, arm_name) -> dict:
             {
                 "tokens": vals[budget_key],
                 **{k: _agg(c, k) for k in AGG_KEYS},
-                "verdict": c.get("verdict"),
+                "verdict": verdict_word(c),
                 "task_wins": c.get("task_wins"),
                 "per_task": {t: {k: d.get(k) for k in ("delta", "ci95", "verdict", "n")}
                              for t, d in (c.get("per_task") or {}).items()},  # fmt: skip
@@ -102,8 +108,8 @@ def render(rep: dict) -> list[str]:
         lines += [f"### {arm} vs {rep['reference']}", "", f"**Mean delta over the suite.** {st['mean_delta']['text']}",
                   "", f"**IQM delta.** {st['iqm_delta']['text']}", ""]  # fmt: skip
         pts = rep["panels"][arm]
-        lines += ["| tokens | mean delta | 95% CI | IQM delta | 95% CI | P(improvement) | 95% CI | tasks won | verdict |",
-                  "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += ["| tokens | mean delta | 95% CI | IQM delta | 95% CI | P(improvement) | 95% CI | tasks won "
+                  "| verdict |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for p in pts:
             w = p.get("task_wins") or {}
             lines.append(
