@@ -8,6 +8,13 @@ Examples::
     python -m backend replicate --preset quick --plan          # print the plan and sizes, run nothing
     python -m backend replicate --out reports/quick --report-only
     python -m backend replicate --study hybrid-splits --preset quick   # the second paper -> reports/hybrid-quick
+    python -m backend replicate --budgets 2560 8192 25600 --plan       # the detour over budgets, on a suite
+    python -m backend replicate --preset gpu --budgets 1e6 1e7 1e8 --drop-weights --out reports/crossover-gpu
+    python -m backend replicate --study hybrid-splits --budgets 2560 8192 25600 --suite configs/suites/bio-ner.yaml
+
+With ``--budgets`` (or ``--suite``, or a preset only it has: standard, gpu, paper) the detour study runs on the
+sweep and suite machinery: MLM vs CLM detour x budgets x pretraining seeds x the suite's tasks, one sweep, and the
+report says between which budgets the suite's interval first excludes 0 on the other side (or that it does not).
 
 Rerunning the same command resumes: finished steps are skipped, an interrupted training resumes from its last
 checkpoint, fine-tunes already done are reused.

@@ -183,3 +183,15 @@ def test_a_tiny_budget_study_runs_end_to_end_and_keeps_only_small_files(tmp_path
     (out / "report.md").unlink()
     assert main(["replicate", "--report-only", "--out", str(out)]) in (0, None)
     assert "## Where the sign changes" in (out / "report.md").read_text()
+
+
+def test_the_gpu_preset_plans_bf16_runs_that_drop_their_weights():
+    from tests.conftest import require_shared
+
+    for name in ("craft_pmc_oa_text", "ncbi_disease", "anatem", "bc2gm"):
+        require_shared(name)
+    s = budget_study.resolve_budget_study("gpu", budgets=budget_study.parse_budgets(["1e6", "1e7", "1e8"]))
+    m = budget_study.manifest(s)  # every run config validated, as on the GPU box
+    assert m["base"]["train"]["precision"] == "bf16" and m["evaluation"]["drop_weights"]
+    assert sorted({c["values"]["phases.main.tokens"] for c in m["cells"]}) == [10**6, 10**7, 10**8]
+    assert len(m["cells"]) == 6 and len(m["seeds"]) == 3 and m["reference"] == "mlm"
