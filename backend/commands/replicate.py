@@ -66,6 +66,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="delete each run's weights once measured: the folder keeps only metrics, results and reports "
         "(the gpu and paper presets do this by default)",
     )
+    p.add_argument(
+        "--cka",
+        choices=["debiased", "linear"],
+        help="budget study: CKA of every detour run against the MLM run of its seed and budget (linear: the paper's "
+        "numbers); the standard, gpu and paper presets measure it by default",
+    )
+    p.add_argument(
+        "--measure-jobs",
+        type=int,
+        help="budget studies: fine-tune this many runs at once, each in its own process (default 1)",
+    )
     p.add_argument("--executor", choices=["queue", "local", "slurm"], default="queue",
                    help="budget study: where its runs train (the sweep's executors)")  # fmt: skip
     p.add_argument("--seeds", type=int, help="fine-tuning seeds per model (preset default: 5)")
@@ -165,6 +176,8 @@ def run_hybrid_study(args: argparse.Namespace) -> int:
             suite=args.suite,
             drop_weights=args.drop_weights,
         )
+        if args.measure_jobs:
+            s["measure_jobs"] = max(1, args.measure_jobs)
         if args.plan:
             from backend.replication.hybrid import estimate_text, hybrid_estimate
 
@@ -187,7 +200,7 @@ def budget_study_wanted(args: argparse.Namespace) -> bool:
     it has (standard, gpu, paper); quick and mini alone keep the single-budget replication with its CKA and freezes."""
     from backend.replication.plan import PRESETS
 
-    return bool(args.budgets or args.suite or args.pretrain_seeds) or args.preset not in PRESETS
+    return bool(args.budgets or args.suite or args.pretrain_seeds or args.cka) or args.preset not in PRESETS
 
 
 def run_budget_study(args: argparse.Namespace) -> int:
@@ -211,6 +224,8 @@ def run_budget_study(args: argparse.Namespace) -> int:
             seeds=args.pretrain_seeds,
             finetune_seeds=args.seeds,
             drop_weights=args.drop_weights,
+            cka=args.cka,
+            measure_jobs=args.measure_jobs,
             overrides=args.overrides,
         )
         if args.plan:

@@ -55,9 +55,16 @@ def collect(sweep_rep: dict, manifest: dict, arm_name) -> dict:
                 losses.setdefault(key, {}).setdefault(arm_name(r["values"][arm_key]), []).append(
                     {"tokens": r["values"][budget_key], "mean": r["mean"], "ci95": r["ci95"]}
                 )
-    for pts in panels.values():
+    cka: dict[str, list] = {}
+    for r in (sweep_rep.get("tables") or {}).get("cka_divergence", []):
+        if r.get("mean") is not None and not r.get("reference"):
+            cka.setdefault(arm_name(r["values"][arm_key]), []).append(
+                {"tokens": r["values"][budget_key], "mean": r["mean"], "ci95": r["ci95"]}
+            )
+    for pts in [*panels.values(), *cka.values()]:
         pts.sort(key=lambda p: p["tokens"])
-    return {"panels": panels, "losses": losses}
+    measure = (manifest.get("evaluation") or {}).get("cka_measure")
+    return {"panels": panels, "losses": losses, "cka": cka, "cka_measure": measure if cka else None}
 
 
 def statements(panels: dict, what=lambda arm: arm) -> dict:
@@ -128,6 +135,13 @@ def render(rep: dict) -> list[str]:
                     d = p["per_task"].get(t) or {}
                     cells.append(f"{_v(d.get('delta'))} {_ci(d.get('ci95'), 1)}")
                 lines.append(f"| {tokens_text(p['tokens'])} | " + " | ".join(cells) + " |")
+        lines.append("")
+    for arm, pts in (rep.get("cka") or {}).items():
+        lines += [f"CKA divergence of {arm} from {rep['reference']} (same seed and budget; mean over layers of "
+                  f"1 - {rep.get('cka_measure')} CKA, mean and 95% t interval over pretraining seeds):", "",
+                  "| tokens | divergence | 95% CI |", "|---|---|---|"]  # fmt: skip
+        lines += [f"| {tokens_text(p['tokens'])} | {p['mean']:.4f} | {_ci(p['ci95'], 4).replace('+', '')} |"
+                  for p in pts]  # fmt: skip
         lines.append("")
     for key, label in (("heldout_mlm_loss", "Held-out MLM loss"), ("heldout_clm_loss", "Held-out CLM loss")):
         by = rep["losses"].get(key) or {}

@@ -51,6 +51,7 @@ BUDGET_PRESETS: dict[str, dict] = {
         "finetune": {"seeds": 1, "epochs": 1, "lr": 3.0e-3, "max_len": 64, "max_train_examples": 48,
                      "max_eval_examples": 40},  # fmt: skip
         "max_concurrent": 2,
+        "cka": None,  # --cka debiased|linear measures it (on held-out paragraphs split off the corpus)
     },
     "standard": {
         "description": "CPU study: the bundled base at 20k-200k tokens, 3 pretraining seeds, the suite on 300 "
@@ -61,6 +62,7 @@ BUDGET_PRESETS: dict[str, dict] = {
         "logging": {"log_every": 10, "eval_every": 100, "eval_batches": 8, "checkpoint_every": 1000},
         "finetune": {"seeds": 3, "epochs": 2, "max_train_examples": 300, "max_eval_examples": 200},
         "max_concurrent": 2,
+        "cka": {"n_texts": 200, "max_len": 128, "measure": "debiased"},
     },
     "gpu": {
         "description": "One CUDA GPU, bf16: the bundled base at 1M-100M tokens, 3 pretraining seeds, the suite on "
@@ -72,6 +74,7 @@ BUDGET_PRESETS: dict[str, dict] = {
         "finetune": {"seeds": 3, "epochs": 3, "max_train_examples": 1000, "max_eval_examples": 500},
         "max_concurrent": 1,
         "drop_weights": True,
+        "cka": {"n_texts": 500, "max_len": 128, "measure": "debiased"},
     },
     "paper": {
         "description": "The paper's token range (0.1B-10B per run) and the suite's full protocol (its own settings); "
@@ -83,6 +86,7 @@ BUDGET_PRESETS: dict[str, dict] = {
         "finetune": {},
         "max_concurrent": 1,
         "drop_weights": True,
+        "cka": {"n_texts": 500, "max_len": 128, "measure": "linear"},  # the paper's (biased) linear CKA
     },
 }
 
@@ -97,9 +101,13 @@ def resolve_budget_study(
     seeds: int | None = None,
     finetune_seeds: int | None = None,
     drop_weights: bool | None = None,
+    cka: str | None = None,
+    measure_jobs: int | None = None,
     overrides: list[str] | tuple[str, ...] = (),
 ) -> dict:
-    """The preset with the command line's choices applied and checked; raises a DetourError naming what is wrong."""
+    """The preset with the command line's choices applied and checked; raises a DetourError naming what is wrong.
+    ``cka``: a CKA measure (debiased, linear) that turns the CKA of every detour run against the MLM run of its seed
+    and budget on (or changes the preset's)."""
     from backend.engine.config import apply_override, parse_override
     from backend.evaluation.suite import load_suite
 
@@ -121,7 +129,17 @@ def resolve_budget_study(
         s["finetune"]["seeds"] = finetune_seeds
     if drop_weights is not None:
         s["drop_weights"] = drop_weights
+    if measure_jobs is not None:
+        if isinstance(measure_jobs, bool) or not isinstance(measure_jobs, int) or measure_jobs < 1:
+            raise ConfigError("--measure-jobs", measure_jobs, "a whole number of runs fine-tuned at once, at least 1")
+        s["measure_jobs"] = measure_jobs
     s.setdefault("drop_weights", False)
+    if cka:
+        s["cka"] = {**{"n_texts": 200, "max_len": 128}, **(s.get("cka") or {}), "measure": cka}
+    if s.get("cka"):
+        from backend.replication.plan import _check_cka
+
+        _check_cka(s["cka"])
     s["suite"] = load_suite(suite or SUITE)["path"]  # every key of the file checked now, not after training
     s["corpus"] = str(_resolve_data(corpus or "shared:craft_pmc_oa_text", "corpus", "--corpus"))
     s["model"] = _resolve_model(model or DEFAULT_MODEL)[0]
@@ -163,12 +181,18 @@ def parse_budgets(text: list[str]) -> list[int]:
 
 
 def base_config(s: dict) -> dict:
+    """With CKA, the corpus split the replication uses (whole documents held out, ``OUT/data``), so the CKA texts are
+    never trained on; without, the trainer's own held-out fraction."""
     t = s["train"]
+    data = {"corpus": s["corpus"], "heldout_fraction": 0.1}
+    if s.get("cka"):
+        d = Path(s["data_dir"])
+        data = {"corpus": str(d / "train.txt"), "heldout_file": str(d / "heldout.txt")}
     return {
         "name": "detour",
         "recipe": "mlm",
         "model": {"name": s["model"]},
-        "data": {"corpus": s["corpus"], "heldout_fraction": 0.1},
+        "data": data,
         "train": {k: t[k] for k in ("seq_len", "batch_size", "lr", "precision")} | {"seed": 0},
         "phases": {"main": {"tokens": s["budgets"][0]}, "decay": {"fraction": t["decay_fraction"]}},
         "logging": {**s["logging"], "keep_checkpoints": 1},
@@ -184,10 +208,29 @@ def manifest(s: dict, executor: str = "queue") -> dict:
         seeds=s["seeds"],
         name="detour-budgets",
         reference="mlm",
-        evaluation={"suite": s["suite"], "hparams": s["finetune"], "drop_weights": s["drop_weights"]},
+        evaluation={"suite": s["suite"], "hparams": s["finetune"], "drop_weights": s["drop_weights"],
+                    **cka_evaluation(s)},  # fmt: skip
         executor=executor,
         max_concurrent=s["max_concurrent"],
     )
+
+
+def cka_evaluation(s: dict) -> dict:
+    c = s.get("cka")
+    if not c:
+        return {}
+    return {"cka_texts": str(Path(s["data_dir"]) / "cka_texts.txt"), "cka_n_texts": c["n_texts"],
+            "cka_max_len": c.get("max_len", 128), "cka_measure": c["measure"]}  # fmt: skip
+
+
+def prepare_data(s: dict, out: Path) -> None:
+    """``OUT/data``: train / held-out / CKA texts split off the corpus by whole documents (once; a rerun reuses it)."""
+    from backend.replication.corpus import split_corpus
+
+    d = out / "data"
+    s["data_dir"] = str(d)
+    if not (d / "cka_texts.txt").exists():
+        split_corpus(s["corpus"], d, heldout_fraction=0.1, min_words=20, seed=0)
 
 
 # ------------------------------------------------------------------------------------------------ the plan
@@ -285,11 +328,14 @@ def run_study(s: dict, out: Path, executor: str = "queue", command: list[str] | 
                                "pick another --out")  # fmt: skip
     atomic.write_json(out / "settings.json", s)
     t0, load0 = time.time(), load_now()
+    if s.get("cka"):
+        prepare_data(s, out)
+        atomic.write_json(out / "settings.json", s)
     m = manifest(s, executor)
     sweep.launch(m, out / "sweep")
     sweep.wait(out / "sweep", progress=lambda st: log(f"   sweep: {sweep._counts_line(st['counts'])}"))
     t_train = time.time() - t0
-    sweep.finish(out / "sweep", log)
+    sweep.finish(out / "sweep", log, jobs=int(s.get("measure_jobs") or 1))
     timing = {"wall_s": time.time() - t0, "train_wall_s": t_train, "load_start": load0, "load_end": load_now(),
               "machine": machine(), "command": command}  # fmt: skip
     prev = atomic.read_json(out / "timing.json") or {}

@@ -359,9 +359,10 @@ def run_hybrid(s: dict, out: str | Path, log: Callable[[str], None] = print) -> 
         sweep.wait(out / "cpt", progress=lambda st: log(f"   cpt: {sweep._counts_line(st['counts'])}"))
         times["cpt_train_s"] = _done(out, "cpt", t)
     t = _stage(out, "report", "fine-tuning of every run and the reports", log)
-    sweep.finish(out / "splits", log)
+    jobs = int(s.get("measure_jobs") or 1)
+    sweep.finish(out / "splits", log, jobs=jobs)
     if s.get("cpt", True):
-        sweep.finish(out / "cpt", log)
+        sweep.finish(out / "cpt", log, jobs=jobs)
     times["eval_s"] = time.time() - t
     times["wall_s"] = time.time() - t0
     from backend.replication.budget_report import machine

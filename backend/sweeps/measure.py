@@ -16,6 +16,7 @@ copied back from a GPU box without its checkpoints.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -132,17 +133,38 @@ def measure_run(out: Path, m: dict, run: str, ref_run: str | None, log: Callable
     return rec
 
 
-def measure_all(out: Path, m: dict, log: Callable[[str], None] = print) -> dict[str, dict]:
-    """Measure every finished run; runs that did not finish are left out (the report says which)."""
+def _measure_one(args: tuple) -> tuple[str, dict]:
+    out, m, run, ref = args
+    return run, measure_run(out, m, run, ref, lambda line: print(line, flush=True))
+
+
+def measure_all(out: Path, m: dict, log: Callable[[str], None] = print, jobs: int = 1) -> dict[str, dict]:
+    """Measure every finished run; runs that did not finish are left out (the report says which). ``jobs`` > 1
+    measures that many runs at once, each in its own process (each run writes only its own cache and eval folder)."""
     from backend.sweeps.manifest import cell_states
 
     states = cell_states(out, m)
     refs = reference_runs(m)
+    todo = [(out, m, run, refs.get((_line_key(m, c), seed))) for c in m["cells"] for seed, run in c["runs"].items()
+            if states[run] == "done"]  # fmt: skip
     res = {}
-    for c in m["cells"]:
-        for seed, run in c["runs"].items():
-            if states[run] == "done":
-                res[run] = measure_run(out, m, run, refs.get((_line_key(m, c), seed)), log)
+    if jobs > 1 and len(todo) > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        threads = os.environ.get("OMP_NUM_THREADS")
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 2) // jobs))  # the workers share the cores
+        try:
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+                res = dict(pool.map(_measure_one, todo))
+        finally:
+            if threads is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = threads
+    else:
+        for out_, m_, run, ref in todo:
+            res[run] = measure_run(out_, m_, run, ref, log)
     if m["evaluation"].get("drop_weights"):
         for run in res:  # after every run is measured: CKA reads the reference run's weights
             drop_weights(out / "runs" / run)

@@ -362,14 +362,15 @@ def _fail_orphans(out: Path, states: dict[str, str]) -> None:
                 rundir.write_status(out / "runs" / run, state="failed", error="its submitit job ended without training")
 
 
-def finish(out: str | Path, progress: Callable[[str], None] = print) -> dict:
-    """Evaluate every finished run (what ``evaluation`` asks for), then write the report. Returns the report."""
+def finish(out: str | Path, progress: Callable[[str], None] = print, jobs: int = 1) -> dict:
+    """Evaluate every finished run (what ``evaluation`` asks for; ``jobs`` runs at once), then write the report.
+    Returns the report."""
     from backend.sweeps.measure import measure_all
     from backend.sweeps.report import write_report
 
     out = Path(out)
     m = read_manifest(out)
-    measure_all(out, m, progress)
+    measure_all(out, m, progress, jobs=jobs)
     rep = write_report(out)
     states = cell_states(out, m)
     m["state"] = "done" if all(s == "done" for s in states.values()) else m.get("state", "running")

@@ -75,6 +75,8 @@ def _constructed_sweep(out: Path, effect: dict[int, float]) -> dict:
                 scores[task] = {"0": (base + (effect[budget] + jitter if detour else 0.0)) / 100}
             rec = {"suite_scores": scores, "suite_metrics": dict.fromkeys(scores, "f1"),
                    "heldout_mlm_loss": 5.0 + (0.8 if detour else 0.0), "heldout_clm_loss": 7.0 - (2 if detour else 0)}
+            if detour:
+                rec["cka_divergence"] = 0.01 * (1 + int(seed))
             (out / "results").mkdir(parents=True, exist_ok=True)
             (out / "results" / f"{run}.json").write_text(json.dumps(rec))
     sweep_report.write_report(out, png=False)
@@ -95,6 +97,7 @@ def test_the_report_names_the_flip_from_constructed_results(tmp_path):
     assert set(rep["losses"]["heldout_clm_loss"]) == {"MLM", "CLM detour"}
     md = (tmp_path / "report.md").read_text()
     assert "The sign changes between 2.56k and 25.6k tokens" in md and "+1.2 to +2.8" in md
+    assert "CKA divergence of CLM detour from MLM" in md and rep["cka"]["CLM detour"][0]["mean"] == pytest.approx(0.02)
     assert (tmp_path / "figures" / "crossover.html").exists()
 
 
@@ -185,13 +188,17 @@ def test_a_tiny_budget_study_runs_end_to_end_and_keeps_only_small_files(tmp_path
     assert "## Where the sign changes" in (out / "report.md").read_text()
 
 
-def test_the_gpu_preset_plans_bf16_runs_that_drop_their_weights():
+def test_the_gpu_preset_plans_bf16_runs_that_drop_their_weights(tmp_path):
     from tests.conftest import require_shared
 
     for name in ("craft_pmc_oa_text", "ncbi_disease", "anatem", "bc2gm"):
         require_shared(name)
     s = budget_study.resolve_budget_study("gpu", budgets=budget_study.parse_budgets(["1e6", "1e7", "1e8"]))
+    budget_study.prepare_data(s, tmp_path)  # CKA texts held out of the corpus by whole documents
     m = budget_study.manifest(s)  # every run config validated, as on the GPU box
     assert m["base"]["train"]["precision"] == "bf16" and m["evaluation"]["drop_weights"]
     assert sorted({c["values"]["phases.main.tokens"] for c in m["cells"]}) == [10**6, 10**7, 10**8]
     assert len(m["cells"]) == 6 and len(m["seeds"]) == 3 and m["reference"] == "mlm"
+    ev = m["evaluation"]
+    assert ev["cka_measure"] == "debiased" and Path(ev["cka_texts"]).read_text().strip()
+    assert m["base"]["data"]["corpus"] == str(tmp_path / "data" / "train.txt")
