@@ -187,7 +187,7 @@ def run_hybrid_study(args: argparse.Namespace) -> int:
             print(json.dumps({k: s[k] for k in keys}, indent=1))
             return 0
         t0 = time.time()
-        rep = run_hybrid(s, out)
+        rep = run_hybrid(s, out, command=[sys.executable, "-m", "backend", *sys.argv[1:]])
         print(f"wall time {time.time() - t0:.0f} s")
     for f in rep["findings"].values():
         print(f"  {f['title']}: {f['verdict'].upper()}")

@@ -394,6 +394,8 @@ def render(rep: dict) -> str:
         lines += [f"Time: {hms(tm['wall_s'])} wall ({hms(tm['train_wall_s'])} training), on {tm.get('machine')}; "
                   f"load average (1/5/15 min) {_load(l0)} at the start ({l0.get('at')}), {_load(l1)} at the end "
                   f"({l1.get('at')}).", ""]  # fmt: skip
+    if tm.get("note"):
+        lines += [tm["note"], ""]
     if tm.get("command"):
         lines += ["Command:", "", "```", " ".join(tm["command"]), "```", ""]
     return "\n".join(lines)

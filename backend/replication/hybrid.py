@@ -329,7 +329,7 @@ def _done(out: Path, step: str, t0: float) -> float:
     return took
 
 
-def run_hybrid(s: dict, out: str | Path, log: Callable[[str], None] = print) -> dict:
+def run_hybrid(s: dict, out: str | Path, log: Callable[[str], None] = print, command: list[str] | None = None) -> dict:
     """Run (or resume) the study into ``out`` and write its report; returns the report."""
     import os
 
@@ -368,7 +368,7 @@ def run_hybrid(s: dict, out: str | Path, log: Callable[[str], None] = print) -> 
     from backend.replication.budget_report import machine
 
     atomic.write_json(out / "timing.json", {"wall_s": times["wall_s"], "load_start": load0, "load_end": load_now(),
-                                            "machine": machine()})  # fmt: skip
+                                            "machine": machine(), "command": command})  # fmt: skip
     rep = write_hybrid_report(out, times)
     _done(out, "report", t)
     _status(out, "done", None)
@@ -630,4 +630,8 @@ def render_hybrid_budgets(rep: dict) -> str:
         l0, l1 = tm.get("load_start") or {}, tm.get("load_end") or {}
         lines += [f"Time: {hms(tm['wall_s'])} wall on {tm.get('machine')}; load average (1/5/15 min) {_load(l0)} at "
                   f"the start ({l0.get('at')}), {_load(l1)} at the end ({l1.get('at')}).", ""]  # fmt: skip
+    if tm.get("note"):
+        lines += [tm["note"], ""]
+    if tm.get("command"):
+        lines += ["Command:", "", "```", " ".join(tm["command"]), "```", ""]
     return "\n".join(lines)
