@@ -370,7 +370,7 @@ def render(rep: dict) -> str:
 
     s, tm = rep["settings"], rep["timing"]
     ft = ", ".join(f"{k} {v}" for k, v in s["finetune"].items()) or "the suite's own settings"
-    lines = [f"# {rep['title']}", "", s["description"], "",
+    lines = [f"# {rep['title']}", "", f"Preset `{s['preset']}` ({s['description']}) run with these settings:", "",
              f"- base `{s['model']}`, corpus `{s['corpus']}`",
              f"- budgets (main-phase tokens per run, +{s['train']['decay_fraction']:.0%} decay): "
              + ", ".join(tokens_text(b) for b in s["budgets"]),

@@ -578,6 +578,7 @@ def write_hybrid_report(out: Path, times: dict | None = None) -> dict:
         title = f"Hybrid splits vs pure MLM over token budgets ({s['preset']}, {Path(s['suite']).stem})"
         rep["budget"] = budget_report.build(out, out / "splits", split_name, "100% MLM",
                                             lambda arm: f"the {arm} split", title)  # fmt: skip
+        rep["budget"]["title"] = title
         rep["findings"] = suite_findings(rep["budget"], cpt_rep)
         rep["metric"] = f"suite {Path(s['suite']).stem} (test scores in points)"
         rep["timing"] = atomic.read_json(out / "timing.json") or {}
@@ -601,7 +602,8 @@ def render_hybrid_budgets(rep: dict) -> str:
     s, b, tm = rep["settings"], rep["budget"], rep.get("timing") or {}
     f1, f2 = rep["findings"]["splits"], rep["findings"]["cpt"]
     e = s["eval"]
-    lines = [f"# {b['title'] if 'title' in b else 'Hybrid splits over token budgets'}", "", rep["description"], "",
+    lines = [f"# {b.get('title') or 'Hybrid splits over token budgets'}", "",
+             f"Preset `{s['preset']}` with these settings (budgets, splits and fine-tuning as run):", "",
              f"- from-scratch encoders: {s['arch']['num_hidden_layers']} layers, d={s['arch']['hidden_size']}; "
              f"splits (CLM share, CLM first): {', '.join(split_name(x) for x in s['shares'])}",
              f"- budgets (tokens per run): {', '.join(tokens_text(x) for x in s['budgets'])}; pretraining seeds "
