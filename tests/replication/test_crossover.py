@@ -202,3 +202,22 @@ def test_the_gpu_preset_plans_bf16_runs_that_drop_their_weights(tmp_path):
     ev = m["evaluation"]
     assert ev["cka_measure"] == "debiased" and Path(ev["cka_texts"]).read_text().strip()
     assert m["base"]["data"]["corpus"] == str(tmp_path / "data" / "train.txt")
+
+
+def test_the_corpus_split_drops_held_out_paragraphs_that_are_training_text(tmp_path):
+    """A paragraph every article repeats (a licence line, a caption) stays in training only: the held-out file then
+    passes the trainer's held-out check instead of refusing the study's runs."""
+    from backend.engine.heldout_guard import check_disjoint
+    from backend.replication.corpus import split_corpus
+
+    src = tmp_path / "corpus"
+    src.mkdir()
+    boiler = "This article is distributed under the terms of an open licence that permits use and reproduction."
+    for i in range(10):
+        words = " ".join(f"w{i}x{j}" for j in range(30))
+        (src / f"doc{i}.txt").write_text(f"{words} first\n\n{boiler}\n\n{words} second\n")
+    split_corpus(src, tmp_path / "d", 0.2, 20, 0)
+    held = (tmp_path / "d" / "heldout.txt").read_text()
+    assert boiler not in held and held.count("first") == 2
+    check_disjoint({"heldout_file": str(tmp_path / "d" / "heldout.txt"), "corpus": str(tmp_path / "d" / "train.txt"),
+                    "text_column": "text", "hub_split": "train", "max_documents": None})
