@@ -8,6 +8,13 @@ Examples::
     python -m backend replicate --preset quick --plan          # print the plan and sizes, run nothing
     python -m backend replicate --out reports/quick --report-only
     python -m backend replicate --study hybrid-splits --preset quick   # the second paper -> reports/hybrid-quick
+    python -m backend replicate --budgets 2560 8192 25600 --plan       # the detour over budgets, on a suite
+    python -m backend replicate --preset gpu --budgets 1e6 1e7 1e8 --drop-weights --out reports/crossover-gpu
+    python -m backend replicate --study hybrid-splits --budgets 2560 8192 25600 --suite configs/suites/bio-ner.yaml
+
+With ``--budgets`` (or ``--suite``, or a preset only it has: standard, gpu, paper) the detour study runs on the
+sweep and suite machinery: MLM vs CLM detour x budgets x pretraining seeds x the suite's tasks, one sweep, and the
+report says between which budgets the suite's interval first excludes 0 on the other side (or that it does not).
 
 Rerunning the same command resumes: finished steps are skipped, an interrupted training resumes from its last
 checkpoint, fine-tunes already done are reused.
@@ -25,6 +32,7 @@ from backend.core.errors import DetourError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from backend.replication.budget_study import SUITE
     from backend.replication.plan import PRESETS
 
     p.add_argument(
@@ -34,12 +42,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="detour: the CLM detour paper (default); hybrid-splits: the second paper (objective splits from "
         "scratch and the 40%% MLM continuation), built on sweeps",
     )
+    from backend.replication.budget_study import BUDGET_PRESETS
+
     p.add_argument(
         "--preset",
-        choices=list(PRESETS),
+        choices=list(dict.fromkeys([*PRESETS, *BUDGET_PRESETS])),
         default="quick",
-        help="quick (the demo) or mini (the one to read); --plan estimates the time from this machine's rate",
+        help="quick (the demo), mini; with --budgets or --suite (the budget study on sweeps and suites): quick, "
+        "standard, gpu, paper. --plan estimates the time from this machine's rate",
     )
+    p.add_argument(
+        "--budgets",
+        nargs="+",
+        metavar="TOKENS",
+        help="token budgets per run (e.g. 1e6 1e7 1e8): the budget becomes an axis of the study and the report "
+        "states where the detour's sign changes (the detour study runs on sweeps and a task suite)",
+    )
+    p.add_argument("--suite", help=f"task suite of the budget study (default {SUITE})")
+    p.add_argument("--pretrain-seeds", type=int, help="pretraining seeds of the budget study (preset default: 3)")
+    p.add_argument(
+        "--drop-weights",
+        action="store_true",
+        default=None,
+        help="delete each run's weights once measured: the folder keeps only metrics, results and reports "
+        "(the gpu and paper presets do this by default)",
+    )
+    p.add_argument(
+        "--cka",
+        choices=["debiased", "linear"],
+        help="budget study: CKA of every detour run against the MLM run of its seed and budget (linear: the paper's "
+        "numbers); the standard, gpu and paper presets measure it by default",
+    )
+    p.add_argument(
+        "--measure-jobs",
+        type=int,
+        help="budget studies: fine-tune this many runs at once, each in its own process (default 1)",
+    )
+    p.add_argument("--executor", choices=["queue", "local", "slurm"], default="queue",
+                   help="budget study: where its runs train (the sweep's executors)")  # fmt: skip
     p.add_argument("--seeds", type=int, help="fine-tuning seeds per model (preset default: 5)")
     p.add_argument("--out", help="output folder (default reports/<preset>); rerun with the same folder to resume")
     p.add_argument("--model", help="base encoder: bundled name, model folder or run directory (default: bundled)")
@@ -99,6 +139,16 @@ def print_plan(settings: dict, out: Path) -> None:
         print(f"         {'[done] ' if step.name in done else '       '}{step.name:<18} {step.title}")
 
 
+def _is_budget_folder(out: str) -> bool:
+    import json
+
+    p = Path(out).expanduser() / "settings.json"
+    try:
+        return json.loads(p.read_text()).get("study") == "detour-budgets"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def run_hybrid_study(args: argparse.Namespace) -> int:
     """``--study hybrid-splits``: plan, run (or resume) and report the second paper's study."""
     import json
@@ -112,26 +162,92 @@ def run_hybrid_study(args: argparse.Namespace) -> int:
     if args.report_only:
         rep = write_hybrid_report(out.resolve())
     else:
+        from backend.replication.budget_study import parse_budgets
+        from backend.replication.hybrid import HYBRID_PRESETS
+
+        if args.preset not in HYBRID_PRESETS:
+            known = ", ".join(HYBRID_PRESETS)
+            raise DetourError(f"--preset {args.preset}: the hybrid-splits study's presets are {known}")
         s = resolve_hybrid(
-            args.preset, corpus=args.corpus, ner_data=args.ner_data, seeds=args.seeds, overrides=args.overrides
+            args.preset,
+            corpus=args.corpus,
+            ner_data=args.ner_data,
+            seeds=args.pretrain_seeds or args.seeds,
+            overrides=args.overrides,
+            budgets=parse_budgets(args.budgets) if args.budgets else None,
+            suite=args.suite,
+            drop_weights=args.drop_weights,
         )
+        if args.measure_jobs:
+            s["measure_jobs"] = max(1, args.measure_jobs)
         if args.plan:
             from backend.replication.hybrid import estimate_text, hybrid_estimate
 
             print(f"hybrid-splits {args.preset}: {s['description']}")
-            print(f"time: {estimate_text(hybrid_estimate(args.preset))}")
-            print(
-                json.dumps(
-                    {k: s[k] for k in ("arch", "train", "budgets", "seeds", "eval", "corpus", "ner_data")}, indent=1
-                )
-            )
+            print(f"time: {estimate_text(hybrid_estimate(s))}")
+            keys = ("arch", "train", "shares", "budgets", "seeds", "eval", "suite", "cpt", "corpus", "ner_data")
+            print(json.dumps({k: s[k] for k in keys}, indent=1))
             return 0
         t0 = time.time()
         claim_folder(out, "report", "hybrid-splits")
-        rep = run_hybrid(s, out)
+        rep = run_hybrid(s, out, command=[sys.executable, "-m", "backend", *sys.argv[1:]])
         print(f"wall time {time.time() - t0:.0f} s")
     for f in rep["findings"].values():
         print(f"  {f['title']}: {f['verdict'].upper()}")
+    print(f"report: {out / 'report.md'}")
+    return 0
+
+
+def budget_study_wanted(args: argparse.Namespace) -> bool:
+    """The detour study runs on sweeps and a suite when a budget axis or a suite is asked for, or with a preset only
+    it has (standard, gpu, paper); quick and mini alone keep the single-budget replication with its CKA and freezes."""
+    from backend.replication.plan import PRESETS
+
+    return bool(args.budgets or args.suite or args.pretrain_seeds or args.cka) or args.preset not in PRESETS
+
+
+def run_budget_study(args: argparse.Namespace) -> int:
+    import time
+
+    from backend.core.paths import reports_dir
+    from backend.replication import budget_study as bs
+
+    out = Path(args.out).expanduser() if args.out else reports_dir() / f"budgets-{args.preset}"
+    if args.report_only:
+        rep = bs.write_report(out.resolve())
+    else:
+        if args.preset not in bs.BUDGET_PRESETS:
+            raise DetourError(f"--preset {args.preset}: the budget study's presets are {', '.join(bs.BUDGET_PRESETS)}")
+        s = bs.resolve_budget_study(
+            args.preset,
+            model=args.model,
+            corpus=args.corpus,
+            suite=args.suite,
+            budgets=bs.parse_budgets(args.budgets) if args.budgets else None,
+            seeds=args.pretrain_seeds,
+            finetune_seeds=args.seeds,
+            drop_weights=args.drop_weights,
+            cka=args.cka,
+            measure_jobs=args.measure_jobs,
+            overrides=args.overrides,
+        )
+        if args.plan:
+            print(f"detour budget study, preset {args.preset}: {s['description']}")
+            print(f"  budgets {', '.join(f'{b:,}' for b in s['budgets'])} tokens; {s['seeds']} pretraining seeds; "
+                  f"suite {s['suite']}; fine-tuning {s['finetune'] or 'as the suite says'}")  # fmt: skip
+            print(f"  this plan: {bs.plan_text(bs.plan(s))}")
+            print("  every preset at these settings' suite:")
+            for name in bs.BUDGET_PRESETS:
+                other = bs.resolve_budget_study(name, model=args.model, corpus=args.corpus, suite=args.suite)
+                for device in ("cpu", "cuda"):
+                    print(f"    {bs.plan_text(bs.plan(other, device))}")
+            print(f"  out {out.resolve()}")
+            return 0
+        t0 = time.time()
+        rep = bs.run_study(s, out, executor=args.executor, command=[sys.executable, "-m", "backend", *sys.argv[1:]])
+        print(f"wall time {time.time() - t0:.0f} s")
+    for arm, st in rep["statements"].items():
+        print(f"  {arm}: {st['mean_delta']['text']}")
     print(f"report: {out / 'report.md'}")
     return 0
 
@@ -143,6 +259,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.study == "hybrid-splits":
         return run_hybrid_study(args)
+    if budget_study_wanted(args) or (args.report_only and args.out and _is_budget_folder(args.out)):
+        return run_budget_study(args)
 
     out = Path(args.out).expanduser() if args.out else reports_dir() / args.preset
     check_out_folder(out, "report", "replication")  # anything else there: refused before any work

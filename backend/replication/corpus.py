@@ -14,6 +14,28 @@ from backend.replication.plan import ReplicationError
 _META_FILE = re.compile(r"(?i)^(readme|source|sources|manifest|copying|notice)$|licen[cs]e")
 
 
+_SEEN: dict[int, tuple[set, set]] = {}
+
+
+def _training_text(doc: str, train: list[str]) -> bool:
+    """A held-out paragraph that is training text as ``engine.heldout_guard`` reads it (the same paragraph in
+    another held-out document -- boilerplate, a repeated caption -- or most of its disjoint 8-word runs found in
+    the training words, runs across paragraph ends included): dropped, so the held-out file passes that check."""
+    from backend.engine.heldout_guard import MOSTLY, SHINGLE
+
+    key = id(train)
+    if key not in _SEEN:
+        _SEEN.clear()
+        words = " ".join(train).split()
+        _SEEN[key] = (set(train), {hash(tuple(words[i : i + SHINGLE])) for i in range(len(words) - SHINGLE + 1)})
+    same, runs = _SEEN[key]
+    if doc in same:
+        return True
+    w = doc.split()
+    mine = [hash(tuple(w[i : i + SHINGLE])) for i in range(0, len(w) - SHINGLE + 1, SHINGLE)]
+    return bool(mine) and sum(h in runs for h in mine) >= MOSTLY * len(mine)
+
+
 def split_corpus(corpus: str | Path, out_dir: str | Path, heldout_fraction: float, min_words: int, seed: int) -> dict:
     """Hold out whole documents (a folder: one file per document, license / read-me files skipped; one file: one
     paragraph per document) and write ``train.txt`` / ``heldout.txt`` (one paragraph per line) and
@@ -47,6 +69,7 @@ def split_corpus(corpus: str | Path, out_dir: str | Path, heldout_fraction: floa
 
     train = [clean(d) for i, g in enumerate(groups) if i not in held_idx for d in g if d.strip()]
     held = [clean(d) for i, g in enumerate(groups) if i in held_idx for d in g if d.strip()]
+    held = [d for d in held if not _training_text(d, train)] if held else held
     cka = [d for d in held if len(d.split()) >= min_words]
     if len(cka) < 2:
         raise ReplicationError(

@@ -69,6 +69,8 @@ HYBRID_PRESETS: dict[str, dict] = {
         },
         "train": {"seq_len": 128, "batch_size": 8, "lr": 1.0e-3, "precision": "fp32", "seed": 0},
         "budgets": [16_384, 32_768],
+        "shares": [0.0, 0.25, 0.5, 0.75, 1.0],
+        "cpt": True,  # the 40% MLM continuation of the first budget's pure MLM and pure CLM runs
         "seeds": 2,
         "max_concurrent": 2,
         "logging": {"log_every": 8, "eval_every": 1000, "eval_batches": 4, "checkpoint_every": 1000},
@@ -101,6 +103,8 @@ HYBRID_PRESETS: dict[str, dict] = {
         },
         "train": {"seq_len": 128, "batch_size": 16, "lr": 1.0e-3, "precision": "auto", "seed": 0},
         "budgets": [131_072, 262_144],
+        "shares": [0.0, 0.25, 0.5, 0.75, 1.0],
+        "cpt": True,
         "seeds": 3,
         "max_concurrent": 2,
         "logging": {"log_every": 10, "eval_every": 1000, "eval_batches": 8, "checkpoint_every": 50},
@@ -123,8 +127,13 @@ def resolve_hybrid(
     ner_data: str | None = None,
     seeds: int | None = None,
     overrides: list[str] | tuple[str, ...] = (),
+    budgets: list[int] | None = None,
+    suite: str | None = None,
+    drop_weights: bool | None = None,
 ) -> dict:
-    """The preset with paths resolved and ``--set`` overrides (``train.lr=...``, ``budgets=[...]``) applied."""
+    """The preset with paths resolved and ``--set`` overrides (``train.lr=...``, ``budgets=[...]``,
+    ``shares=[0.0,0.5,1.0]``, ``cpt=false``) applied. ``budgets``: the budget axis (any list of token counts);
+    ``suite``: fine-tune every run on a task suite (``eval`` then holds its seeds and caps) instead of one NER set."""
     from backend.engine.config import apply_override, parse_override
 
     if preset not in HYBRID_PRESETS:
@@ -137,13 +146,30 @@ def resolve_hybrid(
     s["ner_data"] = str(_resolve_data(ner_data or s["ner_data"], "NER data", "--ner-data"))
     if seeds:
         s["seeds"] = int(seeds)
+    if budgets:
+        from backend.replication.budget_study import check_budgets
+
+        s["budgets"] = check_budgets(budgets, s["train"]["batch_size"] * s["train"]["seq_len"])
+    s.setdefault("shares", list(SHARES))
+    if 0.0 not in s["shares"] or any(not 0.0 <= x <= 1.0 for x in s["shares"]):
+        raise ReplicationError(f"shares {s['shares']}: CLM shares between 0 and 1, with 0.0 (pure MLM, the reference)")
+    s["shares"] = sorted(float(x) for x in s["shares"])
+    s.setdefault("cpt", True)
+    if suite:
+        from backend.evaluation.suite import load_suite
+
+        s["suite"] = load_suite(suite)["path"]
+    s.setdefault("suite", None)
+    if drop_weights is not None:
+        s["drop_weights"] = bool(drop_weights)
+    s.setdefault("drop_weights", False)
     return s
 
 
 _N_PARAMS: dict[str, int] = {}
 
 
-def hybrid_estimate(preset: str) -> dict:
+def hybrid_estimate(preset: str | dict) -> dict:
     """How long the study takes here: its training tokens over this machine's last measured rate for an encoder of
     its size and precision (``engine.throughput.last_rate``, what the Launch form's estimate uses), plus its NER
     fine-tunes at the replication plan's per-sentence rates. ``{'rate', 'n_params', 'precision', 'train_tokens',
@@ -156,7 +182,10 @@ def hybrid_estimate(preset: str) -> dict:
     from backend.engine.throughput import last_rate
     from backend.runs.doctor import parameter_count
 
-    s = {**HYBRID_PRESETS[preset], "preset": preset, "corpus": "", "ner_data": ""}
+    if isinstance(preset, str):
+        s = {**HYBRID_PRESETS[preset], "preset": preset, "corpus": "", "ner_data": ""}
+    else:  # resolved settings: the command line's budgets, shares and suite counted
+        s = preset
     device = "cuda" if torch.cuda.is_available() else "cpu"
     precision = resolve_precision(s["train"]["precision"], device)[0]
     arch = json.dumps(s["arch"], sort_keys=True)
@@ -166,15 +195,23 @@ def hybrid_estimate(preset: str) -> dict:
     found = last_rate(n_params, precision, device)
     rate = found["tokens_per_s"] if found else None
     seeds, budgets = s["seeds"], s["budgets"]
-    train_tokens = len(SHARES) * sum(budgets) * seeds + 2 * seeds * budgets[0]  # the splits, then the 2 continuations
-    finetunes = (len(SHARES) * len(budgets) * seeds + 2 * seeds) * s["eval"]["seeds"]
+    shares = s.get("shares") or SHARES
+    train_tokens = len(shares) * sum(budgets) * seeds + 2 * seeds * budgets[0]  # the splits, then the 2 continuations
+    n_cpt = 2 * seeds if s.get("cpt", True) else 0
+    train_tokens -= 0 if n_cpt else 2 * seeds * budgets[0]
+    n_tasks = 1
+    if s.get("suite"):
+        from backend.evaluation.suite import load_suite
+
+        n_tasks = len(load_suite(s["suite"])["tasks"])
+    finetunes = (len(shares) * len(budgets) * seeds + n_cpt) * s["eval"]["seeds"] * n_tasks
     e = s["eval"]
     per_ft = 1 + e["epochs"] * (0.03 * e["max_train_examples"] + 0.012 * e["max_eval_examples"])  # plan.estimate's
     out = {"rate": rate, "n_params": n_params, "precision": precision, "device": device,
            "train_tokens": train_tokens, "finetunes": finetunes, "train_s": None, "ner_s": finetunes * per_ft,
            "total_s": None, "measured_at": found.get("measured_at") if found else None}  # fmt: skip
     if rate:
-        out["train_s"] = train_tokens / rate + 8 * (len(SHARES) * len(budgets) + 2) * seeds  # 8 s a run to start
+        out["train_s"] = train_tokens / rate + 8 * (len(shares) * len(budgets) + 2) * seeds  # 8 s a run to start
         out["total_s"] = out["train_s"] + out["ner_s"]
     return out
 
@@ -206,6 +243,8 @@ def base_config(s: dict) -> dict:
 
 def _evaluation(s: dict) -> dict:
     e = s["eval"]
+    if s.get("suite"):  # every task of the suite, with the preset's seeds and caps in place of the suite's
+        return {"suite": s["suite"], "hparams": dict(e), "drop_weights": s.get("drop_weights", False)}
     return {
         "task": "ner",
         "data": s["ner_data"],
@@ -220,7 +259,7 @@ def splits_manifest(s: dict) -> dict:
     return plan_sweep(
         base_config(s),
         grid=[
-            f"hybrid.clm_share={','.join(str(x) for x in SHARES)}",
+            f"hybrid.clm_share={','.join(str(x) for x in s.get('shares') or SHARES)}",
             f"hybrid.tokens={','.join(map(str, s['budgets']))}",
         ],
         seeds=s["seeds"],
@@ -290,7 +329,7 @@ def _done(out: Path, step: str, t0: float) -> float:
     return took
 
 
-def run_hybrid(s: dict, out: str | Path, log: Callable[[str], None] = print) -> dict:
+def run_hybrid(s: dict, out: str | Path, log: Callable[[str], None] = print, command: list[str] | None = None) -> dict:
     """Run (or resume) the study into ``out`` and write its report; returns the report."""
     import os
 
@@ -305,20 +344,31 @@ def run_hybrid(s: dict, out: str | Path, log: Callable[[str], None] = print) -> 
         raise ReplicationError(f"{out} holds another study; pick another --out")
     atomic.write_json(settings_file, {**s, "study": "hybrid-splits"})
     times = {}
-    t = _stage(out, "splits", "train 5 splits x 2 budgets x seeds", log)
+    from backend.replication.budget_study import load_now
+
+    t0, load0 = time.time(), load_now()
+    t = _stage(out, "splits", f"train {len(s['shares'])} splits x {len(s['budgets'])} budgets x seeds", log)
     splits = splits_manifest(s)
     sweep.launch(splits, out / "splits")
     sweep.wait(out / "splits", progress=lambda st: log(f"   splits: {sweep._counts_line(st['counts'])}"))
     times["splits_train_s"] = _done(out, "splits", t)
-    t = _stage(out, "cpt", "continue pure CLM and pure MLM with MLM 40%", log)
-    cpt = cpt_manifest(s, out, splits)
-    sweep.launch(cpt, out / "cpt")
-    sweep.wait(out / "cpt", progress=lambda st: log(f"   cpt: {sweep._counts_line(st['counts'])}"))
-    times["cpt_train_s"] = _done(out, "cpt", t)
-    t = _stage(out, "report", "NER fine-tuning of every run and the reports", log)
-    sweep.finish(out / "splits", log)
-    sweep.finish(out / "cpt", log)
+    if s.get("cpt", True):
+        t = _stage(out, "cpt", "continue pure CLM and pure MLM with MLM 40%", log)
+        cpt = cpt_manifest(s, out, splits)
+        sweep.launch(cpt, out / "cpt")
+        sweep.wait(out / "cpt", progress=lambda st: log(f"   cpt: {sweep._counts_line(st['counts'])}"))
+        times["cpt_train_s"] = _done(out, "cpt", t)
+    t = _stage(out, "report", "fine-tuning of every run and the reports", log)
+    jobs = int(s.get("measure_jobs") or 1)
+    sweep.finish(out / "splits", log, jobs=jobs)
+    if s.get("cpt", True):
+        sweep.finish(out / "cpt", log, jobs=jobs)
     times["eval_s"] = time.time() - t
+    times["wall_s"] = time.time() - t0
+    from backend.replication.budget_report import machine
+
+    atomic.write_json(out / "timing.json", {"wall_s": times["wall_s"], "load_start": load0, "load_end": load_now(),
+                                            "machine": machine(), "command": command})  # fmt: skip
     rep = write_hybrid_report(out, times)
     _done(out, "report", t)
     _status(out, "done", None)
@@ -383,7 +433,49 @@ def hybrid_findings(splits_rep: dict, cpt_rep: dict | None) -> dict:
     return {"splits": f1, "cpt": f2}
 
 
+def split_name(share: float) -> str:
+    return "100% CLM" if share >= 1 else f"{100 * share:.0f}% CLM / {100 * (1 - share):.0f}% MLM"
+
+
+def _word(c: dict) -> str:
+    """'better' / 'worse' / 'inconclusive' from a suite comparison's verdict (``aggregate.compare``)."""
+    v = str(c.get("verdict") or "")
+    return "better" if v == f"{c.get('a')} better" else "worse" if v == f"{c.get('b')} better" else "inconclusive"
+
+
+def suite_findings(budget: dict, cpt_rep: dict | None) -> dict:
+    """The two findings from the suite aggregates: each hybrid split vs pure MLM at each budget, and the
+    CLM-started minus MLM-started continuation."""
+    comps = []
+    for arm, pts in budget["panels"].items():
+        for p in pts:
+            v = p["verdict"] if p["verdict"] in ("better", "worse") else "inconclusive"
+            comps.append({"split": arm, "tokens": p["tokens"], "mean": p["mean_delta"]["value"],
+                          "ci95": p["mean_delta"]["ci95"], "verdict": v})  # fmt: skip
+    hybrids = [c for c in comps if c["split"] not in ("100% CLM",)]
+    counts = {v: sum(c["verdict"] == v for c in hybrids) for v in ("better", "worse", "inconclusive")}
+    if hybrids and counts["better"] == len(hybrids):
+        outcome = "replicated"
+    elif counts["worse"] and not counts["better"]:
+        outcome = "not replicated"
+    else:
+        outcome = "inconclusive"
+    f1 = {"title": "Hybrids beat pure MLM at every budget", "paper": PAPER["splits"], "comparisons": comps,
+          "counts": counts, "verdict": outcome}  # fmt: skip
+    f2 = {"title": "CLM-started beats MLM-started after MLM 40% continuation", "paper": PAPER["cpt"], "delta": None,
+          "verdict": "not measured"}  # fmt: skip
+    comps2 = ((cpt_rep or {}).get("suite") or {}).get("comparisons") or []
+    if comps2:
+        c = comps2[0]
+        agg = (c.get("aggregate") or {}).get("mean_delta") or {}
+        f2["delta"] = {"mean": agg.get("value"), "ci95": agg.get("ci95"), "verdict": _word(c), "points": True}
+        f2["verdict"] = {"better": "replicated", "worse": "not replicated"}.get(_word(c), "inconclusive")
+    return {"splits": f1, "cpt": f2}
+
+
 def render_hybrid(rep: dict) -> str:
+    if rep.get("budget"):
+        return render_hybrid_budgets(rep)
     f1, f2 = rep["findings"]["splits"], rep["findings"]["cpt"]
     metric = rep["metric"]
     lines = [
@@ -480,9 +572,68 @@ def write_hybrid_report(out: Path, times: dict | None = None) -> dict:
         "findings": hybrid_findings(splits_rep, cpt_rep),
         "times": times or {},
     }
+    if splits_rep.get("suite"):  # a suite: each split against pure MLM per budget, and where the sign changes
+        from backend.replication import budget_report
+
+        title = f"Hybrid splits vs pure MLM over token budgets ({s['preset']}, {Path(s['suite']).stem})"
+        rep["budget"] = budget_report.build(out, out / "splits", split_name, "100% MLM",
+                                            lambda arm: f"the {arm} split", title)  # fmt: skip
+        rep["budget"]["title"] = title
+        rep["findings"] = suite_findings(rep["budget"], cpt_rep)
+        rep["metric"] = f"suite {Path(s['suite']).stem} (test scores in points)"
+        rep["timing"] = atomic.read_json(out / "timing.json") or {}
+        rep["settings"] = s
     md = render_hybrid(rep)
     atomic.write_json(out / "report.json", rep)
     atomic.write_text(out / "report.md", md)
     figs = [figure(splits_rep, k) for k in splits_rep["tables"]]
     atomic.write_text(out / "report.html", md_to_html(md, figs, f"hybrid-splits {s['preset']}"))
     return rep
+
+
+def render_hybrid_budgets(rep: dict) -> str:
+    """The study's report when every run was fine-tuned on a suite: per split and budget the suite aggregate against
+    pure MLM, where its sign changes, the losses and the continuation."""
+    from backend.engine.progress import hms
+    from backend.replication.budget_report import render as budget_sections
+    from backend.replication.budget_study import _load
+    from backend.replication.crossover import tokens_text
+
+    s, b, tm = rep["settings"], rep["budget"], rep.get("timing") or {}
+    f1, f2 = rep["findings"]["splits"], rep["findings"]["cpt"]
+    e = s["eval"]
+    lines = [f"# {b.get('title') or 'Hybrid splits over token budgets'}", "",
+             f"Preset `{s['preset']}` with these settings (budgets, splits and fine-tuning as run):", "",
+             f"- from-scratch encoders: {s['arch']['num_hidden_layers']} layers, d={s['arch']['hidden_size']}; "
+             f"splits (CLM share, CLM first): {', '.join(split_name(x) for x in s['shares'])}",
+             f"- budgets (tokens per run): {', '.join(tokens_text(x) for x in s['budgets'])}; pretraining seeds "
+             f"{b['seeds']}; corpus `{s['corpus']}`",
+             f"- suite `{s['suite']}`; fine-tuning: " + ", ".join(f"{k} {v}" for k, v in e.items()), "",
+             rep["splits_summary"], "",
+             f"## 1. {f1['title']}: **{f1['verdict'].upper()}**", "", f"Paper: {f1['paper']}", "",
+             f"This run: of {sum(f1['counts'].values())} hybrid-vs-MLM comparisons (split x budget, suite mean delta), "
+             f"{f1['counts']['better']} better, {f1['counts']['worse']} worse, {f1['counts']['inconclusive']} "
+             "inconclusive.", "", "## Where the sign changes", ""]  # fmt: skip
+    lines += budget_sections(b)
+    lines += [f"## 2. {f2['title']}: **{f2['verdict'].upper()}**", "", f"Paper: {f2['paper']}", ""]
+    d = f2.get("delta")
+    if d and d.get("mean") is not None:
+        ci = d.get("ci95")
+        ci_t = "-" if not ci else f"[{ci[0]:+.2f}, {ci[1]:+.2f}]"
+        lines.append(f"This run (budget {tokens_text(s['budgets'][0])}): CLM-started minus MLM-started "
+                     f"{d['mean']:+.2f} points over the suite, 95% CI {ci_t}: {d['verdict']}.")  # fmt: skip
+    else:
+        lines.append("This run: not measured (the continuation was not run or did not finish).")
+    lines += ["", "Chart: `figures/crossover.html` (and `.png`): against tokens (log scale) each split's suite mean "
+              "and IQM delta against pure MLM (points, 95% intervals), P(improvement), and the held-out MLM and CLM "
+              "losses of every split. Full sweep reports: `splits/report.md`" + (", `cpt/report.md`" if
+              s.get("cpt", True) else "") + ".", ""]  # fmt: skip
+    if tm.get("wall_s"):
+        l0, l1 = tm.get("load_start") or {}, tm.get("load_end") or {}
+        lines += [f"Time: {hms(tm['wall_s'])} wall on {tm.get('machine')}; load average (1/5/15 min) {_load(l0)} at "
+                  f"the start ({l0.get('at')}), {_load(l1)} at the end ({l1.get('at')}).", ""]  # fmt: skip
+    if tm.get("note"):
+        lines += [tm["note"], ""]
+    if tm.get("command"):
+        lines += ["Command:", "", "```", " ".join(tm["command"]), "```", ""]
+    return "\n".join(lines)

@@ -1,17 +1,23 @@
 """What a sweep measures on each finished run, cached in ``results/<run>.json`` so a rerun measures nothing twice:
 
 * ``heldout_mlm_loss``: the run's last held-out MLM loss (metrics.jsonl; the same masks in every run);
+* ``heldout_clm_loss``: the run's last held-out next-token (causal) loss, the curve the detour lowers;
 * ``finetune``: the mean test score over fine-tuning seeds (NER or classification, ``backend.evaluation``), with
   each fine-tuning seed's score (``finetune_by_seed``: the report pairs cells by pretraining x fine-tuning seed);
 * ``suite``: with ``--eval-suite``, per task of the suite each fine-tuning seed's test score (``suite_scores``) and
   the seeds that gave one constant answer (``suite_constant``: a task where every run does measures nothing);
 * ``cka_divergence``: mean over layers of 1 - CKA against the reference cell's run of the same seed
   (``backend.analysis``), when the sweep names held-out texts.
+
+With ``drop_weights`` in the evaluation, a run's weights (``final/``, ``checkpoints/``) are deleted once every
+measurement of every run is cached: the folder then holds only small files (metrics, results, reports) and can be
+copied back from a GPU box without its checkpoints.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -21,14 +27,15 @@ from backend.engine import rundir
 
 METRICS = {  # name -> (label, higher is better)
     "heldout_mlm_loss": ("held-out MLM loss", False),
+    "heldout_clm_loss": ("held-out CLM loss (next token)", False),
     "finetune": ("fine-tuned test score", True),
     "cka_divergence": ("CKA divergence from the reference (mean over layers)", None),
 }
 
 
-def heldout_loss(run_dir: Path) -> float | None:
-    evals = [r for r in rundir.read_metrics(run_dir) if r.get("type") == "eval" and "eval_mlm_loss" in r]
-    return float(evals[-1]["eval_mlm_loss"]) if evals else None
+def heldout_loss(run_dir: Path, key: str = "eval_mlm_loss") -> float | None:
+    evals = [r for r in rundir.read_metrics(run_dir) if r.get("type") == "eval" and r.get(key) is not None]
+    return float(evals[-1][key]) if evals else None
 
 
 def _progress(log: Callable[[str], None]) -> Callable[[dict], None]:
@@ -81,7 +88,7 @@ def _suite(run_dir: Path, ev: dict, out_dir: Path, log: Callable[[str], None]) -
     from backend.evaluation.suite import evaluate_suite
 
     rep = evaluate_suite(ev["suite"], [str(run_dir)], out_dir, labels=[run_dir.name], progress=_progress(log),
-                         keep_models=False)  # fmt: skip
+                         keep_models=False, overrides=ev.get("hparams") or None)  # fmt: skip
     scores, constant = {}, {}
     for t in rep["tasks"]:
         res = json.loads((out_dir / "tasks" / t["name"] / "results.json").read_text())
@@ -125,6 +132,7 @@ def measure_run(out: Path, m: dict, run: str, ref_run: str | None, log: Callable
     rec = json.loads(cache.read_text()) if cache.exists() else {}
     ev = m["evaluation"]
     rec["heldout_mlm_loss"] = heldout_loss(d)
+    rec["heldout_clm_loss"] = heldout_loss(d, "eval_clm_loss")
     if ev["task"] and (rec.get("finetune") is None or "finetune_by_seed" not in rec):
         log(f"{run}: fine-tuning on {ev['task']} ({ev['seeds']} seeds)")
         rec.update(_finetune(d, ev, out / "evals" / run, log))  # finished seeds are reused (evaluate resumes)
@@ -138,18 +146,59 @@ def measure_run(out: Path, m: dict, run: str, ref_run: str | None, log: Callable
     return rec
 
 
-def measure_all(out: Path, m: dict, log: Callable[[str], None] = print) -> dict[str, dict]:
-    """Measure every finished run; runs that did not finish are left out (the report says which)."""
+def _measure_one(args: tuple) -> tuple[str, dict]:
+    out, m, run, ref = args
+    return run, measure_run(out, m, run, ref, lambda line: print(line, flush=True))
+
+
+def measure_all(out: Path, m: dict, log: Callable[[str], None] = print, jobs: int = 1) -> dict[str, dict]:
+    """Measure every finished run; runs that did not finish are left out (the report says which). ``jobs`` > 1
+    measures that many runs at once, each in its own process (each run writes only its own cache and eval folder)."""
     from backend.sweeps.manifest import cell_states
 
     states = cell_states(out, m)
     refs = reference_runs(m)
+    todo = [(out, m, run, refs.get((_line_key(m, c), seed))) for c in m["cells"] for seed, run in c["runs"].items()
+            if states[run] == "done"]  # fmt: skip
     res = {}
-    for c in m["cells"]:
-        for seed, run in c["runs"].items():
-            if states[run] == "done":
-                res[run] = measure_run(out, m, run, refs.get((_line_key(m, c), seed)), log)
+    if jobs > 1 and len(todo) > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        threads = os.environ.get("OMP_NUM_THREADS")
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 2) // jobs))  # the workers share the cores
+        try:
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+                res = dict(pool.map(_measure_one, todo))
+        finally:
+            if threads is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = threads
+    else:
+        for out_, m_, run, ref in todo:
+            res[run] = measure_run(out_, m_, run, ref, log)
+    if m["evaluation"].get("drop_weights"):
+        for run in res:  # after every run is measured: CKA reads the reference run's weights
+            drop_weights(out / "runs" / run)
     return res
+
+
+WEIGHT_DIRS = ("final", "checkpoints")
+
+
+def drop_weights(run_dir: Path) -> int:
+    """Delete a finished run's weights (``final/``, ``checkpoints/``), keeping its metrics, config and status;
+    returns the bytes freed. Its cached results stay valid: the run is never measured again."""
+    import shutil
+
+    freed = 0
+    for name in WEIGHT_DIRS:
+        d = run_dir / name
+        if d.is_dir():
+            freed += sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+            shutil.rmtree(d)
+    return freed
 
 
 def _line_key(m: dict, cell: dict) -> str:

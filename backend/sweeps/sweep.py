@@ -167,6 +167,12 @@ def _evaluation(ev: dict | None) -> dict:
         raise ConfigError(
             "--eval-set", hparams, "fine-tuning settings need --eval ner, --eval classification or --eval-suite"
         )
+    if suite and hparams:  # the suite's overrides (seeds, epochs, example caps): refused now if unknown
+        from backend.evaluation.suite import DEFAULT_KEYS
+
+        unknown = sorted(k for k in hparams if k not in DEFAULT_KEYS)
+        if unknown:
+            raise ConfigError("--eval-set", unknown, f"settings a suite takes: {', '.join(DEFAULT_KEYS)}")
     if task:  # a misspelt or bad setting is refused now, not after every cell has trained
         from backend.evaluation.finetune import resolve_hparams
 
@@ -184,6 +190,7 @@ def _evaluation(ev: dict | None) -> dict:
         "cka_n_texts": int(ev.get("cka_n_texts") or 100),
         "cka_max_len": int(ev.get("cka_max_len") or 128),
         "cka_measure": _cka_measure(ev.get("cka_measure")),
+        "drop_weights": bool(ev.get("drop_weights")),
     }
 
 
@@ -365,14 +372,15 @@ def _fail_orphans(out: Path, states: dict[str, str]) -> None:
                 rundir.write_status(out / "runs" / run, state="failed", error="its submitit job ended without training")
 
 
-def finish(out: str | Path, progress: Callable[[str], None] = print) -> dict:
-    """Evaluate every finished run (what ``evaluation`` asks for), then write the report. Returns the report."""
+def finish(out: str | Path, progress: Callable[[str], None] = print, jobs: int = 1) -> dict:
+    """Evaluate every finished run (what ``evaluation`` asks for; ``jobs`` runs at once), then write the report.
+    Returns the report."""
     from backend.sweeps.measure import measure_all
     from backend.sweeps.report import write_report
 
     out = Path(out)
     m = read_manifest(out)
-    measure_all(out, m, progress)
+    measure_all(out, m, progress, jobs=jobs)
     rep = write_report(out)
     states = cell_states(out, m)
     m["state"] = "done" if all(s == "done" for s in states.values()) else m.get("state", "running")

@@ -1,0 +1,406 @@
+"""The detour study over token budgets, on the sweep and suite machinery (``python -m backend replicate --budgets
+...`` or ``--preset standard|gpu|paper``).
+
+One sweep: ``recipe`` = MLM baseline, CLM detour (the reference is MLM) x ``phases.main.tokens`` = the budgets x
+pretraining seeds, every run fine-tuned on every task of a suite (``configs/suites/bio-ner.yaml`` by default) over
+fine-tuning seeds. Same seed = same data order in both arms, same budget = same tokens. Per budget the verdict is the
+suite aggregate of the detour against MLM (``evaluation.aggregate.compare``: mean delta, IQM, P(improvement), wins
+per task); over budgets the report states where its sign changes (``crossover``). The sweep resumes (rerun the same
+command) and runs on Slurm (``--executor slurm``). With ``drop_weights`` the runs' weights are deleted once
+measured: the folder (metrics, results, reports) can then be copied back from a GPU box without checkpoints.
+
+Layout of ``OUT``: ``settings.json``, ``sweep/`` (the sweep folder: runs, results, evals, its own report),
+``report.md|html|json``, ``figures/crossover.html|png``, ``timing.json`` (wall time, load average, machine).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from backend.core import atomic
+from backend.core.errors import ConfigError
+from backend.core.paths import DEFAULT_MODEL
+from backend.replication.plan import ReplicationError, _resolve_data, _resolve_model
+
+SUITE = "configs/suites/bio-ner.yaml"
+ARMS = {"mlm": "MLM", "clm_detour": "CLM detour"}
+
+PAPER_DELTAS = [  # the paper's per-language ranges of the detour's gain per task (../shared/RECIPE.md)
+    {"language": "French", "tasks": "8 biomedical tasks (9 seeds)", "delta_pp": "+1.2 to +2.8", "wins": "8 of 8",
+     "scale": "10B-50B tokens, 150M-350M parameters"},
+    {"language": "English", "tasks": "11 biomedical tasks (5 seeds)", "delta_pp": "+0.3 to +0.8", "wins": "-",
+     "scale": "10B-50B tokens, 150M-350M parameters"},
+]  # fmt: skip
+
+# Budgets are main-phase tokens per run (the decay adds decay_fraction of it); ``finetune`` replaces the suite's
+# fine-tuning settings for every task (seeds, epochs, example caps).
+BUDGET_PRESETS: dict[str, dict] = {
+    "quick": {
+        "description": "CPU demo of the crossover, sized for a shared 2-core machine: the bundled base at 2.6k-26k "
+        "tokens (64-token sequences), 3 pretraining seeds, the suite on 48 training sentences per task, 1 epoch, "
+        "1 fine-tuning seed. Far too small to conclude anything about the paper.",
+        "budgets": [2_560, 8_192, 25_600],
+        "seeds": 3,
+        "train": {"seq_len": 64, "batch_size": 4, "lr": 3.0e-4, "precision": "auto", "decay_fraction": 0.10},
+        "logging": {"log_every": 5, "eval_every": 1000, "eval_batches": 4, "checkpoint_every": 1000},
+        "finetune": {"seeds": 1, "epochs": 1, "lr": 3.0e-3, "max_len": 64, "max_train_examples": 48,
+                     "max_eval_examples": 40},  # fmt: skip
+        "max_concurrent": 2,
+        "cka": None,  # --cka debiased|linear measures it (on held-out paragraphs split off the corpus)
+    },
+    "standard": {
+        "description": "CPU study: the bundled base at 20k-200k tokens, 3 pretraining seeds, the suite on 300 "
+        "training sentences per task, 2 epochs, 3 fine-tuning seeds.",
+        "budgets": [20_480, 65_536, 204_800],
+        "seeds": 3,
+        "train": {"seq_len": 128, "batch_size": 8, "lr": 3.0e-4, "precision": "auto", "decay_fraction": 0.10},
+        "logging": {"log_every": 10, "eval_every": 100, "eval_batches": 8, "checkpoint_every": 1000},
+        "finetune": {"seeds": 3, "epochs": 2, "max_train_examples": 300, "max_eval_examples": 200},
+        "max_concurrent": 2,
+        "cka": {"n_texts": 200, "max_len": 128, "measure": "debiased"},
+    },
+    "gpu": {
+        "description": "One CUDA GPU, bf16: the bundled base at 1M-100M tokens, 3 pretraining seeds, the suite on "
+        "1000 training sentences per task, 3 epochs, 3 fine-tuning seeds; weights dropped after measuring.",
+        "budgets": [1_000_000, 10_000_000, 100_000_000],
+        "seeds": 3,
+        "train": {"seq_len": 256, "batch_size": 32, "lr": 1.0e-3, "precision": "bf16", "decay_fraction": 0.10},
+        "logging": {"log_every": 50, "eval_every": 500, "eval_batches": 16, "checkpoint_every": 2000},
+        "finetune": {"seeds": 3, "epochs": 3, "max_train_examples": 1000, "max_eval_examples": 500},
+        "max_concurrent": 1,
+        "drop_weights": True,
+        "cka": {"n_texts": 500, "max_len": 128, "measure": "debiased"},
+    },
+    "paper": {
+        "description": "The paper's token range (0.1B-10B per run) and the suite's full protocol (its own settings); "
+        "pass the paper's size of base with --model. Days on a GPU node; --plan says how long here.",
+        "budgets": [100_000_000, 1_000_000_000, 10_000_000_000],
+        "seeds": 3,
+        "train": {"seq_len": 1024, "batch_size": 64, "lr": 5.0e-4, "precision": "bf16", "decay_fraction": 0.10},
+        "logging": {"log_every": 100, "eval_every": 2000, "eval_batches": 32, "checkpoint_every": 5000},
+        "finetune": {},
+        "max_concurrent": 1,
+        "drop_weights": True,
+        "cka": {"n_texts": 500, "max_len": 128, "measure": "linear"},  # the paper's (biased) linear CKA
+    },
+}
+
+
+def resolve_budget_study(
+    preset: str,
+    *,
+    model: str | None = None,
+    corpus: str | None = None,
+    suite: str | None = None,
+    budgets: list[int] | None = None,
+    seeds: int | None = None,
+    finetune_seeds: int | None = None,
+    drop_weights: bool | None = None,
+    cka: str | None = None,
+    measure_jobs: int | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+) -> dict:
+    """The preset with the command line's choices applied and checked; raises a DetourError naming what is wrong.
+    ``cka``: a CKA measure (debiased, linear) that turns the CKA of every detour run against the MLM run of its seed
+    and budget on (or changes the preset's)."""
+    from backend.engine.config import apply_override, parse_override
+    from backend.evaluation.suite import load_suite
+
+    if preset not in BUDGET_PRESETS:
+        raise ConfigError("preset", preset, f"use one of: {', '.join(BUDGET_PRESETS)}")
+    s = copy.deepcopy(BUDGET_PRESETS[preset])
+    s["preset"] = preset
+    for item in overrides:
+        apply_override(s, *parse_override(item), scope="preset")
+    t = s["train"]
+    per_step = t["batch_size"] * t["seq_len"]
+    # the decay phase (decay_fraction of the budget) must hold one optimizer step too
+    s["budgets"] = check_budgets(budgets or s["budgets"], math.ceil(per_step / min(1.0, t["decay_fraction"] or 1.0)))
+    if seeds is not None:
+        s["seeds"] = seeds
+    if isinstance(s["seeds"], bool) or not isinstance(s["seeds"], int) or s["seeds"] < 1:
+        raise ConfigError("--seeds", s["seeds"], "a whole number of pretraining seeds, at least 1 (3 by default)")
+    if finetune_seeds is not None:
+        s["finetune"]["seeds"] = finetune_seeds
+    if drop_weights is not None:
+        s["drop_weights"] = drop_weights
+    if measure_jobs is not None:
+        if isinstance(measure_jobs, bool) or not isinstance(measure_jobs, int) or measure_jobs < 1:
+            raise ConfigError("--measure-jobs", measure_jobs, "a whole number of runs fine-tuned at once, at least 1")
+        s["measure_jobs"] = measure_jobs
+    s.setdefault("drop_weights", False)
+    if cka:
+        s["cka"] = {**{"n_texts": 200, "max_len": 128}, **(s.get("cka") or {}), "measure": cka}
+    if s.get("cka"):
+        from backend.replication.plan import _check_cka
+
+        _check_cka(s["cka"])
+    s["suite"] = load_suite(suite or SUITE)["path"]  # every key of the file checked now, not after training
+    s["corpus"] = str(_resolve_data(corpus or "shared:craft_pmc_oa_text", "corpus", "--corpus"))
+    s["model"] = _resolve_model(model or DEFAULT_MODEL)[0]
+    s["study"] = "detour-budgets"
+    return s
+
+
+def check_budgets(budgets, least: int) -> list[int]:
+    """Sorted distinct whole token counts, each at least ``least`` (one optimizer step in the shortest phase)."""
+    out = []
+    for b in budgets:
+        v = float(b) if isinstance(b, str) else b
+        if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v) or v < least:
+            raise ConfigError("--budgets", b, f"whole token counts of at least {least:,} (one optimizer step in the "
+                              "decay phase, which trains decay_fraction of the budget)")  # fmt: skip
+        out.append(int(v))
+    if len(set(out)) != len(out):
+        raise ConfigError("--budgets", budgets, "each budget once")
+    return sorted(out)
+
+
+def parse_budgets(text: list[str]) -> list[int]:
+    """``['1e6', '1e7']`` or ``['1e6,1e7']`` -> ints; a clear error for anything else."""
+    out = []
+    for part in ",".join(text).split(","):
+        part = part.strip().replace("_", "")
+        if not part:
+            continue
+        try:
+            v = float(part)
+        except ValueError:
+            raise ConfigError("--budgets", part, "token counts such as 1e6 10000000 (or 1e6,1e7)") from None
+        if v != int(v) or v <= 0:
+            raise ConfigError("--budgets", part, "whole positive token counts")
+        out.append(int(v))
+    if not out:
+        raise ConfigError("--budgets", text, "at least one token count")
+    return out
+
+
+def base_config(s: dict) -> dict:
+    """With CKA, the corpus split the replication uses (whole documents held out, ``OUT/data``), so the CKA texts are
+    never trained on; without, the trainer's own held-out fraction."""
+    t = s["train"]
+    data = {"corpus": s["corpus"], "heldout_fraction": 0.1}
+    if s.get("cka"):
+        d = Path(s["data_dir"])
+        data = {"corpus": str(d / "train.txt"), "heldout_file": str(d / "heldout.txt")}
+    return {
+        "name": "detour",
+        "recipe": "mlm",
+        "model": {"name": s["model"]},
+        "data": data,
+        "train": {k: t[k] for k in ("seq_len", "batch_size", "lr", "precision")} | {"seed": 0},
+        "phases": {"main": {"tokens": s["budgets"][0]}, "decay": {"fraction": t["decay_fraction"]}},
+        "logging": {**s["logging"], "keep_checkpoints": 1},
+    }
+
+
+def manifest(s: dict, executor: str = "queue") -> dict:
+    from backend.sweeps.sweep import plan_sweep
+
+    return plan_sweep(
+        base_config(s),
+        grid=[f"recipe={','.join(ARMS)}", f"phases.main.tokens={','.join(map(str, s['budgets']))}"],
+        seeds=s["seeds"],
+        name="detour-budgets",
+        reference="mlm",
+        evaluation={"suite": s["suite"], "hparams": s["finetune"], "drop_weights": s["drop_weights"],
+                    **cka_evaluation(s)},  # fmt: skip
+        executor=executor,
+        max_concurrent=s["max_concurrent"],
+    )
+
+
+def cka_evaluation(s: dict) -> dict:
+    c = s.get("cka")
+    if not c:
+        return {}
+    return {"cka_texts": str(Path(s["data_dir"]) / "cka_texts.txt"), "cka_n_texts": c["n_texts"],
+            "cka_max_len": c.get("max_len", 128), "cka_measure": c["measure"]}  # fmt: skip
+
+
+def prepare_data(s: dict, out: Path) -> None:
+    """``OUT/data``: train / held-out / CKA texts split off the corpus by whole documents (once; a rerun reuses it)."""
+    from backend.replication.corpus import split_corpus
+
+    d = out / "data"
+    s["data_dir"] = str(d)
+    if not (d / "cka_texts.txt").exists():
+        split_corpus(s["corpus"], d, heldout_fraction=0.1, min_words=20, seed=0)
+
+
+# ------------------------------------------------------------------------------------------------ the plan
+
+
+def n_finetunes(s: dict, runs: int) -> int:
+    from backend.evaluation.suite import load_suite
+
+    tasks = load_suite(s["suite"])["tasks"]
+    per_run = sum(int(s["finetune"].get("seeds") or len(t["seeds"])) for t in tasks)
+    return runs * per_run
+
+
+def finetune_seconds(s: dict, device: str) -> float:
+    """One fine-tune at the replication plan's fitted CPU rates (33 training sentences/s, 83 evaluated/s on the
+    6-layer base); a GPU is taken as 10x that. A guide, not a measurement."""
+    from backend.evaluation.suite import load_suite
+
+    tasks = load_suite(s["suite"])["tasks"]
+    per = []
+    for t in tasks:
+        hp = {**t["hparams"], **{k: v for k, v in s["finetune"].items() if k != "seeds"}}
+        n_train, n_eval = hp.get("max_train_examples") or 5400, hp.get("max_eval_examples") or 940
+        per.append(1 + hp["epochs"] * (0.03 * n_train + 0.012 * n_eval) + 0.012 * n_eval)
+    secs = sum(per) / len(per)
+    return secs / 10 if device == "cuda" else secs
+
+
+def plan(s: dict, device: str | None = None) -> dict:
+    """Tokens, runs and fine-tunes of the study and the time they take here: training at this machine's last
+    measured rate for the base at the preset's precision (None, and said, before one was measured)."""
+    import torch
+
+    from backend.engine.models import model_config_of
+    from backend.engine.precision import resolve_precision
+    from backend.engine.throughput import last_rate
+    from backend.runs.doctor import parameter_count
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    runs = len(ARMS) * len(s["budgets"]) * s["seeds"]
+    tokens = sum(len(ARMS) * s["seeds"] * b * (1 + s["train"]["decay_fraction"]) for b in s["budgets"])
+    fts = n_finetunes(s, runs)
+    rate = precision = None
+    try:
+        precision = resolve_precision(s["train"]["precision"], device)[0]
+        found = last_rate(parameter_count(model_config_of({"name": s["model"]})), precision, device)
+        rate = found["tokens_per_s"] if found else None
+    except Exception:  # e.g. bf16 asked on a CPU: no rate, and the plan says so
+        rate = None
+    slots = max(1, int(s["max_concurrent"])) if device == "cpu" else 1
+    ft_s = fts * finetune_seconds(s, device)
+    train_s = (tokens / rate + 8 * runs) if rate else None
+    total = (train_s + ft_s) if train_s is not None else None
+    return {"preset": s["preset"], "device": device, "precision": precision, "runs": runs, "tokens": int(tokens),
+            "finetunes": fts, "rate": rate, "train_s": train_s, "finetune_s": ft_s, "total_s": total,
+            "slots": slots}  # fmt: skip
+
+
+def plan_text(p: dict) -> str:
+    from backend.engine.progress import hms
+
+    head = (f"{p['preset']}: {p['runs']} runs, {p['tokens']:,} training tokens, {p['finetunes']} fine-tunes "
+            f"({p['device']}, {p['precision'] or 'precision not available here'})")  # fmt: skip
+    if p["rate"] is None:
+        return (f"{head}; training rate not measured yet on this machine for this base and precision, so no time "
+                f"is estimated (fine-tuning alone ~{hms(p['finetune_s'])})")  # fmt: skip
+    return (f"{head}; ~{hms(p['total_s'])} (training {hms(p['train_s'])} at this machine's last measured "
+            f"{p['rate']:,.0f} tokens/s, fine-tuning ~{hms(p['finetune_s'])} at the plan's rates)")  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------ run and report
+
+
+def load_now() -> dict:
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        one = five = fifteen = None
+    return {"load_1m": one, "load_5m": five, "load_15m": fifteen, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+            time.gmtime())}  # fmt: skip
+
+
+def run_study(s: dict, out: Path, executor: str = "queue", command: list[str] | None = None,
+              log: Callable[[str], None] = print) -> dict:  # fmt: skip
+    """Run (or resume) the study into ``out`` and write its report; returns the report."""
+    from backend.replication.budget_report import machine
+    from backend.sweeps import sweep
+
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // max(1, s["max_concurrent"]))))
+    out = Path(out).expanduser().resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    old = atomic.read_json(out / "settings.json")
+    if old and old.get("study") != s["study"]:
+        raise ReplicationError(f"{out} holds another study ({old.get('study', 'the detour replication')}); "
+                               "pick another --out")  # fmt: skip
+    atomic.write_json(out / "settings.json", s)
+    t0, load0 = time.time(), load_now()
+    if s.get("cka"):
+        prepare_data(s, out)
+        atomic.write_json(out / "settings.json", s)
+    m = manifest(s, executor)
+    sweep.launch(m, out / "sweep")
+    sweep.wait(out / "sweep", progress=lambda st: log(f"   sweep: {sweep._counts_line(st['counts'])}"))
+    t_train = time.time() - t0
+    sweep.finish(out / "sweep", log, jobs=int(s.get("measure_jobs") or 1))
+    timing = {"wall_s": time.time() - t0, "train_wall_s": t_train, "load_start": load0, "load_end": load_now(),
+              "machine": machine(), "command": command}  # fmt: skip
+    prev = atomic.read_json(out / "timing.json") or {}
+    timing["previous"] = prev if prev else None
+    atomic.write_json(out / "timing.json", timing)
+    return write_report(out)
+
+
+def write_report(out: Path) -> dict:
+    """report.md|html|json and the chart from ``out`` (settings.json, timing.json, sweep/report.json, sweep.json)."""
+    from backend.replication import budget_report
+
+    out = Path(out)
+    s = atomic.read_json(out / "settings.json")
+    if not s or s.get("study") != "detour-budgets":
+        raise ReplicationError(f"{out}: no detour budget study here (no settings.json of one)")
+    if not (out / "sweep" / "report.json").exists():
+        raise ReplicationError(f"{out}: the sweep has no report yet; rerun the study's command to finish it")
+    title = f"CLM detour vs MLM over token budgets ({s['preset']}, {Path(s['suite']).stem})"
+    rep = budget_report.build(out, out / "sweep", lambda v: ARMS.get(v, str(v)), "MLM", lambda arm: f"the {arm}",
+                              title)  # fmt: skip
+    rep.update({"title": title, "settings": s, "timing": atomic.read_json(out / "timing.json") or {},
+                "paper": PAPER_DELTAS})  # fmt: skip
+    budget_report.write(out, rep, render(rep))
+    return rep
+
+
+def render(rep: dict) -> str:
+    from backend.engine.progress import hms
+    from backend.replication.budget_report import render as budget_sections
+    from backend.replication.crossover import tokens_text
+
+    s, tm = rep["settings"], rep["timing"]
+    ft = ", ".join(f"{k} {v}" for k, v in s["finetune"].items()) or "the suite's own settings"
+    lines = [f"# {rep['title']}", "", f"Preset `{s['preset']}` ({s['description']}) run with these settings:", "",
+             f"- base `{s['model']}`, corpus `{s['corpus']}`",
+             f"- budgets (main-phase tokens per run, +{s['train']['decay_fraction']:.0%} decay): "
+             + ", ".join(tokens_text(b) for b in s["budgets"]),
+             f"- pretraining seeds {rep['seeds']}; {s['train']['batch_size']}x{s['train']['seq_len']} tokens/step, "
+             f"lr {s['train']['lr']}, {s['train']['precision']}",
+             f"- suite `{s['suite']}`; fine-tuning: {ft}", ""]  # fmt: skip
+    if rep["not_done"]:
+        lines += [f"Not finished (left out): {', '.join(f'{r} ({st})' for r, st in rep['not_done'].items())}.", ""]
+    lines += ["## Where the sign changes", ""]
+    lines += budget_sections(rep)
+    lines += ["## The paper, beside", "",
+              "| language | tasks | detour - MLM per task (pp) | tasks won | scale |", "|---|---|---|---|---|"]
+    lines += [f"| {p['language']} | {p['tasks']} | {p['delta_pp']} | {p['wins']} | {p['scale']} |"
+              for p in rep["paper"]]  # fmt: skip
+    lines += ["", "Chart: `figures/crossover.html` (and `.png`): against tokens (log scale) the suite's mean and IQM "
+              "delta (detour - MLM, points) with 95% intervals, P(improvement) and the held-out MLM and CLM losses "
+              "of both arms. Intervals and verdicts are `backend.evaluation.aggregate.compare`'s; the per-cell "
+              "tables are in `sweep/report.md`.", ""]  # fmt: skip
+    if tm.get("wall_s"):
+        l0, l1 = tm.get("load_start") or {}, tm.get("load_end") or {}
+        lines += [f"Time: {hms(tm['wall_s'])} wall ({hms(tm['train_wall_s'])} training), on {tm.get('machine')}; "
+                  f"load average (1/5/15 min) {_load(l0)} at the start ({l0.get('at')}), {_load(l1)} at the end "
+                  f"({l1.get('at')}).", ""]  # fmt: skip
+    if tm.get("note"):
+        lines += [tm["note"], ""]
+    if tm.get("command"):
+        lines += ["Command:", "", "```", " ".join(tm["command"]), "```", ""]
+    return "\n".join(lines)
+
+
+def _load(ld: dict) -> str:
+    vals = [ld.get(k) for k in ("load_1m", "load_5m", "load_15m")]
+    return "/".join("-" if v is None else f"{v:.2f}" for v in vals)

@@ -1,0 +1,223 @@
+"""The budget studies (``replicate --budgets``): the sign-change statement, the report built from a sweep's small
+files through the suite aggregate, the plan's times, the command line's checks, and one tiny real run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from backend.core.errors import ConfigError
+from backend.replication import budget_study
+from backend.replication.crossover import crossover
+
+
+def _pts(*spec):
+    return [{"tokens": t, "value": v, "ci95": list(ci)} for t, v, ci in spec]
+
+
+# ---- the statement ---------------------------------------------------------------------------------------------
+
+
+def test_a_flip_is_bracketed_by_the_last_budget_of_the_old_sign_and_the_first_of_the_new():
+    st = crossover(_pts((1e6, -2.0, (-3, -1)), (1e7, 0.2, (-0.5, 0.9)), (1e8, 1.5, (0.4, 2.6))))
+    assert st["change"] and st["between"] == [1e6, 1e8] and (st["from"], st["to"]) == ("worse", "better")
+    assert "between 1M and 100M tokens" in st["text"] and "not measured" in st["text"]
+
+
+def test_unsorted_budgets_are_read_in_token_order():
+    st = crossover(_pts((30_000, 1.0, (0.1, 2)), (3_000, -1.0, (-2, -0.1))))
+    assert st["between"] == [3_000, 30_000] and st["from"] == "worse"
+
+
+def test_no_flip_says_not_within_the_budgets_tried():
+    st = crossover(_pts((1e4, -3.0, (-4, -2)), (1e5, -2.0, (-3, -1)), (1e6, -1.0, (-1.5, -0.5))))
+    assert not st["change"] and st["between"] is None
+    assert "not within the budgets tried" in st["text"] and "worse at every budget" in st["text"]
+
+
+def test_a_point_estimate_that_flips_inside_straddling_intervals_is_no_finding():
+    st = crossover(_pts((1e4, -1.0, (-3, 1)), (1e5, 0.5, (-1, 2)), (1e6, 1.2, (-0.1, 2.5))))
+    assert not st["change"] and "not within the budgets tried" in st["text"]
+    assert "no budget's 95% interval excludes 0" in st["text"]
+
+
+def test_settling_on_one_side_after_straddling_is_not_a_flip():
+    st = crossover(_pts((1e4, 0.1, (-1, 1)), (1e5, 1.0, (0.2, 1.8))))
+    assert not st["change"] and "better at 100k" in st["text"]
+
+
+# ---- the report from a sweep's small files, through the suite aggregate -----------------------------------------
+
+
+def _constructed_sweep(out: Path, effect: dict[int, float]) -> dict:
+    """A real manifest (MLM vs detour x budgets x 3 pretraining seeds on the bio-ner suite) with constructed
+    results: the detour's score is MLM's plus ``effect[budget]`` points plus a seed jitter (+-0.3; +-1.5 where the
+    effect is 0, so that interval holds 0)."""
+    from backend.sweeps import report as sweep_report
+    from backend.sweeps.manifest import write_manifest
+    from tests.conftest import require_shared
+
+    for name in ("craft_pmc_oa_text", "ncbi_disease", "anatem", "bc2gm"):
+        require_shared(name)
+    s = budget_study.resolve_budget_study("quick", budgets=list(effect))
+    m = budget_study.manifest(s)
+    write_manifest(out, m)
+    for c in m["cells"]:
+        detour = c["values"]["recipe"] == "clm_detour"
+        budget = c["values"]["phases.main.tokens"]
+        for seed, run in c["runs"].items():
+            jitter = [0.3, -0.3, 0.0][int(seed)] * (5 if effect[budget] == 0 else 1)
+            scores = {}
+            for i, task in enumerate(("ncbi_disease", "anatem", "bc2gm")):
+                base = 30 + 5 * i + int(seed)
+                scores[task] = {"0": (base + (effect[budget] + jitter if detour else 0.0)) / 100}
+            rec = {"suite_scores": scores, "suite_metrics": dict.fromkeys(scores, "f1"),
+                   "heldout_mlm_loss": 5.0 + (0.8 if detour else 0.0), "heldout_clm_loss": 7.0 - (2 if detour else 0)}
+            if detour:
+                rec["cka_divergence"] = 0.01 * (1 + int(seed))
+            (out / "results").mkdir(parents=True, exist_ok=True)
+            (out / "results" / f"{run}.json").write_text(json.dumps(rec))
+    sweep_report.write_report(out, png=False)
+    return s
+
+
+def test_the_report_names_the_flip_from_constructed_results(tmp_path):
+    effect = {2_560: -3.0, 8_192: 0.0, 25_600: 3.0}
+    s = _constructed_sweep(tmp_path / "sweep", effect)
+    (tmp_path / "settings.json").write_text(json.dumps(s))
+    rep = budget_study.write_report(tmp_path)
+    st = rep["statements"]["CLM detour"]["mean_delta"]
+    assert st["change"] and st["between"] == [2_560, 25_600] and st["from"] == "worse"
+    pts = rep["panels"]["CLM detour"]
+    assert [p["tokens"] for p in pts] == [2_560, 8_192, 25_600]
+    assert pts[0]["mean_delta"]["value"] == pytest.approx(-3.0, abs=0.3) and pts[0]["verdict"] == "worse"
+    assert pts[-1]["verdict"] == "better" and pts[-1]["poi"]["value"] == pytest.approx(1.0)
+    assert set(rep["losses"]["heldout_clm_loss"]) == {"MLM", "CLM detour"}
+    md = (tmp_path / "report.md").read_text()
+    assert "The sign changes between 2.56k and 25.6k tokens" in md and "+1.2 to +2.8" in md
+    assert "CKA divergence of CLM detour from MLM" in md and rep["cka"]["CLM detour"][0]["mean"] == pytest.approx(0.02)
+    assert (tmp_path / "figures" / "crossover.html").exists()
+
+
+def test_the_report_says_no_flip_when_the_detour_never_catches_up(tmp_path):
+    s = _constructed_sweep(tmp_path / "sweep", {2_560: -4.0, 8_192: -3.0, 25_600: -2.0})
+    (tmp_path / "settings.json").write_text(json.dumps(s))
+    rep = budget_study.write_report(tmp_path)
+    assert "not within the budgets tried" in rep["statements"]["CLM detour"]["mean_delta"]["text"]
+
+
+# ---- the plan, the presets and the command line ----------------------------------------------------------------
+
+
+def test_every_preset_plans_runs_tokens_and_fine_tunes_and_says_when_no_rate_is_measured():
+    from tests.conftest import require_shared
+
+    require_shared("craft_pmc_oa_text")
+    for name in budget_study.BUDGET_PRESETS:
+        s = budget_study.resolve_budget_study(name)
+        p = budget_study.plan(s, "cpu")
+        assert p["runs"] == 2 * len(s["budgets"]) * s["seeds"]
+        assert p["tokens"] == int(sum(2 * s["seeds"] * b * 1.1 for b in s["budgets"]))
+        assert p["finetunes"] == p["runs"] * 3 * (s["finetune"].get("seeds") or 3)
+        assert p["total_s"] is None and "not measured yet" in budget_study.plan_text(p)
+
+
+def test_the_plan_times_training_at_this_machines_measured_rate():
+    from backend.engine.models import model_config_of
+    from backend.engine.throughput import record_rate
+    from backend.runs.doctor import parameter_count
+    from tests.conftest import require_shared
+
+    require_shared("craft_pmc_oa_text")
+    s = budget_study.resolve_budget_study("gpu")
+    n = parameter_count(model_config_of({"name": s["model"]}))
+    record_rate(n, "bf16", "cuda", "clm", 500_000.0)
+    p = budget_study.plan(s, "cuda")
+    assert p["rate"] == 500_000.0
+    assert p["train_s"] == pytest.approx(p["tokens"] / 500_000.0 + 8 * p["runs"])
+    assert p["total_s"] == pytest.approx(p["train_s"] + p["finetune_s"])
+    assert "500,000 tokens/s" in budget_study.plan_text(p)
+
+
+def test_budgets_parse_and_refuse_clearly():
+    assert budget_study.parse_budgets(["1e6", "1e7,1e8"]) == [1_000_000, 10_000_000, 100_000_000]
+    for bad in (["1e6", "lots"], ["2.5"], ["-5"]):
+        with pytest.raises(ConfigError, match="--budgets"):
+            budget_study.parse_budgets(bad)
+    with pytest.raises(ConfigError, match="at least 2,560"):  # the decay (10%) must hold one step of 256 tokens
+        budget_study.check_budgets([1_000, 20_000], 2_560)
+    with pytest.raises(ConfigError, match="once"):
+        budget_study.check_budgets([5_000, 5_000], 2_560)
+
+
+def test_the_command_line_refuses_a_bad_budget_in_one_line(capsys):
+    from backend.__main__ import main
+
+    assert main(["replicate", "--budgets", "1e6", "lots", "--plan"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--budgets" in err[0] and "Traceback" not in err[0]
+
+
+# ---- one tiny real run ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_tiny_budget_study_runs_end_to_end_and_keeps_only_small_files(tmp_path):
+    from backend.__main__ import main
+    from tests.conftest import require_shared
+
+    for name in ("craft_pmc_oa_text", "ncbi_disease", "anatem", "bc2gm"):
+        require_shared(name)
+    out = tmp_path / "study"
+    args = ["replicate", "--budgets", "2560", "5120", "--pretrain-seeds", "1", "--seeds", "1", "--drop-weights",
+            "--set", "finetune.max_train_examples=8", "--set", "finetune.max_eval_examples=8", "--out", str(out)]
+    assert main(args) in (0, None)
+    rep = json.loads((out / "report.json").read_text())
+    assert [p["tokens"] for p in rep["panels"]["CLM detour"]] == [2560, 5120]
+    assert set(rep["losses"]["heldout_mlm_loss"]) == {"MLM", "CLM detour"}
+    assert "not within the budgets tried" in rep["statements"]["CLM detour"]["mean_delta"]["text"] or \
+        rep["statements"]["CLM detour"]["mean_delta"]["change"]
+    runs = list((out / "sweep" / "runs").glob("c*-s0"))
+    assert len(runs) == 4 and not any((r / "final").exists() or (r / "checkpoints").exists() for r in runs)
+    assert (out / "figures" / "crossover.html").exists() and (out / "timing.json").exists()
+    # the report comes back from the small files alone
+    (out / "report.md").unlink()
+    assert main(["replicate", "--report-only", "--out", str(out)]) in (0, None)
+    assert "## Where the sign changes" in (out / "report.md").read_text()
+
+
+def test_the_gpu_preset_plans_bf16_runs_that_drop_their_weights(tmp_path):
+    from tests.conftest import require_shared
+
+    for name in ("craft_pmc_oa_text", "ncbi_disease", "anatem", "bc2gm"):
+        require_shared(name)
+    s = budget_study.resolve_budget_study("gpu", budgets=budget_study.parse_budgets(["1e6", "1e7", "1e8"]))
+    budget_study.prepare_data(s, tmp_path)  # CKA texts held out of the corpus by whole documents
+    m = budget_study.manifest(s)  # every run config validated, as on the GPU box
+    assert m["base"]["train"]["precision"] == "bf16" and m["evaluation"]["drop_weights"]
+    assert sorted({c["values"]["phases.main.tokens"] for c in m["cells"]}) == [10**6, 10**7, 10**8]
+    assert len(m["cells"]) == 6 and len(m["seeds"]) == 3 and m["reference"] == "mlm"
+    ev = m["evaluation"]
+    assert ev["cka_measure"] == "debiased" and Path(ev["cka_texts"]).read_text().strip()
+    assert m["base"]["data"]["corpus"] == str(tmp_path / "data" / "train.txt")
+
+
+def test_the_corpus_split_drops_held_out_paragraphs_that_are_training_text(tmp_path):
+    """A paragraph every article repeats (a licence line, a caption) stays in training only: the held-out file then
+    passes the trainer's held-out check instead of refusing the study's runs."""
+    from backend.engine.heldout_guard import check_disjoint
+    from backend.replication.corpus import split_corpus
+
+    src = tmp_path / "corpus"
+    src.mkdir()
+    boiler = "This article is distributed under the terms of an open licence that permits use and reproduction."
+    for i in range(10):
+        words = " ".join(f"w{i}x{j}" for j in range(30))
+        (src / f"doc{i}.txt").write_text(f"{words} first\n\n{boiler}\n\n{words} second\n")
+    split_corpus(src, tmp_path / "d", 0.2, 20, 0)
+    held = (tmp_path / "d" / "heldout.txt").read_text()
+    assert boiler not in held and held.count("first") == 2
+    check_disjoint({"heldout_file": str(tmp_path / "d" / "heldout.txt"), "corpus": str(tmp_path / "d" / "train.txt"),
+                    "text_column": "text", "hub_split": "train", "max_documents": None})
