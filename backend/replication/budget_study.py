@@ -364,7 +364,6 @@ def write_report(out: Path) -> dict:
 
 
 def render(rep: dict) -> str:
-    from backend.engine.progress import hms
     from backend.replication.budget_report import render as budget_sections
     from backend.replication.crossover import tokens_text
 
@@ -389,16 +388,27 @@ def render(rep: dict) -> str:
               "delta (detour - MLM, points) with 95% intervals, P(improvement) and the held-out MLM and CLM losses "
               "of both arms. Intervals and verdicts are `backend.evaluation.aggregate.compare`'s; the per-cell "
               "tables are in `sweep/report.md`.", ""]  # fmt: skip
+    lines += timing_lines(tm)
+    return "\n".join(lines)
+
+
+def timing_lines(tm: dict) -> list[str]:
+    """A study report's last lines: its wall time (and training's, where recorded) with the machine and its load,
+    the note on how it ran, and the command that made it."""
+    from backend.engine.progress import hms
+
+    lines: list[str] = []
     if tm.get("wall_s"):
         l0, l1 = tm.get("load_start") or {}, tm.get("load_end") or {}
-        lines += [f"Time: {hms(tm['wall_s'])} wall ({hms(tm['train_wall_s'])} training), on {tm.get('machine')}; "
-                  f"load average (1/5/15 min) {_load(l0)} at the start ({l0.get('at')}), {_load(l1)} at the end "
-                  f"({l1.get('at')}).", ""]  # fmt: skip
+        train = f" ({hms(tm['train_wall_s'])} training)," if tm.get("train_wall_s") else ""
+        start, end = f"{_load(l0)} at the start ({l0.get('at')})", f"{_load(l1)} at the end ({l1.get('at')})"
+        lines += [f"Time: {hms(tm['wall_s'])} wall{train} on {tm.get('machine')}; load average (1/5/15 min) "
+                  f"{start}, {end}.", ""]  # fmt: skip
     if tm.get("note"):
         lines += [tm["note"], ""]
     if tm.get("command"):
         lines += ["Command:", "", "```", " ".join(tm["command"]), "```", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def _load(ld: dict) -> str:

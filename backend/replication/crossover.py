@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from backend.reporting.figure_style import TEMPLATE
+
 WORDS = {1: "better", -1: "worse", 0: "inconclusive"}
 
 
@@ -110,7 +112,7 @@ def figure(panels: dict, losses: dict, title: str):
                      colors[(len(panels) + j) % len(colors)], f"arm-{arm}", row == 4, "dash")  # fmt: skip
     fig.update_xaxes(type="log")
     fig.update_xaxes(title_text="training tokens per run (main phase, log scale)", row=5, col=1)
-    fig.update_layout(title=title, template="plotly_white", height=1300, width=860, legend={"orientation": "h",
+    fig.update_layout(title=title, template=TEMPLATE, height=1300, width=860, legend={"orientation": "h",
                       "y": -0.06})  # fmt: skip
     return fig
 

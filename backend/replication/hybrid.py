@@ -594,9 +594,8 @@ def write_hybrid_report(out: Path, times: dict | None = None) -> dict:
 def render_hybrid_budgets(rep: dict) -> str:
     """The study's report when every run was fine-tuned on a suite: per split and budget the suite aggregate against
     pure MLM, where its sign changes, the losses and the continuation."""
-    from backend.engine.progress import hms
     from backend.replication.budget_report import render as budget_sections
-    from backend.replication.budget_study import _load
+    from backend.replication.budget_study import timing_lines
     from backend.replication.crossover import tokens_text
 
     s, b, tm = rep["settings"], rep["budget"], rep.get("timing") or {}
@@ -628,12 +627,5 @@ def render_hybrid_budgets(rep: dict) -> str:
               "and IQM delta against pure MLM (points, 95% intervals), P(improvement), and the held-out MLM and CLM "
               "losses of every split. Full sweep reports: `splits/report.md`" + (", `cpt/report.md`" if
               s.get("cpt", True) else "") + ".", ""]  # fmt: skip
-    if tm.get("wall_s"):
-        l0, l1 = tm.get("load_start") or {}, tm.get("load_end") or {}
-        lines += [f"Time: {hms(tm['wall_s'])} wall on {tm.get('machine')}; load average (1/5/15 min) {_load(l0)} at "
-                  f"the start ({l0.get('at')}), {_load(l1)} at the end ({l1.get('at')}).", ""]  # fmt: skip
-    if tm.get("note"):
-        lines += [tm["note"], ""]
-    if tm.get("command"):
-        lines += ["Command:", "", "```", " ".join(tm["command"]), "```", ""]
+    lines += timing_lines(tm)
     return "\n".join(lines)

@@ -13,14 +13,6 @@ from backend.engine import rundir
 from backend.engine.config import default_config
 
 
-@pytest.fixture(autouse=True)
-def roots(tmp_path, monkeypatch):
-    monkeypatch.setenv(paths.SWEEPS_ENV, str(tmp_path / "sweeps"))
-    monkeypatch.setenv(paths.EVALS_ENV, str(tmp_path / "evals"))
-    monkeypatch.setenv(paths.REPORTS_ENV, str(tmp_path / "reports"))
-    monkeypatch.chdir(tmp_path)
-
-
 def a_run(root, name: str = "base1"):
     d = root / name
     d.mkdir(parents=True)

@@ -16,14 +16,6 @@ from backend.engine import rundir
 from backend.engine.config import default_config
 
 
-@pytest.fixture(autouse=True)
-def roots(tmp_path, monkeypatch):
-    monkeypatch.setenv(paths.SWEEPS_ENV, str(tmp_path / "sweeps"))
-    monkeypatch.setenv(paths.EVALS_ENV, str(tmp_path / "evals"))
-    monkeypatch.setenv(paths.REPORTS_ENV, str(tmp_path / "reports"))
-    monkeypatch.chdir(tmp_path)
-
-
 def suite_file(root: Path, name: str) -> Path:
     p = root / f"{name}.yaml"
     p.write_text(f"name: {name}\ndefaults:\n  seeds: 1\n  epochs: 1\ntasks:\n  - name: t1\n    task: ner\n"

@@ -164,11 +164,13 @@ def test_recipe_and_phases_must_agree():
 
 
 def test_a_causal_phase_on_a_model_that_cannot_be_causal_is_refused(tmp_path):
-    from transformers import DistilBertConfig
+    from transformers import DistilBertConfig, DistilBertForMaskedLM
 
     from backend.runs.preflight import check
 
-    DistilBertConfig(n_layers=2, dim=32, hidden_dim=64, n_heads=2).save_pretrained(tmp_path)
+    # a whole model (weights too): a name is checked whole where it is resolved, before its family is read
+    config = DistilBertConfig(n_layers=2, dim=32, hidden_dim=64, n_heads=2, vocab_size=128)
+    DistilBertForMaskedLM(config).save_pretrained(tmp_path)
     cfg = _list([MLM, {"objective": "clm", "tokens": 512, "name": "detour"}], f"model.name={tmp_path}")
     with pytest.raises(ConfigError) as err:
         check(cfg, check_data=False)

@@ -26,10 +26,15 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def broken_model(tmp_path):
-    """Resolves as a local model (config.json) but has no tokenizer or weights: every seed fails."""
+    """Resolves as a local model (config.json, a readable safetensors file: what is checked when it is named) but
+    describes a model that cannot be built (hidden size 30 over 4 heads): every seed fails when it loads."""
+    import torch
+    from safetensors.torch import save_file
+
     d = tmp_path / "broken"
     d.mkdir()
-    (d / "config.json").write_text('{"model_type": "bert"}')
+    (d / "config.json").write_text('{"model_type": "bert", "hidden_size": 30, "num_attention_heads": 4}')
+    save_file({"unrelated": torch.zeros(1)}, str(d / "model.safetensors"))
     return d
 
 

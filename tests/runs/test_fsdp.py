@@ -32,11 +32,17 @@ def test_fsdp_refused_up_front_without_cuda(tiny_modernbert_dir, isolated_runs_d
 
 
 def _prepared_then_fsdp(model_dir, name: str):
-    """A run prepared without FSDP whose config.yaml then asks for it (e.g. prepared on a GPU machine)."""
+    """A run prepared with FSDP on a GPU machine (its config and the queued record that fixes it say so), then
+    trained here, where FSDP cannot run: the trainer refuses it itself. ``prepare_runs`` here refuses FSDP already."""
+    from backend.engine import resume_guard
+    from backend.engine.rundir import write_status
+
     (run,) = prepare_runs(tiny_train_cfg(model_dir, name, **SHORT))
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     cfg["train"]["fsdp"] = True
     (run / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    queued, sha = resume_guard.fixed_config(cfg)
+    write_status(run, queued_config=queued, queued_config_sha256=sha)
     return run
 
 

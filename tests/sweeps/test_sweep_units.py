@@ -18,6 +18,17 @@ from backend.sweeps.grid import expand_cells, parse_axis
 from backend.sweeps.sweep import plan_sweep
 from tests.conftest import tiny_train_cfg
 
+
+def _finished(out, run: str) -> None:
+    """A sweep's run folder that trained to the end (the report reads its results, not its weights)."""
+    from backend.engine import rundir
+
+    d = out / "runs" / run
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text("{}")
+    rundir.write_status(d, state="done")
+
+
 # --------------------------------------------------------------------------------------------------------- stats
 
 
@@ -166,7 +177,6 @@ def test_report_from_known_values(tiny_modernbert_dir, tmp_path, monkeypatch):
     """A sweep folder whose runs 'finished' with known held-out losses: the table, the paired deltas, the verdicts
     and the seeds needed are the textbook numbers, and the app's view draws the figure."""
     from backend.core import atomic, paths
-    from backend.engine import rundir
     from backend.sweeps.manifest import write_manifest
     from backend.sweeps.report import write_report
 
@@ -177,10 +187,7 @@ def test_report_from_known_values(tiny_modernbert_dir, tmp_path, monkeypatch):
     losses = {"mlm": [2.0, 2.2, 1.9], "clm_detour": [2.1, 2.45, 2.0]}  # diffs 0.1, 0.25, 0.1
     for c in m["cells"]:
         for i, (_seed, run) in enumerate(sorted(c["runs"].items())):
-            d = out / "runs" / run
-            d.mkdir(parents=True)
-            (d / "config.yaml").write_text("{}")
-            rundir.write_status(d, state="done")
+            _finished(out, run)
             atomic.write_json(out / "results" / f"{run}.json", {"heldout_mlm_loss": losses[c["values"]["recipe"]][i]})
     rep = write_report(out, png=False)
     ref, det = rep["tables"]["heldout_mlm_loss"]
@@ -218,7 +225,6 @@ def test_report_keeps_both_seed_levels_and_pools_a_suite(tiny_modernbert_dir, tm
     now the fine-tunes are paired by (pretraining seed, fine-tuning seed), in points, with the interval they
     support and a note that pretraining variance is not measured; a suite is pooled into one verdict."""
     from backend.core import atomic, paths
-    from backend.engine import rundir
     from backend.sweeps.manifest import write_manifest
     from backend.sweeps.report import write_report
 
@@ -229,10 +235,7 @@ def test_report_keeps_both_seed_levels_and_pools_a_suite(tiny_modernbert_dir, tm
     ft = {"mlm": [0.29, 0.41, 0.57, 0.35, 0.48], "clm_detour": [0.33, 0.44, 0.60, 0.37, 0.52]}  # +2.4 pts each
     for c in m["cells"]:
         [(_seed, run)] = c["runs"].items()
-        d = out / "runs" / run
-        d.mkdir(parents=True)
-        (d / "config.yaml").write_text("{}")
-        rundir.write_status(d, state="done")
+        _finished(out, run)
         vals = ft[c["values"]["recipe"]]
         by_seed = {str(f): v for f, v in enumerate(vals)}
         suite = {t: {f: v + 0.01 * i for f, v in by_seed.items()} for i, t in enumerate(("ncbi", "anatem"))}
@@ -266,7 +269,6 @@ def test_two_pretraining_seeds_get_the_same_rule_as_the_suite_and_a_constant_tas
     pretraining-seed means (as the cell table does), inconclusive. A suite task where every fine-tune of both
     cells gave one constant answer is left out of the suite verdict, and the report says so."""
     from backend.core import atomic, paths
-    from backend.engine import rundir
     from backend.sweeps.manifest import write_manifest
     from backend.sweeps.report import write_report
 
@@ -277,10 +279,7 @@ def test_two_pretraining_seeds_get_the_same_rule_as_the_suite_and_a_constant_tas
     shift = {0: -2.53, 1: -1.88}  # clm_detour - mlm per pretraining seed, in points
     for c in m["cells"]:
         for i, (_seed, run) in enumerate(sorted(c["runs"].items())):
-            d = out / "runs" / run
-            d.mkdir(parents=True)
-            (d / "config.yaml").write_text("{}")
-            rundir.write_status(d, state="done")
+            _finished(out, run)
             det = c["values"]["recipe"] == "clm_detour"
             by = {str(f): (60 + i + 0.3 * f + (shift[i] + e if det else 0.0)) / 100
                   for f, e in enumerate((-0.12, 0.0, 0.12))}  # fmt: skip

@@ -5,15 +5,12 @@ itself (a sweep's runs) is inside the allowed roots."""
 from __future__ import annotations
 
 import os
-import shutil
-import time
 
 import pytest
 
 from app import check_model_spec, main, newest_pair, suite_panel, sweeps_tab
 from backend.core import atomic, catalogue, paths
-from backend.engine import rundir
-from backend.engine.config import default_config
+from tests.ui.test_tab_lists import saved_run  # one way to lay out a finished run
 
 
 @pytest.fixture(autouse=True)
@@ -24,17 +21,6 @@ def app_env(tmp_path, monkeypatch):
     monkeypatch.setenv(paths.SWEEPS_ENV, str(tmp_path / "sweeps"))
     monkeypatch.delenv("DETOUR_ALLOWED_ROOTS", raising=False)
 
-
-def saved_run(root, name: str, model_dir, pair: str | None = None, recipe: str = "clm_detour"):
-    d = root / name
-    d.mkdir(parents=True)
-    cfg = {**default_config(), "name": name, "recipe": recipe}
-    if pair:
-        cfg["_meta"] = {"pair": pair, "role": "detour" if recipe == "clm_detour" else "mlm"}
-    atomic.write_yaml(d / "config.yaml", cfg)
-    rundir.write_status(d, state="done", created_at=time.time())
-    shutil.copytree(model_dir, d / "final")
-    return d
 
 
 def bad_runs(root, model_dir, tmp_path) -> dict[str, str]:
