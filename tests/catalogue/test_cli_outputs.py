@@ -11,6 +11,7 @@ from backend.__main__ import main
 from backend.core import atomic, catalogue, paths
 from backend.engine import rundir
 from backend.engine.config import default_config
+from tests.catalogue.roots import roots  # noqa: F401  (autouse: each test's own sweeps/evals/reports)
 
 
 def a_run(root, name: str = "base1"):

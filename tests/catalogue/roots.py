@@ -1,5 +1,6 @@
-"""Every catalogue test writes its sweeps, evaluations and reports under its own tmp dir, and runs from there (a
-relative --out lands there too)."""
+"""A fixture both catalogue modules use, imported by name (a second conftest.py would shadow the suite's
+``conftest`` module): every catalogue test writes its sweeps, evaluations and reports under its own tmp dir, and
+runs from there (a relative --out lands there too)."""
 
 from __future__ import annotations
 
