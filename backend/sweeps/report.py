@@ -152,7 +152,9 @@ def build_report(out: str | Path) -> dict:
     st = sweep_status(out)
     results = read_results(out)
     tables = {k: metric_table(st, results, k) for k in metrics_present(st, results)}
-    not_done = {r: s for r, s in st["run_states"].items() if s != "done"}
+    # a run measured and then copied without its folder (a study brought back from a GPU box) has its results
+    # here: it finished, and the report reads it
+    not_done = {r: s for r, s in st["run_states"].items() if s != "done" and r not in results}
     summary = _summary_as_run(out, st)
     rep_suite = suite_section(st, results)
     return {
