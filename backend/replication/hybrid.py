@@ -121,6 +121,17 @@ HYBRID_PRESETS: dict[str, dict] = {
 }
 
 
+
+def _hybrids_outcome(hybrids: list[dict]) -> tuple[dict, str]:
+    """Finding 1 of the second paper from its comparisons: replicated when every hybrid beats pure MLM, not
+    replicated when some are worse and none better, else inconclusive (one rule for both forms of the study)."""
+    counts = {v: sum(c["verdict"] == v for c in hybrids) for v in ("better", "worse", "inconclusive")}
+    if hybrids and counts["better"] == len(hybrids):
+        return counts, "replicated"
+    if counts["worse"] and not counts["better"]:
+        return counts, "not replicated"
+    return counts, "inconclusive"
+
 def resolve_hybrid(
     preset: str,
     corpus: str | None = None,
@@ -409,13 +420,7 @@ def hybrid_findings(splits_rep: dict, cpt_rep: dict | None) -> dict:
                 }
             )
     hybrids = [c for c in comps if 0 < c["clm_share"] < 1]
-    counts = {v: sum(c["verdict"] == v for c in hybrids) for v in ("better", "worse", "inconclusive")}
-    if hybrids and counts["better"] == len(hybrids):
-        outcome = "replicated"
-    elif counts["worse"] and not counts["better"]:
-        outcome = "not replicated"
-    else:
-        outcome = "inconclusive"
+    counts, outcome = _hybrids_outcome(hybrids)
     f1 = {"title": "Hybrids beat pure MLM at every budget", "paper": PAPER["splits"], "comparisons": comps}
     f1.update({"counts": counts, "verdict": outcome})
     f2 = {"title": "CLM-started beats MLM-started after MLM 40% continuation", "paper": PAPER["cpt"]}
@@ -453,13 +458,7 @@ def suite_findings(budget: dict, cpt_rep: dict | None) -> dict:
             comps.append({"split": arm, "tokens": p["tokens"], "mean": p["mean_delta"]["value"],
                           "ci95": p["mean_delta"]["ci95"], "verdict": v})  # fmt: skip
     hybrids = [c for c in comps if c["split"] not in ("100% CLM",)]
-    counts = {v: sum(c["verdict"] == v for c in hybrids) for v in ("better", "worse", "inconclusive")}
-    if hybrids and counts["better"] == len(hybrids):
-        outcome = "replicated"
-    elif counts["worse"] and not counts["better"]:
-        outcome = "not replicated"
-    else:
-        outcome = "inconclusive"
+    counts, outcome = _hybrids_outcome(hybrids)
     f1 = {"title": "Hybrids beat pure MLM at every budget", "paper": PAPER["splits"], "comparisons": comps,
           "counts": counts, "verdict": outcome}  # fmt: skip
     f2 = {"title": "CLM-started beats MLM-started after MLM 40% continuation", "paper": PAPER["cpt"], "delta": None,
