@@ -80,16 +80,8 @@ def check_queued(run_dir: Path, cfg: dict, status: dict) -> None:
         return  # an invalid config: train_run reports it (and marks the run failed)
     if now_sha == sha:
         return
-    changed = sorted(k for k in set(queued) | set(now) if queued.get(k) != now.get(k)) or ["(unknown)"]
-    what = ", ".join(f"{k} {queued.get(k)!r} -> {now.get(k)!r}" for k in changed)
-    path = run_dir / "config.yaml"
-    raise ConfigError(
-        "config",
-        str(path),
-        f"changed since the run was queued ({what}); a queued run trains what was planned: restore "
-        f"{'it' if len(changed) == 1 else 'them'}, or train the edited config as a new run: python -m backend train "
-        f"{path} --name {suggest_name(run_dir.name, run_dir.parent)}",
-    )
+    changed = _changed(queued, now) or ["(unknown)"]
+    _refuse(run_dir, queued, now, changed, "was queued", "a queued run trains what was planned")
 
 
 def check_config(run_dir: Path, cfg: dict) -> None:
@@ -105,17 +97,26 @@ def check_config(run_dir: Path, cfg: dict) -> None:
     if not isinstance(trained, dict) or not list_checkpoints(run_dir):
         return
     now = training_keys(cfg)
-    changed = sorted(k for k in set(trained) | set(now) if trained.get(k) != now.get(k))
+    changed = _changed(trained, now)
     if changed:
-        what = ", ".join(f"{k} {trained.get(k)!r} -> {now.get(k)!r}" for k in changed)
-        path = run_dir / "config.yaml"
-        raise ConfigError(
-            "config",
-            str(path),
-            f"changed since the run trained ({what}); a resume continues the same run: restore "
-            f"{'it' if len(changed) == 1 else 'them'}, or train the edited config as a new run: python -m backend "
-            f"train {path} --name {suggest_name(run_dir.name, run_dir.parent)}",
-        )
+        _refuse(run_dir, trained, now, changed, "trained", "a resume continues the same run")
+
+
+def _changed(before: dict, now: dict) -> list[str]:
+    return sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+
+
+def _refuse(run_dir: Path, before: dict, now: dict, changed: list[str], since: str, rule: str) -> None:
+    """The one refusal of an edited config: each changed key with its old and new value, and how to go on."""
+    what = ", ".join(f"{k} {before.get(k)!r} -> {now.get(k)!r}" for k in changed)
+    path = run_dir / "config.yaml"
+    raise ConfigError(
+        "config",
+        str(path),
+        f"changed since the run {since} ({what}); {rule}: restore {'it' if len(changed) == 1 else 'them'}, or train "
+        f"the edited config as a new run: python -m backend train {path} --name "
+        f"{suggest_name(run_dir.name, run_dir.parent)}",
+    )
 
 
 def data_info(run_dir: Path, info: dict, resume: bool) -> dict:
