@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 from app import run_folder, throughput_panel, timeline_editor, warn
+from app.figure_cache import FileKeyed
 from app.throughput_panel import panel_markdown
 from backend.analysis import plots
 from backend.core.errors import ConfigError, DetourError
@@ -33,6 +34,7 @@ FIGURES = [  # (row type, metrics key, elem id): the Runs tab's curves, in their
     ("train", "grad_norm", "plot-grad-norm"),
     ("train", "tokens_per_s", "plot-tokens-per-s"),
 ]
+CURVES = FileKeyed(32)  # the curves of each set of runs, shared by every page until a metrics file changes
 
 
 def run_infos():
@@ -147,16 +149,26 @@ def run_path(name: str) -> Path:
 def curves(names: list[str] | None, axis: str = "tokens_seen") -> tuple:
     """One figure per ``FIGURES`` entry for the runs ``names`` (default: ``default_selection``)."""
     names = list(names or []) or default_selection()
-    data = {}
+    paths = {}
     for n in names:
         try:
-            data[n] = read_metrics(run_path(n))
+            paths[n] = run_path(n) / "metrics.jsonl"
         except DetourError:
             continue
-    return tuple(
-        plots.train_metric_figure(data, key, axis) if kind == "train" else plots.eval_loss_figure(data, axis, key)
-        for kind, key, _ in FIGURES
-    )
+
+    def build() -> tuple:
+        data = {}
+        for n, p in paths.items():
+            try:
+                data[n] = read_metrics(p.parent)
+            except DetourError:
+                continue
+        return tuple(
+            plots.train_metric_figure(data, key, axis) if kind == "train" else plots.eval_loss_figure(data, axis, key)
+            for kind, key, _ in FIGURES
+        )
+
+    return CURVES.get((tuple(paths), axis), paths.values(), build)
 
 
 NO_RUNS = (
@@ -376,9 +388,7 @@ def build(ctx) -> dict:
         queue=False,
         api_name="runs_poll",
     )
-    refresh_btn.click(
-        refresh, inputs=[compare, log_run, axis, known, action], outputs=outs, api_name="runs_refresh"
-    )
+    refresh_btn.click(refresh, inputs=[compare, log_run, axis, known, action], outputs=outs, api_name="runs_refresh")
     live.change(lambda on: gr.Timer(active=on), inputs=[live], outputs=[timer], api_visibility="private")
 
     def replot(selected, axis_):
@@ -387,6 +397,7 @@ def build(ctx) -> dict:
     compare.change(replot, inputs=[compare, axis], outputs=plots_, show_progress="hidden", api_name="curves")
     axis.change(replot, inputs=[compare, axis], outputs=plots_, show_progress="hidden", api_visibility="private")
     log_run.change(log_tail, inputs=[log_run], outputs=[log_box], show_progress="hidden", api_name="log_tail")
+
     def cancel(name):
         msg = cancel_run(name)
         return msg, action_state(name, msg)

@@ -4,12 +4,15 @@ below it, the newest evaluations' fine-tuning rate and seconds per seed."""
 
 from __future__ import annotations
 
+from app.figure_cache import FileKeyed
 from backend.core.errors import DetourError
 from backend.core.paths import evals_dir, runs_dir
 from backend.engine.config import check_run_name
 from backend.engine.throughput import PART_LABELS, format_mfu, shares
 from backend.evaluation.results_file import read_results
 from backend.runs.doctor import diagnose, evaluation_throughput, phase_peak
+
+DIAGNOSES = FileKeyed(16)  # one diagnosis per change of a run's files, shared by every page that polls it
 
 
 def _rate(x: float | None) -> str:
@@ -32,7 +35,7 @@ def panel_markdown(name: str | None) -> str:
     d = runs_dir() / name
     if not (d / "metrics.jsonl").exists():
         return f"{name}: no metrics yet (the run has not started training)."
-    doc = diagnose(d)
+    doc = DIAGNOSES.get(str(d), (d / "metrics.jsonl", d / "status.json"), lambda: diagnose(d))
     if not doc["phases"]:
         return f"{name}: no training steps logged yet."
     m = doc["machine"]

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_app_load_bench_runs_end_to_end(tmp_path):
     cmd = [sys.executable, str(ROOT / "bench" / "bench_app_load.py"), "--clients", "3", "--rounds", "1",
            "--duration", "60", "--baseline", "3", "--out", str(tmp_path)]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=1500)
+    env = dict(os.environ, BENCH_APP_LOAD_SETSID="1")  # no re-exec under setsid: a timeout here kills the benchmark
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     data = json.loads((tmp_path / "app_load-3.json").read_text())
     assert data["errors"] == []
