@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from backend.analysis.measures import DEFAULT_MEASURE, SHORT
-from backend.reporting.figure_style import TEMPLATE
+from backend.reporting import figure_style  # noqa: F401  (the lab's template: plotly's default once imported)
 
 PALETTE = qualitative.Plotly
 
@@ -22,7 +22,6 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 360) -> go
         height=height,
         margin={"l": 55, "r": 40, "t": 45, "b": 45},
         legend={"orientation": "h", "y": -0.22},
-        template=TEMPLATE,
     )
     return fit_y_range(fig)
 

@@ -16,7 +16,7 @@ from backend.core import atomic
 from backend.evaluation.aggregate import compare, stability, t_summary
 from backend.evaluation.identity import recorded_identity, short
 from backend.evaluation.report import METRIC_NAMES
-from backend.reporting.figure_style import TEMPLATE
+from backend.reporting import figure_style  # noqa: F401  (the lab's template: plotly's default once imported)
 
 
 def _task_results(out: Path, spec: dict) -> dict[str, dict]:
@@ -300,7 +300,6 @@ def delta_figure(c: dict):
         title=f"{c['a']} − {c['b']}: Δ per task (95% CI) — {c['verdict']}",
         xaxis_title="Δ test score (points)",
         yaxis={"autorange": "reversed"},
-        template=TEMPLATE,
         height=160 + 50 * len(names),
         width=760,
         showlegend=False,

@@ -11,7 +11,7 @@ from plotly.subplots import make_subplots
 
 from backend import objectives
 from backend.analysis.plots import fit_y_range, phase_boundaries
-from backend.reporting.figure_style import TEMPLATE
+from backend.reporting import figure_style  # noqa: F401  (the lab's template: plotly's default once imported)
 
 ALLOWED, MASKED = "#2563eb", "#f1f5f9"
 SURPRISE_SCALE = "YlOrRd"
@@ -54,7 +54,7 @@ def masks_figure(result: dict) -> go.Figure:
             fig.update_yaxes(title_text="query position" if c == 1 else None, autorange="reversed",
                              scaleanchor=x_axis, constrain="domain", row=r, col=c)  # fmt: skip
     fig.update_annotations(font_size=11)
-    fig.update_layout(height=(150 + 1600 // max(len(objs), 1)) * len(kinds), template=TEMPLATE,
+    fig.update_layout(height=(150 + 1600 // max(len(objs), 1)) * len(kinds),
                       margin={"l": 55, "r": 20, "t": 100, "b": 45},
                       title={"text": f"Who may attend to whom, {result['seq_len']} tokens "
                                      f"({result['attn_implementation']}): blue = allowed", "x": 0.01})  # fmt: skip
@@ -136,7 +136,6 @@ def _over_the_run(fig: go.Figure, rows: list[dict], title: str, y_title: str) ->
         height=330,
         margin={"l": 55, "r": 20, "t": 55, "b": 45},
         legend={"orientation": "h", "y": -0.25},
-        template=TEMPLATE,
     )
     return fit_y_range(fig)
 

@@ -13,7 +13,7 @@ from backend import objectives
 from backend.detour.recipe import expand_phases, split_pair, tokens_per_step
 from backend.engine.config import validate_config
 from backend.engine.rundir import read_config, read_status
-from backend.reporting.figure_style import TEMPLATE
+from backend.reporting import figure_style  # noqa: F401  (the lab's template: plotly's default once imported)
 
 TITLE = "Timeline: phases, LR (x peak) and frozen blocks"
 
@@ -86,7 +86,7 @@ def timeline_figure(timelines: dict[str, list[dict]], axis: str = "tokens_seen",
         )  # fmt: skip
     for x in sorted({d[lo] for tl in timelines.values() for d in tl[1:]}):  # every phase switch, across all rows
         fig.add_vline(x=x, line={"color": "#555", "width": 1, "dash": "dot"})
-    fig.update_layout(barmode="overlay", height=height, template=TEMPLATE, title={"text": TITLE, "x": 0.01},
+    fig.update_layout(barmode="overlay", height=height, title={"text": TITLE, "x": 0.01},
                       margin={"l": 90, "r": 20, "t": 40, "b": 40}, legend={"orientation": "h", "y": -0.18},
                       uniformtext={"minsize": 8, "mode": "hide"})  # fmt: skip
     fig.update_yaxes(title_text="LR", range=[0, 1.05], row=2, col=1)
@@ -102,5 +102,5 @@ def empty_timeline(message: str) -> go.Figure:
     fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False)
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    fig.update_layout(height=160, template=TEMPLATE, title={"text": TITLE, "x": 0.01})
+    fig.update_layout(height=160, title={"text": TITLE, "x": 0.01})
     return fig

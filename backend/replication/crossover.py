@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backend.reporting.figure_style import TEMPLATE
+from backend.reporting import figure_style  # noqa: F401  (the lab's template: plotly's default once imported)
 
 WORDS = {1: "better", -1: "worse", 0: "inconclusive"}
 
@@ -112,7 +112,7 @@ def figure(panels: dict, losses: dict, title: str):
                      colors[(len(panels) + j) % len(colors)], f"arm-{arm}", row == 4, "dash")  # fmt: skip
     fig.update_xaxes(type="log")
     fig.update_xaxes(title_text="training tokens per run (main phase, log scale)", row=5, col=1)
-    fig.update_layout(title=title, template=TEMPLATE, height=1300, width=860, legend={"orientation": "h",
+    fig.update_layout(title=title, height=1300, width=860, legend={"orientation": "h",
                       "y": -0.06})  # fmt: skip
     return fig
 

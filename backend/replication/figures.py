@@ -15,7 +15,7 @@ from backend.analysis.measures import SHORT
 from backend.analysis.plots import PALETTE, eval_loss_figure, similarity_caption, train_loss_figure
 from backend.replication.plan import LABELS, RUNS
 from backend.replication.verdicts import fmt_ci, fmt_pp, significance, task_name
-from backend.reporting.figure_style import TEMPLATE
+from backend.reporting import figure_style  # noqa: F401  (the lab's template: plotly's default once imported)
 
 COLORS = {
     "base": "#7f7f7f",
@@ -33,7 +33,6 @@ def _layout(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
         height=height,
         margin={"l": 60, "r": 30, "t": 50, "b": 50},
         legend={"orientation": "h", "y": -0.2},
-        template=TEMPLATE,
     )
     return fig
 

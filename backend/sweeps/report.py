@@ -17,8 +17,8 @@ from backend.core.errors import DetourError
 from backend.evaluation.aggregate import seed_levels, t_summary, task_delta
 from backend.evaluation.stats import mean_std, seeds_needed, t_interval
 from backend.evaluation.suite_report import clip_to_scale
+from backend.reporting import figure_style  # noqa: F401  (the lab's template: plotly's default once imported)
 from backend.reporting.figure_files import export_pngs
-from backend.reporting.figure_style import TEMPLATE
 from backend.reporting.html_page import md_to_html
 from backend.sweeps.measure import METRICS, _line_key, read_results
 
@@ -222,7 +222,6 @@ def figure(rep: dict, metric: str):
         title=f"{rep['metrics'][metric]['label']} (mean, 95% CI over {len(rep['seeds'])} seeds)",
         xaxis_title=x_key,
         yaxis_title=rep["metrics"][metric]["label"],
-        template=TEMPLATE,
         height=420,
         width=760,
         legend_title=ax[1]["key"] if len(ax) > 1 else None,
