@@ -56,6 +56,16 @@ class JobError(DetourError):
 # --- helpers ----------------------------------------------------------------------------------
 
 
+
+def sharing_env() -> dict[str, str]:
+    """How a queued trainer's threads wait: ``OMP_WAIT_POLICY=PASSIVE`` unless the user chose one. A queued run
+    shares its cores (with the app that queued it and its users, with other runs): torch's OpenMP threads spin at
+    every barrier by default, so when the app took one of two cores the trainer's other thread spun waiting for it,
+    and a run kept 2% of its rate under 20 users (bench/results/app_load-20.md). Waiting threads that sleep give
+    their core to whoever needs it."""
+    return {} if os.environ.get("OMP_WAIT_POLICY") else {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def _root(root: str | Path | None) -> Path:
     return Path(root).resolve() if root else runs_dir()
 
@@ -382,7 +392,7 @@ def _serve(
                 continue
             resume_flag = bool(st.get("resume_requested"))
             argv = launch(info.path, resume_flag)
-            env = {"DETOUR_STDOUT_IS_LOG": "1"}  # stdout already is train.log: the trainer must not tee into it
+            env = {"DETOUR_STDOUT_IS_LOG": "1", **sharing_env()}  # stdout already is train.log: no tee into it
             if gpu is not None:
                 env["CUDA_VISIBLE_DEVICES"] = gpu
             claim = FileLock(info.path / TRAIN_LOCK, f"run {info.name}")
