@@ -26,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m app",
         description="Detour Lab browser app",
         epilog="beside a training run on the same cores the app's model inference yields: DETOUR_APP_THREADS torch "
-        "threads (default 1) at nice DETOUR_APP_NICE (default 10)",
+        "threads (default 1) at nice DETOUR_APP_NICE (default 10); an app that leads its session (setsid) gives it the "
+        "nice DETOUR_APP_SESSION_NICE (default 0; raise it to favour the runs over the users)",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=None, help="port (default: 7860 or the next free one)")

@@ -145,7 +145,7 @@ def start(
 
     ctx = ctx or AppContext()
     inference_lane.bound_threads()  # before any model runs: the app computes on DETOUR_APP_THREADS cores at most
-    inference_lane.lower_session()  # the app's whole session below the trainers' (autogroup kernels)
+    inference_lane.lower_session()  # the app's session at DETOUR_APP_SESSION_NICE (autogroup kernels)
     ctx.app_lock = inference_lane.hold_app_lock(runs_dir())  # the doctor finds this process through it
     warm_imports()
     runs_tab.ensure_worker_if_queued(ctx.max_concurrent)

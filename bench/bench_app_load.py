@@ -7,23 +7,26 @@ and a temporary evaluations folder. Before it starts, a tiny NER model is fine-t
 evaluate``, 1 epoch, 16 sentences: latency, not quality, is measured) so that NER tagging has a model. Through the
 app's Launch action one run trains (the detached worker, as for a user); its tokens/s is measured over ``--baseline``
 seconds with no client, then during the load. Each client opens the app as a browser does (log in, the
-page, its config: ``open_app``), then, through gradio_client, does ``--rounds`` rounds of: fill-mask, NER
-tagging, listing runs (the Runs tab's refresh), reading the run's curves. Bounded twice: the rounds, and
-``--duration`` seconds after which no client starts another action; a request waits at most ``PATIENCE``
-seconds. The run is cancelled at the end and the app stopped.
+page, its config and the Runs tab's first poll: ``open_app``), then, over Gradio's REST API, does
+``--rounds`` rounds of: fill-mask, NER tagging, listing runs (the Runs tab's refresh), reading the run's curves.
+Bounded twice: the rounds, and ``--duration`` seconds after which no client starts another action; a request waits
+at most ``PATIENCE`` seconds. The run is cancelled at the end and the app stopped.
 
 Writes bench/results/app_load-<clients>.json and .md (``--out`` for another folder): p50/p95/max latency per
 action, the errors (each one named), the training's tokens/s alone (the app idle) and under the load and their
 ratio, the CPU time the app process took, the machine (CPU model, cores, speed flags), the load average at start
-and end and the app's inference settings (``DETOUR_APP_THREADS``, ``DETOUR_APP_NICE``). Its figures mean something
-only on a quiet machine: the table says "not quiet" when the load average at start was above a tenth of the cores.
+and end and the app's inference settings (``DETOUR_APP_THREADS``, ``DETOUR_APP_NICE``,
+``DETOUR_APP_SESSION_NICE``). Its figures mean something only on a quiet machine: the table says "not quiet" when
+the load average at start was above a tenth of the cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import secrets
 import signal
 import subprocess
 import sys
@@ -43,7 +46,7 @@ FILL_TEXT = "The patient was treated with [MASK] for the infection."
 NER_TEXT = "Patients with type 2 diabetes received metformin at Massachusetts General Hospital."
 ACTIONS = ("fill_mask", "ner_tag", "list_runs", "curves")
 QUIET_LOAD_PER_CORE = 0.1  # a load average above this share of the cores at start: the figures are not a quiet run's
-# gradio_client's own default is 5 s for a login or a config read; a browser waits far longer. With 20 clients opening
+# HTTP clients' defaults are about 5 s for a login or a config read; a browser waits far longer. With 20 clients opening
 # the app at the same moment on 2 busy cores, 19 of 20 logins took more than 5 s (first run of this benchmark), so a
 # request may take up to this long before it counts as an error; the latencies say how long it really took.
 PATIENCE = 120.0
@@ -90,6 +93,7 @@ def main() -> int:
     from backend.core.inference_lane import lower_session
     from backend.engine.config import default_config
     from backend.engine.rundir import read_status
+    from backend.runs import jobs
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-app-load-"))
     runs, evals = tmp / "runs", tmp / "evals"
@@ -105,7 +109,8 @@ def main() -> int:
                     "model": "tiny random ModernBERT (hidden 128, 4 layers), bundled tokenizer",
                     "python": platform.python_version(), "cpus": os.cpu_count(), "password": "on",
                     "host": "127.0.0.1", "load_average_at_start": os.getloadavg(), "app_inference": app_settings(),
-                    "sched_autogroup": autogroup()}  # fmt: skip
+                    "sched_autogroup": autogroup(),
+                    "trainer_wait_policy": {**os.environ, **jobs.sharing_env()}.get("OMP_WAIT_POLICY")}  # fmt: skip
     name = "bench-run"
     try:
         c0 = Client(url, auth=(USER, PASSWORD), verbose=False)
@@ -130,37 +135,31 @@ def main() -> int:
         lock = threading.Lock()
         stop_at = time.time() + args.duration
 
-        def call(client, action: str) -> None:
+        def call(user: User, action: str) -> None:
             if action == "fill_mask":
-                client.predict(FILL_TEXT, 5, model, None, None, None, False, False, False, False,
-                               api_name="/fill_mask")  # fmt: skip
+                user.predict("fill_mask", FILL_TEXT, 5, model, None, None, None, False, False, False, False)
             elif action == "ner_tag":
-                out = client.predict(NER_TEXT, None, None, None, None, api_name="/ner_tag")
+                out = user.predict("ner_tag", NER_TEXT, None, None, None, None)
                 if "entities" not in str(out[-1]):
                     raise RuntimeError(f"ner_tag answered {out[-1]!r}")
             elif action == "list_runs":
-                out = client.predict(None, name, "tokens_seen", api_name="/runs_refresh")
+                out = user.predict("runs_refresh", None, name, "tokens_seen")
                 if name not in str(out[0]):
                     raise RuntimeError("the runs table does not list the training run")
             else:
-                client.predict([name], "tokens_seen", api_name="/curves")
+                user.predict("curves", [name], "tokens_seen")
 
         def session(i: int) -> None:
             t = time.perf_counter()
             try:
-                open_page(url)
+                client = User(url)
+                client.open_page(name)
             except Exception as exc:
                 with lock:
                     errors.append(f"client {i}: open: {type(exc).__name__}: {exc}")
                 return
             with lock:
                 lat["open_app"].append(time.perf_counter() - t)
-            try:  # the API client's own set-up (it reads the app's API description): a browser has none, not timed
-                client = Client(url, auth=(USER, PASSWORD), verbose=False, httpx_kwargs={"timeout": PATIENCE})
-            except Exception as exc:
-                with lock:
-                    errors.append(f"client {i}: API client: {type(exc).__name__}: {exc}")
-                return
             for _ in range(args.rounds):
                 for action in ACTIONS:
                     if time.time() > stop_at:
@@ -202,8 +201,6 @@ def main() -> int:
         result["load_average_at_end"] = os.getloadavg()
         c0.predict(name, api_name="/cancel")
     finally:
-        from backend.runs import jobs
-
         try:
             jobs.cancel(runs / name)
         except Exception:
@@ -234,15 +231,42 @@ def app_settings() -> dict:
     return settings()
 
 
-def open_page(url: str) -> None:
-    """What a browser asks of the app before it draws the page: log in, the page, its config (the page's load events
-    that fill its lists are the actions measured apart: runs list, curves)."""
-    import httpx
+class User:
+    """One user: a logged-in HTTP session that opens the app as a browser does and calls its named events over
+    Gradio's REST API (``POST /gradio_api/call/NAME``, then the event's stream). Light on the benchmark's side, unlike
+    gradio_client, whose own work on 2 shared cores was counted as the app's latency."""
 
-    with httpx.Client(base_url=url, timeout=PATIENCE) as http:
-        http.post("login", data={"username": USER, "password": PASSWORD}).raise_for_status()
+    def __init__(self, url: str) -> None:
+        import httpx
+
+        # an idle connection is dropped before the server's keep-alive (uvicorn: 5 s) closes it: a request sent on a
+        # connection the server is closing fails with "Server disconnected", which a browser retries unseen
+        self.http = httpx.Client(base_url=url, timeout=PATIENCE, limits=httpx.Limits(keepalive_expiry=2.0))
+        self.session = secrets.token_hex(6)  # one per page, as a browser's: the app builds a session's state once
+
+    def open_page(self, run: str) -> None:
+        """What a browser asks when it opens the app: log in, the page, its config, then the Runs tab's first poll
+        (the first event of a page: the app builds the page's session state for it)."""
+        self.http.post("login", data={"username": USER, "password": PASSWORD}).raise_for_status()
         for path in ("", "config"):
-            http.get(path).raise_for_status()
+            self.http.get(path).raise_for_status()
+        self.predict("runs_poll", None, run, "tokens_seen")
+
+    def predict(self, api_name: str, *data) -> list:
+        r = self.http.post(f"gradio_api/call/{api_name}", json={"data": list(data), "session_hash": self.session})
+        r.raise_for_status()
+        stream = self.http.get(f"gradio_api/call/{api_name}/{r.json()['event_id']}")
+        stream.raise_for_status()
+        event, payload = None, None
+        for line in stream.text.splitlines():
+            if line.startswith("event:"):
+                event = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and event in ("complete", "error"):
+                payload = line.split(":", 1)[1].strip()
+                break
+        if event != "complete" or payload is None:
+            raise RuntimeError(f"{api_name}: {event or 'no event'}: {payload}")
+        return json.loads(payload)
 
 
 def own_session() -> None:
@@ -286,7 +310,9 @@ def render(result: dict, args) -> str:
             f"(1/5/15 min) {loads(load0)} at start, {loads(load1)} at end"
             + ("" if quiet else " -- **not quiet: other work shared the cores**"),
             f"App inference: {lane['threads']} torch thread(s) at nice {lane['nice']} (DETOUR_APP_THREADS, "
-            f"DETOUR_APP_NICE); kernel session autogroup {result['sched_autogroup']}",
+            f"DETOUR_APP_NICE); the app's session at nice {lane.get('session_nice', lane['nice'])} "
+            f"(DETOUR_APP_SESSION_NICE); kernel session autogroup {result['sched_autogroup']}; queued trainers wait "
+            f"with OMP_WAIT_POLICY={result.get('trainer_wait_policy', '-')}",
             "",
             "| action | calls | p50 ms | p95 ms | max ms |",
             "|---|---|---|---|---|",

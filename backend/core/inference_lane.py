@@ -14,7 +14,11 @@ barriers), and a run fell to 4% of its solo rate under 20 users. Here:
 
 Where the kernel groups processes by session (``/proc/sys/kernel/sched_autogroup_enabled`` = 1 and no CPU
 cgroups), a nice value only orders threads within one session: the app and a detached trainer then get a fair
-share each, and the bounded thread count is what leaves the trainer its cores.
+share each, and the bounded thread count is what leaves the trainer its cores. The session's own nice is
+``DETOUR_APP_SESSION_NICE`` (``lower_session``, default 0: on an equal footing). Lowered to 10, the app kept a run
+at 56% of its solo rate but answered fill-mask in 22.5 s (p95) under 20 users; on an equal footing, with the queued
+trainers' threads sleeping instead of spinning at their barriers (``jobs.sharing_env``), both hold (the load bench's
+table in docs/app.md).
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ from backend.core.process import Busy, FileLock, holder_pid, is_held
 
 THREADS_ENV = "DETOUR_APP_THREADS"
 NICE_ENV = "DETOUR_APP_NICE"
+SESSION_NICE_ENV = "DETOUR_APP_SESSION_NICE"
 DEFAULT_THREADS = 1
 DEFAULT_NICE = 10
+DEFAULT_SESSION_NICE = 0
 
 T = TypeVar("T")
 _lane: ThreadPoolExecutor | None = None
@@ -53,10 +59,11 @@ def _env_int(name: str, default: int, low: int, high: int) -> int:
 
 
 def settings() -> dict[str, int]:
-    """{'threads', 'nice'} from the environment (a bad value is one clear DetourError)."""
+    """{'threads', 'nice', 'session_nice'} from the environment (a bad value is one clear DetourError)."""
     return {
         "threads": _env_int(THREADS_ENV, DEFAULT_THREADS, 1, os.cpu_count() or 1),
         "nice": _env_int(NICE_ENV, DEFAULT_NICE, 0, 19),
+        "session_nice": _env_int(SESSION_NICE_ENV, DEFAULT_SESSION_NICE, 0, 19),
     }
 
 
@@ -78,13 +85,12 @@ AUTOGROUP = Path("/proc/self/autogroup")
 
 def lower_session(nice: int | None = None) -> int | None:
     """Where the kernel groups processes by session (autogroup), give this process's session the nice ``nice``
-    (default ``DETOUR_APP_NICE``); returns it, or None where there is no autogroup to lower. A per-thread nice does
-    not reach across sessions, and the trainers the app starts run in sessions of their own: under 20 users a run
-    kept 2% of its solo rate with the app's session on an equal footing (its two threads wait at every parallel
-    region for the one the app's work preempted). Only this session yields; the trainers keep their priority.
-    Only an app that leads its own session lowers it (``setsid python -m app``, a service manager): started from a
-    terminal, its session is the user's shell and everything else run there."""
-    nice = settings()["nice"] if nice is None else nice
+    (default ``DETOUR_APP_SESSION_NICE``, 0); returns it, or None where there is no autogroup to set. A per-thread
+    nice does not reach across sessions, and the trainers the app starts run in sessions of their own: raise it to
+    favour the runs over the users (at 10 the users waited 22.5 s for a fill-mask under 20 users, p95). Only an app
+    that leads its own session sets it (``setsid python -m app``, a service manager): started from a terminal, its
+    session is the user's shell and everything else run there."""
+    nice = settings()["session_nice"] if nice is None else nice
     if os.getsid(0) != os.getpid():
         return None
     try:

@@ -28,7 +28,7 @@ def test_app_load_bench_runs_end_to_end(tmp_path):
         "open_app": 3, "fill_mask": 3, "ner_tag": 3, "list_runs": 3, "curves": 3,
     }  # fmt: skip
     assert data["training_tokens_per_s_without_load"] > 0 and data["training_tokens_per_s_with_load"] > 0
-    assert data["app_inference"] == {"threads": 1, "nice": 10}
+    assert data["app_inference"] == {"threads": 1, "nice": 10, "session_nice": 0}
     table = (tmp_path / "app_load-3.md").read_text()
     for what in ("Machine:", "cores", "load average", "training tokens/s alone", "| fill_mask | 3 |"):
         assert what in table, table
