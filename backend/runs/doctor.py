@@ -148,9 +148,10 @@ def slowdown_finding(s: dict) -> tuple[str, str]:
     if s.get("app_pid") and s["app_cores"] >= BUSY_CORES:
         lane = settings()
         return (f"{fell}: the app (pid {s['app_pid']}) uses {s['app_cores']:.1f} of the {s['cores']} cores now",
-                f"the app's model inference runs {lane['threads']} thread(s) at nice {lane['nice']}: restart the app "
-                f"with DETOUR_APP_THREADS=1 and a higher DETOUR_APP_NICE (up to 19), or serve its users from "
-                f"another machine")  # fmt: skip
+                f"the app's model inference runs {lane['threads']} thread(s) at nice {lane['nice']}: to favour the "
+                f"run, restart the app with DETOUR_APP_THREADS=1 in its own session (setsid) with a higher "
+                f"DETOUR_APP_SESSION_NICE (now {lane['session_nice']}, up to 19: its users then wait longer), or serve "
+                f"its users from another machine")  # fmt: skip
     if s["others_cores"] >= BUSY_CORES:
         return (f"{fell}: other processes use {s['others_cores']:.1f} of the {s['cores']} cores now",
                 "the machine is shared: train when it is quieter, or with fewer other jobs on it")  # fmt: skip

@@ -216,5 +216,5 @@ def test_a_run_slowed_while_the_app_computes_names_the_app(tmp_path, monkeypatch
         app.wait()
     finding, fix = doc["findings"][0]
     assert doc["slowdown"]["app_pid"] == app.pid and doc["slowdown"]["app_cores"] >= 0.05
-    assert f"the app (pid {app.pid}) uses" in finding and "DETOUR_APP_NICE" in fix
+    assert f"the app (pid {app.pid}) uses" in finding and "DETOUR_APP_SESSION_NICE" in fix
     assert finding in report(doc)
