@@ -19,6 +19,7 @@ from app import (  # noqa: E402
     reports_tab,
     runs_tab,
     sweeps_tab,
+    tab_timers,
     uploads_dir,
 )
 
@@ -104,10 +105,15 @@ def build_app(ctx: AppContext | None = None) -> gr.Blocks:
             "## Detour Lab — encoder continued pretraining with a causal-LM detour\n"
             "Launch CLM-detour and MLM runs, watch their curves, compare representations, probe the models."
         )
+        tabs, gates = [], {}
         with gr.Tabs():
             for title, tab_id, tab in TABS:
-                with gr.Tab(title, id=tab_id):
-                    tab.build(ctx)
+                with gr.Tab(title, id=tab_id) as t:
+                    built = tab.build(ctx) or {}
+                tabs.append(t)
+                if "timer" in built and "live" in built:  # a timer its tab's checkbox switches on and off
+                    gates[built["timer"]._id] = built["live"]
+        tab_timers.poll_only_the_open_tab(tabs, gates)
     return demo
 
 

@@ -180,3 +180,46 @@ def test_detour_scrub_follows_the_keyboard(tmp_path, detour_run_dir, monkeypatch
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_only_the_open_tab_polls(tmp_path, isolated_runs_dir, monkeypatch):
+    """Every page polled every tab's timer whatever it showed (~27 requests a second for 20 open pages, on the cores
+    a run trains on). On the Launch tab a page sends nothing after it loaded; the Runs tab polls while it is open
+    (and its "Live" box is ticked), and stops when another tab is picked."""
+    sync_playwright = _playwright()
+    monkeypatch.setenv("DETOUR_UPLOADS_DIR", str(tmp_path / "uploads"))
+    isolated_runs_dir.mkdir(parents=True, exist_ok=True)
+    proc, url = start_app(isolated_runs_dir, tmp_path)
+    sent: list[str] = []
+
+    def count(seconds: float) -> int:
+        sent.clear()
+        page.wait_for_timeout(seconds * 1000)
+        return len(sent)
+
+    try:
+        with sync_playwright() as p:
+            browser, page = open_page(p, url)
+            page.on("request", lambda r: sent.append(r.url) if "/run/predict" in r.url or "/queue/join" in r.url
+                    else None)  # fmt: skip
+            page.wait_for_selector("#launch-btn", timeout=60_000)
+            page.wait_for_timeout(3000)  # the page's own load events
+            assert count(7) == 0, sent
+            page.get_by_role("tab", name="Runs").click()
+            page.wait_for_timeout(500)
+            assert count(5) >= 2, sent  # every 2 s
+            page.get_by_role("tab", name="Launch").click()
+            page.wait_for_timeout(1000)
+            assert count(7) == 0, sent
+            page.get_by_role("tab", name="Runs").click()
+            page.get_by_label("Live (poll every 2 s)").uncheck()
+            page.get_by_role("tab", name="Sweeps").click()
+            page.wait_for_timeout(500)
+            assert count(4) >= 1, sent  # the Sweeps tab's own timer (every 3 s)
+            page.get_by_role("tab", name="Runs").click()
+            page.wait_for_timeout(1000)
+            assert count(5) == 0, sent  # "Live" unticked: the open Runs tab stays still
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
