@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app import check_model_spec, check_path, evals_dir, md_escape, model_choices, warn
-from backend.core import inference_lane
+from backend.core import catalogue, inference_lane
 from backend.core.errors import DetourError
 from backend.evaluation.results_file import read_results
 
@@ -18,10 +18,24 @@ EXAMPLE = "Patients with type 2 diabetes received metformin at Massachusetts Gen
 WHOLE_WORDS_CSS = "<style>.ner-spans .textfield { word-break: normal; overflow-wrap: anywhere; }</style>"
 
 
+def evaluations() -> list[tuple[catalogue.Entry, dict | None]]:
+    """The evaluations folder's evaluations by the catalogue, newest name first, each with its results, or with
+    None and listed as unreadable (a torn or foreign results.json, a folder linking out of the root): never fatal."""
+    read: dict[Path, dict] = {}
+
+    def load(d: Path) -> None:
+        read[d] = read_results(d)
+
+    found = catalogue.entries("evaluation", evals_dir(), read=load)
+    return [(e, read.get(e.path) if e.readable else None) for e in reversed(found)]
+
+
 def finetuned() -> list[dict]:
+    """The fine-tuned NER models of the readable evaluations, newest first."""
     from backend.evaluation.predict import list_finetuned
 
-    return list_finetuned(evals_dir(), task="ner")
+    out = [m for e, _ in evaluations() if e.readable for m in list_finetuned(e.path, task="ner")]
+    return sorted(out, key=lambda m: (m["finished_at"], m["eval_dir"]), reverse=True)
 
 
 def finetuned_choices() -> list[tuple[str, str]]:
@@ -123,15 +137,12 @@ def next_step(choices: list | None = None) -> str:
 
 
 def f1_table() -> list[list]:
-    """One row per (evaluation, model): mean ± std of the primary test metric over seeds."""
+    """One row per (evaluation, model): mean ± std of the primary test metric over seeds; an evaluation that
+    cannot be read is one row whose status says why."""
     rows = []
-    root = evals_dir()
-    if not root.exists():
-        return rows
-    for res_path in sorted(root.glob("*/results.json"), reverse=True):
-        try:
-            res = read_results(res_path)
-        except DetourError:  # torn, foreign or a link out of its folder: not a row (the doctor names the file)
+    for entry, res in evaluations():
+        if res is None:
+            rows.append([entry.name, "", "", "", None, None, "", f"unreadable: {entry.problem}"])
             continue
         primary = res.get("primary_metric", "f1")
         for e in res.get("models", []):
@@ -139,7 +150,7 @@ def f1_table() -> list[list]:
             mean, std = s.get("mean"), s.get("std")
             rows.append(
                 [
-                    res_path.parent.name,
+                    entry.name,
                     res.get("task", ""),
                     e.get("label", ""),
                     primary,
