@@ -15,7 +15,12 @@ SLOTS = 4
 EXAMPLE = "Patients with type 2 diabetes received metformin at Massachusetts General Hospital."
 # gr.HighlightedText sets ``word-break: break-all`` on its text, so a segment that reaches the end of a line is cut
 # anywhere ("receive|d", "Gener|al"); in this tab lines break between words (a word longer than a line still wraps).
-WHOLE_WORDS_CSS = "<style>.ner-spans .textfield { word-break: normal; overflow-wrap: anywhere; }</style>"
+# gr.Dropdown draws its arrow over the end of its text box: a slot's text stops before the arrow, and a name too
+# long for its slot ends in "…" rather than under the arrow.
+WHOLE_WORDS_CSS = (
+    "<style>.ner-spans .textfield { word-break: normal; overflow-wrap: anywhere; }"
+    " .ner-slot input { padding-right: var(--size-8); text-overflow: ellipsis; }</style>"
+)
 
 
 def evaluations() -> list[tuple[catalogue.Entry, dict | None]]:
@@ -299,28 +304,30 @@ def build(ctx) -> dict:
         refresh = gr.Button("Refresh models", scale=0, min_width=200, elem_id="ner-refresh")
         go_btn = gr.Button("Tag entities", variant="primary", elem_id="ner-btn")
     slots, outs = [], []
-    with gr.Row(equal_height=False):
-        for i in range(SLOTS):
-            with gr.Column(min_width=220):
-                slots.append(
-                    gr.Dropdown(
-                        choices=choices,
-                        value=default_slots([None] * SLOTS, choices)[i],
-                        label=f"Fine-tuned model {i + 1}",
-                        elem_id=f"ner-model-{i}",
-                        allow_custom_value=True,  # paths are checked by the handler
+    for first in range(0, SLOTS, 2):  # two slots a row: a model's name (model, seed, score, evaluation) fits whole
+        with gr.Row(equal_height=False):
+            for i in (first, first + 1):
+                with gr.Column(min_width=220):
+                    slots.append(
+                        gr.Dropdown(
+                            choices=choices,
+                            value=default_slots([None] * SLOTS, choices)[i],
+                            label=f"Fine-tuned model {i + 1}",
+                            elem_id=f"ner-model-{i}",
+                            elem_classes=["ner-slot"],
+                            allow_custom_value=True,  # paths are checked by the handler
+                        )
                     )
-                )
-                outs.append(
-                    gr.HighlightedText(
-                        label=f"Entities, model {i + 1}",
-                        combine_adjacent=False,
-                        show_legend=False,
-                        show_inline_category=True,  # the entity type on the span itself
-                        elem_id=f"ner-out-{i}",
-                        elem_classes=["ner-spans"],
+                    outs.append(
+                        gr.HighlightedText(
+                            label=f"Entities, model {i + 1}",
+                            combine_adjacent=False,
+                            show_legend=False,
+                            show_inline_category=True,  # the entity type on the span itself
+                            elem_id=f"ner-out-{i}",
+                            elem_classes=["ner-spans"],
+                        )
                     )
-                )
     msg = gr.Markdown("")
     hint = gr.Markdown(next_step, elem_id="ner-next-step")  # a fresh install: what to do first
     gr.Markdown("### Evaluations (test F1, mean over seeds)")
