@@ -18,6 +18,7 @@ finish and waits again.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -242,17 +243,33 @@ def launch(m: dict, out: str | Path | None = None) -> Path:
         from backend.sweeps.cluster import check_sbatch
 
         check_sbatch()
-    if (out / MANIFEST).exists():
+    fresh = not (out / MANIFEST).exists()
+    if not fresh:
         old = read_manifest(out)
         if not _same_sweep(old, m):
             raise SweepError(f"{out} holds another sweep ({old['name']}: {old['grid']}); pick another --out")
         m = {**old, "state": "running", "max_concurrent": m["max_concurrent"], "pin_gpus": m["pin_gpus"]}
     else:
+        existed = out.exists()
         out.mkdir(parents=True, exist_ok=True)
         m = {**m, "created_at": rundir.now(), "state": "running"}
     write_manifest(out, m)
-    _queue_missing(out, m)
+    try:
+        _queue_missing(out, m)
+    except BaseException:
+        if fresh:  # a run refused at its preflight: no folder says a sweep runs there, and the name stays free
+            _unwrite(out, existed)
+        raise
     return out
+
+
+def _unwrite(out: Path, existed: bool) -> None:
+    """Remove what a new sweep's refused launch wrote (its manifest and queued runs; nothing trained yet: no worker
+    was started); the folder itself too when the launch made it."""
+    shutil.rmtree(out / "runs", ignore_errors=True)
+    (out / MANIFEST).unlink(missing_ok=True)
+    if not existed and not any(out.iterdir()):
+        out.rmdir()
 
 
 def resume(out: str | Path) -> Path:
