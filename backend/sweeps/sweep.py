@@ -235,10 +235,24 @@ def check_out(out: str | Path, flag: str = "--out") -> Path:
         raise SweepError(str(exc)) from None
 
 
+def check_one_run_per_cell(m: dict) -> None:
+    """Refuse, before anything is written, a sweep whose cells have the recipe ``pair``: a pair trains two runs
+    (``<name>-detour``, ``<name>-mlm``) where the sweep follows and measures one run per cell and seed, so it waited
+    for runs that never came and its report was never written."""
+    for c in m["cells"]:
+        if c["values"].get("recipe", m["base"].get("recipe")) == "pair":
+            raise SweepError(
+                f"cell {c['label']}: recipe 'pair' trains two runs, and a sweep cell is one run; make the recipe an "
+                "axis (recipe = mlm,clm_detour: each detour cell is compared with MLM, paired by seed) or set one "
+                "recipe (recipe=clm_detour); nothing was written"
+            )
+
+
 def launch(m: dict, out: str | Path | None = None) -> Path:
     """Write the sweep folder (or find the same sweep there) and queue every run that is not done or running.
     Rerunning with the same manifest resumes; a different sweep in the same folder is refused."""
     out = check_out(out or default_out(m["name"]))  # the default folder too: it may hold something else
+    check_one_run_per_cell(m)
     if m["executor"] == "slurm":  # before the folder is written: what is missing, in one line
         from backend.sweeps.cluster import check_sbatch
 
