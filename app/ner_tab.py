@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app import check_model_spec, check_path, evals_dir, md_escape, model_choices, warn
+from app import check_model_spec, check_path, evals_dir, looks_like_path, md_escape, model_choices, warn
 from backend.core import catalogue, inference_lane
 from backend.core.errors import DetourError
 from backend.evaluation.results_file import read_results
@@ -88,6 +88,9 @@ def tag_many(requests: list[tuple[str, list[str | None]]]) -> list[tuple[list, s
             if not d:
                 continue
             try:
+                if not looks_like_path(d):  # a name typed: a listed fine-tuned model's, else a pretrained model's
+                    defaults = finetuned_choices() if defaults is None else defaults
+                    d = _finetuned_by_name(d, i, defaults)
                 groups.setdefault(check_path(d, f"slot {i + 1}"), []).append((r, i))  # the error names the slot
             except DetourError as exc:
                 notes[r][i] = _slot_note(exc, i)
@@ -108,6 +111,19 @@ def tag_many(requests: list[tuple[str, list[str | None]]]) -> list[tuple[list, s
         else:
             out[r] = vals, " · ".join(notes[r][i] for i in sorted(notes[r]))
     return out  # type: ignore[return-value]
+
+
+def _finetuned_by_name(name: str, i: int, choices: list[tuple[str, str]]) -> str:
+    """The folder of the fine-tuned model listed as ``name``; a bundled model, a run or a hub id is a pretrained
+    encoder, which tags nothing until it is fine-tuned (it was refused as a path outside the allowed folders)."""
+    name = name.strip()
+    for label, path in choices:
+        if name == label:
+            return path
+    raise DetourError(
+        f"slot {i + 1}: '{name}' is not a fine-tuned NER model (a bundled model, a run or a hub id is a pretrained "
+        "encoder): fine-tune it under Run an evaluation below, then pick the fine-tuned model here"
+    )
 
 
 def _slot_note(exc: Exception, i: int) -> str:

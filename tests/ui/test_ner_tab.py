@@ -196,3 +196,16 @@ def test_an_unreadable_evaluation_is_listed_with_why_and_refresh_follows_the_fol
     upd = fn.fn(None, None, None, None)  # Refresh
     assert [v for _, v in upd[0]["choices"]] == [str(new), str(good)]
     assert "ev-new" in {row[0] for row in upd[ner_tab.SLOTS + 1]}
+
+
+def test_a_pretrained_model_named_in_a_slot_is_said_to_need_fine_tuning():
+    """A bundled model or a run typed in a slot was refused as a path outside the allowed folders, with the advice
+    to add it to DETOUR_ALLOWED_ROOTS; a listed fine-tuned model may be typed by its name."""
+    a = fake_finetuned(Path(ner_tab.evals_dir()), "model-a", "2026-01-01T00:00:00")
+    (name,) = [n for n, p in ner_tab.finetuned_choices() if p == str(a)]
+    vals, msg = ner_tab.tag("Some text.", ["detour-tiny-en", "detour-detour", name])
+    assert vals[:2] == [None, None]
+    for slot, typed in ((1, "detour-tiny-en"), (2, "detour-detour")):
+        assert f"slot {slot}: '{typed}' is not a fine-tuned NER model" in msg, msg
+    assert "outside the folders" not in msg and "DETOUR_ALLOWED_ROOTS" not in msg
+    assert "slot 3: 'model-a" not in msg and "slot 3" in msg  # found by its name: its folder was tried (no weights)
