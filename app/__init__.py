@@ -160,17 +160,6 @@ def model_choices() -> list[str]:
     return bundled_models() + [r.name for r in trained_runs()] + [m.label for m in cached_encoders()]
 
 
-def _pair_of(name: str, cfg: dict) -> tuple[str | None, str | None]:
-    """(pair id, role) of a run: from its ``_meta`` (written by ``prepare_runs``), else from its name's suffix."""
-    meta = cfg.get("_meta") or {}
-    if meta.get("pair") and meta.get("role") in ("detour", "mlm"):
-        return meta["pair"], meta["role"]
-    for role in ("detour", "mlm"):
-        if name.endswith(f"-{role}"):
-            return name.removesuffix(f"-{role}"), role
-    return None, None
-
-
 def base_of(cfg: dict) -> str | None:
     """The model a run started from, as the model lists name it: a run's name for a run folder, else the spec."""
     spec = str((cfg.get("model") or {}).get("name") or "").strip()
@@ -186,26 +175,17 @@ def newest_pair() -> tuple[str | None, str | None, bool]:
     """The one rule every tab's default models follow (Analyze, Detour, Fill-mask): (the detour run, its MLM
     sibling, True) of the newest pair whose two runs both saved a model; without one, (the newest run, the base
     model it started from, False); with no run, (None, None, False)."""
-    from backend.engine.rundir import read_config
+    from backend.engine.rundir import pairs, read_config
 
     runs = trained_runs()  # newest first
-    pairs: dict[str, dict[str, str]] = {}
-    configs = {}
+    if found := pairs(runs):  # the catalogue's pairs, the newest first
+        _, detour, mlm = found[0]
+        return detour, mlm, True
     for r in runs:
         try:
-            configs[r.name] = cfg = read_config(r.path)
+            return r.name, base_of(read_config(r.path)), False
         except (DetourError, OSError, ValueError):  # an unknown key, an empty file, a link out: skipped, never fatal
             continue
-        pair, role = _pair_of(r.name, cfg)
-        if pair:
-            pairs.setdefault(pair, {}).setdefault(role, r.name)
-    for r in runs:  # newest first: the first run that belongs to a complete pair names the newest pair
-        pair, role = _pair_of(r.name, configs.get(r.name, {}))
-        if pair and len(pairs.get(pair, {})) == 2:
-            return pairs[pair]["detour"], pairs[pair]["mlm"], True
-    for r in runs:
-        if r.name in configs:
-            return r.name, base_of(configs[r.name]), False
     return None, None, False
 
 

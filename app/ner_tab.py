@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app import check_model_spec, check_path, evals_dir, md_escape, model_choices, warn
-from backend.core import inference_lane
+from app import check_model_spec, check_path, evals_dir, looks_like_path, md_escape, model_choices, warn
+from backend.core import catalogue, inference_lane
 from backend.core.errors import DetourError
 from backend.evaluation.results_file import read_results
 
@@ -15,13 +15,32 @@ SLOTS = 4
 EXAMPLE = "Patients with type 2 diabetes received metformin at Massachusetts General Hospital."
 # gr.HighlightedText sets ``word-break: break-all`` on its text, so a segment that reaches the end of a line is cut
 # anywhere ("receive|d", "Gener|al"); in this tab lines break between words (a word longer than a line still wraps).
-WHOLE_WORDS_CSS = "<style>.ner-spans .textfield { word-break: normal; overflow-wrap: anywhere; }</style>"
+# gr.Dropdown draws its arrow over the end of its text box: a slot's text stops before the arrow, and a name too
+# long for its slot ends in "…" rather than under the arrow.
+WHOLE_WORDS_CSS = (
+    "<style>.ner-spans .textfield { word-break: normal; overflow-wrap: anywhere; }"
+    " .ner-slot input { padding-right: var(--size-8); text-overflow: ellipsis; }</style>"
+)
+
+
+def evaluations() -> list[tuple[catalogue.Entry, dict | None]]:
+    """The evaluations folder's evaluations by the catalogue, newest name first, each with its results, or with
+    None and listed as unreadable (a torn or foreign results.json, a folder linking out of the root): never fatal."""
+    read: dict[Path, dict] = {}
+
+    def load(d: Path) -> None:
+        read[d] = read_results(d)
+
+    found = catalogue.entries("evaluation", evals_dir(), read=load)
+    return [(e, read.get(e.path) if e.readable else None) for e in reversed(found)]
 
 
 def finetuned() -> list[dict]:
+    """The fine-tuned NER models of the readable evaluations, newest first."""
     from backend.evaluation.predict import list_finetuned
 
-    return list_finetuned(evals_dir(), task="ner")
+    out = [m for e, _ in evaluations() if e.readable for m in list_finetuned(e.path, task="ner")]
+    return sorted(out, key=lambda m: (m["finished_at"], m["eval_dir"]), reverse=True)
 
 
 def finetuned_choices() -> list[tuple[str, str]]:
@@ -69,6 +88,9 @@ def tag_many(requests: list[tuple[str, list[str | None]]]) -> list[tuple[list, s
             if not d:
                 continue
             try:
+                if not looks_like_path(d):  # a name typed: a listed fine-tuned model's, else a pretrained model's
+                    defaults = finetuned_choices() if defaults is None else defaults
+                    d = _finetuned_by_name(d, i, defaults)
                 groups.setdefault(check_path(d, f"slot {i + 1}"), []).append((r, i))  # the error names the slot
             except DetourError as exc:
                 notes[r][i] = _slot_note(exc, i)
@@ -89,6 +111,19 @@ def tag_many(requests: list[tuple[str, list[str | None]]]) -> list[tuple[list, s
         else:
             out[r] = vals, " · ".join(notes[r][i] for i in sorted(notes[r]))
     return out  # type: ignore[return-value]
+
+
+def _finetuned_by_name(name: str, i: int, choices: list[tuple[str, str]]) -> str:
+    """The folder of the fine-tuned model listed as ``name``; a bundled model, a run or a hub id is a pretrained
+    encoder, which tags nothing until it is fine-tuned (it was refused as a path outside the allowed folders)."""
+    name = name.strip()
+    for label, path in choices:
+        if name == label:
+            return path
+    raise DetourError(
+        f"slot {i + 1}: '{name}' is not a fine-tuned NER model (a bundled model, a run or a hub id is a pretrained "
+        "encoder): fine-tune it under Run an evaluation below, then pick the fine-tuned model here"
+    )
 
 
 def _slot_note(exc: Exception, i: int) -> str:
@@ -123,15 +158,12 @@ def next_step(choices: list | None = None) -> str:
 
 
 def f1_table() -> list[list]:
-    """One row per (evaluation, model): mean ± std of the primary test metric over seeds."""
+    """One row per (evaluation, model): mean ± std of the primary test metric over seeds; an evaluation that
+    cannot be read is one row whose status says why."""
     rows = []
-    root = evals_dir()
-    if not root.exists():
-        return rows
-    for res_path in sorted(root.glob("*/results.json"), reverse=True):
-        try:
-            res = read_results(res_path)
-        except DetourError:  # torn, foreign or a link out of its folder: not a row (the doctor names the file)
+    for entry, res in evaluations():
+        if res is None:
+            rows.append([entry.name, "", "", "", None, None, "", f"unreadable: {entry.problem}"])
             continue
         primary = res.get("primary_metric", "f1")
         for e in res.get("models", []):
@@ -139,7 +171,7 @@ def f1_table() -> list[list]:
             mean, std = s.get("mean"), s.get("std")
             rows.append(
                 [
-                    res_path.parent.name,
+                    entry.name,
                     res.get("task", ""),
                     e.get("label", ""),
                     primary,
@@ -288,28 +320,30 @@ def build(ctx) -> dict:
         refresh = gr.Button("Refresh models", scale=0, min_width=200, elem_id="ner-refresh")
         go_btn = gr.Button("Tag entities", variant="primary", elem_id="ner-btn")
     slots, outs = [], []
-    with gr.Row(equal_height=False):
-        for i in range(SLOTS):
-            with gr.Column(min_width=220):
-                slots.append(
-                    gr.Dropdown(
-                        choices=choices,
-                        value=default_slots([None] * SLOTS, choices)[i],
-                        label=f"Fine-tuned model {i + 1}",
-                        elem_id=f"ner-model-{i}",
-                        allow_custom_value=True,  # paths are checked by the handler
+    for first in range(0, SLOTS, 2):  # two slots a row: a model's name (model, seed, score, evaluation) fits whole
+        with gr.Row(equal_height=False):
+            for i in (first, first + 1):
+                with gr.Column(min_width=220):
+                    slots.append(
+                        gr.Dropdown(
+                            choices=choices,
+                            value=default_slots([None] * SLOTS, choices)[i],
+                            label=f"Fine-tuned model {i + 1}",
+                            elem_id=f"ner-model-{i}",
+                            elem_classes=["ner-slot"],
+                            allow_custom_value=True,  # paths are checked by the handler
+                        )
                     )
-                )
-                outs.append(
-                    gr.HighlightedText(
-                        label=f"Entities, model {i + 1}",
-                        combine_adjacent=False,
-                        show_legend=False,
-                        show_inline_category=True,  # the entity type on the span itself
-                        elem_id=f"ner-out-{i}",
-                        elem_classes=["ner-spans"],
+                    outs.append(
+                        gr.HighlightedText(
+                            label=f"Entities, model {i + 1}",
+                            combine_adjacent=False,
+                            show_legend=False,
+                            show_inline_category=True,  # the entity type on the span itself
+                            elem_id=f"ner-out-{i}",
+                            elem_classes=["ner-spans"],
+                        )
                     )
-                )
     msg = gr.Markdown("")
     hint = gr.Markdown(next_step, elem_id="ner-next-step")  # a fresh install: what to do first
     gr.Markdown("### Evaluations (test F1, mean over seeds)")

@@ -213,15 +213,19 @@ def build(ctx) -> dict:
             sw_name = gr.Textbox(label="Sweep name (optional)", elem_id="sw-name")
         sets = gr.Textbox(label="--set for every cell (one key=value per line)", lines=3, elem_id="sw-sets")
         with gr.Row():
-            a1 = gr.Dropdown(
-                AXIS_KEYS, value="phases.main.tokens", allow_custom_value=True, label="Axis 1 (x)", elem_id="sw-a1"
-            )
-            v1 = gr.Textbox(label="values (comma-separated)", value="20000,40000", elem_id="sw-v1")
+            # the defaults launch as they are: a sweep cell is one run, so the detour and MLM are an axis (the
+            # default config's recipe 'pair' is refused), MLM first as the reference, one line per budget
+            a1 = gr.Dropdown(AXIS_KEYS, value="recipe", allow_custom_value=True, label="Axis 1 (x)", elem_id="sw-a1")
+            v1 = gr.Textbox(label="values (comma-separated)", value="mlm,clm_detour", elem_id="sw-v1")
         with gr.Row():
             a2 = gr.Dropdown(
-                ["", *AXIS_KEYS], value="", allow_custom_value=True, label="Axis 2 (lines, optional)", elem_id="sw-a2"
+                ["", *AXIS_KEYS],
+                value="phases.main.tokens",
+                allow_custom_value=True,
+                label="Axis 2 (lines, optional)",
+                elem_id="sw-a2",
             )
-            v2 = gr.Textbox(label="values", elem_id="sw-v2")
+            v2 = gr.Textbox(label="values", value="20000,40000", elem_id="sw-v2")
         with gr.Row():
             seeds = gr.Number(value=2, precision=0, minimum=1, label="Seeds", elem_id="sw-seeds")
             conc = gr.Number(

@@ -4,7 +4,9 @@ below it, the newest evaluations' fine-tuning rate and seconds per seed."""
 
 from __future__ import annotations
 
+from app import md_escape
 from app.figure_cache import FileKeyed
+from backend.core import catalogue
 from backend.core.errors import DetourError
 from backend.core.paths import evals_dir, runs_dir
 from backend.engine.config import check_run_name
@@ -62,19 +64,22 @@ def panel_markdown(name: str | None) -> str:
 
 def evaluations_markdown(limit: int = 5) -> str:
     """The newest evaluations' fine-tuning throughput (``python -m backend evaluate``): seconds per seed and rate."""
-    root = evals_dir()
-    found = sorted(root.glob("*/results.json"), reverse=True)[:limit] if root.exists() else []
+    read: dict = {}
+
+    def load(d) -> None:
+        read[d] = read_results(d)
+
+    found = list(reversed(catalogue.entries("evaluation", evals_dir(), read=load)))[:limit]
     lines, problems = [], []
-    for path in found:
-        try:
-            results = read_results(path)
-        except DetourError as exc:  # torn, foreign or linked out: said under the table, the others still listed
-            problems.append(f"- ⚠ {exc}")
+    for entry in found:
+        if not entry.readable:  # torn, foreign or linked out: said under the table, the others still listed
+            problems.append(f"- ⚠ {md_escape(entry.name)}: unreadable: {md_escape(entry.problem)}")
             continue
+        results = read[entry.path]
         for e in evaluation_throughput(results):
             if e["seeds_done"]:
                 tok = f"{e['padded_tokens_per_s']:,.0f}" if e["padded_tokens_per_s"] else "-"
-                lines.append(f"| {path.parent.name} | {results.get('task')} | {e['label']} | "
+                lines.append(f"| {entry.name} | {results.get('task')} | {e['label']} | "
                              f"{e['seeds_done']}/{e['seeds']} | {e['seconds_per_seed']:.0f} | "
                              f"{e['examples_per_s']:.1f} | {tok} | {e['device']} |")  # fmt: skip
     if not lines:

@@ -56,7 +56,7 @@ KINDS: dict[str, Kind] = {
         Kind("run", "one training run: config, status, metrics, checkpoints, final model", "folder", runs_dir,
              "runs/<name>/ (config name, or <pair>-detour / <pair>-mlm)", ("config.yaml",)),
         Kind("pair", "a detour run and its matched MLM run", "derived", runs_dir,
-             "two runs whose config _meta names the same pair (or <pair>-detour / <pair>-mlm)"),
+             "two runs whose config _meta names the same pair (or <pair>-detour / <pair>-mlm); rundir.pairs"),
         Kind("sweep", "a grid of matched runs x seeds with its report", "folder", sweeps_dir,
              "sweeps/<name>/ (sweep.json, runs/, report.md|html|json)", ("sweep.json",)),
         Kind("suite", "several fine-tuning tasks with the same models, one pooled report", "folder", suites_dir,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.core import atomic, process, strict_yaml
-from backend.core.errors import ConfigError
+from backend.core.errors import ConfigError, DetourError
 from backend.core.paths import RUNS_ENV, OutsideRoot, read_text_confined, runs_dir, tail_text
 from backend.core.process import pid_alive  # noqa: F401 (callers and tests read it here)
 from backend.engine.config import with_defaults
@@ -164,6 +164,37 @@ def list_runs(root: str | Path | None = None) -> list[RunInfo]:
         if d.is_dir() and not d.name.startswith(".") and (d / "config.yaml").exists():
             out.append(RunInfo(d.name, d, read_status(d)))
     return out
+
+
+def pair_of(name: str, cfg: dict) -> tuple[str | None, str | None]:
+    """(pair id, role) of a run (the catalogue's "pair" kind): from its config's ``_meta`` (written by
+    ``prepare_runs``), else from its name's suffix ``-detour`` / ``-mlm``; (None, None) for a run in no pair."""
+    meta = cfg.get("_meta") or {}
+    if isinstance(meta, dict) and meta.get("pair") and meta.get("role") in ("detour", "mlm"):
+        return str(meta["pair"]), meta["role"]
+    for role in ("detour", "mlm"):
+        if name.endswith(f"-{role}"):
+            return name.removesuffix(f"-{role}"), role
+    return None, None
+
+
+def pairs(runs: list[RunInfo]) -> list[tuple[str, str, str]]:
+    """(pair id, detour run, MLM run) of every complete pair among ``runs``, in the order of each pair's first run
+    in ``runs`` (the first run of each role is the pair's). A run whose config cannot be read is in no pair:
+    skipped, never fatal."""
+    roles: dict[str, dict[str, str]] = {}
+    order: list[str] = []
+    for r in runs:
+        try:
+            cfg = read_config(r.path)
+        except (DetourError, OSError, ValueError):  # an unknown key, an empty file, a link out
+            continue
+        pair, role = pair_of(r.name, cfg)
+        if pair:
+            roles.setdefault(pair, {}).setdefault(role, r.name)
+            if pair not in order:
+                order.append(pair)
+    return [(p, roles[p]["detour"], roles[p]["mlm"]) for p in order if len(roles[p]) == 2]
 
 
 def read_log(run_dir: str | Path, max_bytes: int = 64_000) -> str:

@@ -18,6 +18,7 @@ finish and waits again.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -234,25 +235,55 @@ def check_out(out: str | Path, flag: str = "--out") -> Path:
         raise SweepError(str(exc)) from None
 
 
+def check_one_run_per_cell(m: dict) -> None:
+    """Refuse, before anything is written, a sweep whose cells have the recipe ``pair``: a pair trains two runs
+    (``<name>-detour``, ``<name>-mlm``) where the sweep follows and measures one run per cell and seed, so it waited
+    for runs that never came and its report was never written."""
+    for c in m["cells"]:
+        if c["values"].get("recipe", m["base"].get("recipe")) == "pair":
+            raise SweepError(
+                f"cell {c['label']}: recipe 'pair' trains two runs, and a sweep cell is one run; make the recipe an "
+                "axis (recipe = mlm,clm_detour: each detour cell is compared with MLM, paired by seed) or set one "
+                "recipe (recipe=clm_detour); nothing was written"
+            )
+
+
 def launch(m: dict, out: str | Path | None = None) -> Path:
     """Write the sweep folder (or find the same sweep there) and queue every run that is not done or running.
     Rerunning with the same manifest resumes; a different sweep in the same folder is refused."""
     out = check_out(out or default_out(m["name"]))  # the default folder too: it may hold something else
+    check_one_run_per_cell(m)
     if m["executor"] == "slurm":  # before the folder is written: what is missing, in one line
         from backend.sweeps.cluster import check_sbatch
 
         check_sbatch()
-    if (out / MANIFEST).exists():
+    fresh = not (out / MANIFEST).exists()
+    if not fresh:
         old = read_manifest(out)
         if not _same_sweep(old, m):
             raise SweepError(f"{out} holds another sweep ({old['name']}: {old['grid']}); pick another --out")
         m = {**old, "state": "running", "max_concurrent": m["max_concurrent"], "pin_gpus": m["pin_gpus"]}
     else:
+        existed = out.exists()
         out.mkdir(parents=True, exist_ok=True)
         m = {**m, "created_at": rundir.now(), "state": "running"}
     write_manifest(out, m)
-    _queue_missing(out, m)
+    try:
+        _queue_missing(out, m)
+    except BaseException:
+        if fresh:  # a run refused at its preflight: no folder says a sweep runs there, and the name stays free
+            _unwrite(out, existed)
+        raise
     return out
+
+
+def _unwrite(out: Path, existed: bool) -> None:
+    """Remove what a new sweep's refused launch wrote (its manifest and queued runs; nothing trained yet: no worker
+    was started); the folder itself too when the launch made it."""
+    shutil.rmtree(out / "runs", ignore_errors=True)
+    (out / MANIFEST).unlink(missing_ok=True)
+    if not existed and not any(out.iterdir()):
+        out.rmdir()
 
 
 def resume(out: str | Path) -> Path:

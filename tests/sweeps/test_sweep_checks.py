@@ -94,3 +94,32 @@ def test_a_batch_size_grid_with_a_phase_budgeted_in_steps_is_refused():
     assert e.value.key == "--grid"
     m = plan_sweep(None, sets, ["train.batch_size=4,8"], 1, allow_unmatched_budget=True)
     assert not m["matched"]["matched_budget"] or m["matched"]["budget_axes"]
+
+
+def test_a_sweep_whose_run_is_refused_at_launch_leaves_no_sweep_behind(tmp_path, monkeypatch):
+    """A cell refused at its preflight (one optimizer step larger than the decay's budget) said "Not started" while
+    sweep.json stayed, marked running: the Sweeps list showed a sweep with no runs, and the same name with a fixed
+    budget was refused as another sweep's folder."""
+    from backend.core import catalogue, paths
+    from backend.sweeps.sweep import _same_sweep, check_out, launch, plan_sweep
+
+    monkeypatch.setenv(paths.SWEEPS_ENV, str(tmp_path / "sweeps"))
+    out = tmp_path / "sweeps" / "small"
+    m = plan_sweep(None, ["recipe=mlm"], ["phases.main.tokens=8192,16384"], 1, name="small")
+    with pytest.raises(ConfigError, match="whole budget of phase 'decay'"):
+        launch(m)
+    assert not out.exists() and catalogue.entries("sweep") == []
+    fixed = plan_sweep(None, ["recipe=mlm", "train.batch_size=2"], ["phases.main.tokens=8192,16384"], 1, name="small")
+    assert check_out(out) == out and not _same_sweep(m, fixed)  # the name is free for the fixed sweep
+
+
+@pytest.mark.parametrize(("sets", "grid"), [([], "train.lr=1e-4,2e-4"), (["recipe=mlm"], "recipe=pair,clm_detour")])
+def test_a_sweep_of_pairs_is_refused_before_anything_is_written(tmp_path, sets, grid):
+    """The Sweeps tab's defaults (recipe pair) queued two runs a cell (``-detour``, ``-mlm``) while the sweep waited
+    for one run a cell named without the suffix: it said '2 missing' for ever and never wrote its report."""
+    from backend.sweeps.sweep import SweepError, launch, plan_sweep
+
+    m = plan_sweep(None, sets, [grid], 1, name="pairs")
+    with pytest.raises(SweepError, match="recipe 'pair' trains two runs.*recipe = mlm,clm_detour"):
+        launch(m, tmp_path / "pairs")
+    assert not (tmp_path / "pairs").exists()

@@ -95,14 +95,21 @@ def test_entities_are_whole_words_with_their_type(tmp_path):
     ]
 
 
-def fake_finetuned(root: Path, model: str, finished_at: str) -> Path:
-    """A folder ``list_finetuned`` lists as a fine-tuned NER model (no weights: only the listing is tested)."""
-    d = root / "ev1" / "models" / model / "seed-0"
+def fake_finetuned(root: Path, model: str, finished_at: str, evaluation: str = "ev1") -> Path:
+    """A folder ``list_finetuned`` lists as a fine-tuned NER model (no weights: only the listing is tested), in an
+    evaluation whose results.json names it."""
+    d = root / evaluation / "models" / model / "seed-0"
     d.mkdir(parents=True)
     (d / "config.json").write_text("{}")
     (d / "label_map.json").write_text(json.dumps({"task": "ner", "entity_types": ["Disease"]}))
     metrics = {"status": "ok", "model": model, "seed": 0, "test": {"f1": 0.5}, "finished_at": finished_at}
     (d / "metrics.json").write_text(json.dumps(metrics))
+    evaluation = d.parent.parent.parent  # an evaluation is known by its results.json (backend.core.catalogue)
+    res = {"task": "ner", "hparams": {}, "status": "done", "models": []}
+    if (evaluation / "results.json").exists():
+        res = json.loads((evaluation / "results.json").read_text())
+    res["models"].append({"label": model, "runs": [{"seed": 0}], "n_ok": 1, "summary": {"f1": {"mean": 0.5}}})
+    (evaluation / "results.json").write_text(json.dumps(res))
     return d
 
 
@@ -157,3 +164,48 @@ def test_no_fine_tuned_model_yet_says_what_to_do():
     assert ner_tab.finetuned_choices() == []
     assert "Run an evaluation" in ner_tab.next_step() and "python -m backend evaluate" in ner_tab.next_step()
     assert ner_tab.next_step([("m", "/p")]) == ""
+
+
+def test_an_unreadable_evaluation_is_listed_with_why_and_refresh_follows_the_folder(tmp_path):
+    """Every list of the tab comes from the catalogue: a results.json that is a JSON list, a torn one and a folder
+    linking out of the evaluations folder are F1 rows saying why they cannot be read (the page still opens, the
+    linked folder's model is not offered), and a folder made after the page was built appears on Refresh."""
+    from app import main
+
+    demo = main.build_app(main.AppContext())
+    slot = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "ner-model-0")
+    fn = next(f for f in demo.fns.values() if slot in f.outputs and {ev for _, ev in f.targets} >= {"load", "click"})
+    root = Path(ner_tab.evals_dir())
+    good = fake_finetuned(root, "model-a", "2026-01-01T00:00:00", evaluation="ev-good")
+    for name, text in (("ev-list", "[]"), ("ev-torn", '{"task": "ner", "hpar')):
+        (root / name).mkdir()
+        (root / name / "results.json").write_text(text)
+    outside = fake_finetuned(tmp_path / "elsewhere", "model-out", "2026-01-03T00:00:00", evaluation="ev-out")
+    (root / "ev-linked").symlink_to(outside.parent.parent.parent)
+
+    upd = fn.fn(None, None, None, None)
+    choices = [v for _, v in upd[0]["choices"]]
+    assert choices == [str(good)]  # the linked folder's model is not offered
+    table = {row[0]: row for row in upd[ner_tab.SLOTS + 1]}
+    assert table["ev-good"][2:5] == ["model-a", "f1", 50.0]
+    assert table["ev-list"][-1].startswith("unreadable: ") and "holds a JSON list" in table["ev-list"][-1]
+    assert "not valid JSON" in table["ev-torn"][-1]
+    assert "links to" in table["ev-linked"][-1] and "outside" in table["ev-linked"][-1]
+
+    new = fake_finetuned(root, "model-b", "2026-01-02T00:00:00", evaluation="ev-new")
+    upd = fn.fn(None, None, None, None)  # Refresh
+    assert [v for _, v in upd[0]["choices"]] == [str(new), str(good)]
+    assert "ev-new" in {row[0] for row in upd[ner_tab.SLOTS + 1]}
+
+
+def test_a_pretrained_model_named_in_a_slot_is_said_to_need_fine_tuning():
+    """A bundled model or a run typed in a slot was refused as a path outside the allowed folders, with the advice
+    to add it to DETOUR_ALLOWED_ROOTS; a listed fine-tuned model may be typed by its name."""
+    a = fake_finetuned(Path(ner_tab.evals_dir()), "model-a", "2026-01-01T00:00:00")
+    (name,) = [n for n, p in ner_tab.finetuned_choices() if p == str(a)]
+    vals, msg = ner_tab.tag("Some text.", ["detour-tiny-en", "detour-detour", name])
+    assert vals[:2] == [None, None]
+    for slot, typed in ((1, "detour-tiny-en"), (2, "detour-detour")):
+        assert f"slot {slot}: '{typed}' is not a fine-tuned NER model" in msg, msg
+    assert "outside the folders" not in msg and "DETOUR_ALLOWED_ROOTS" not in msg
+    assert "slot 3: 'model-a" not in msg and "slot 3" in msg  # found by its name: its folder was tried (no weights)

@@ -63,3 +63,19 @@ def test_the_reports_tab_does_not_start_the_hybrid_study_twice(tmp_path, monkeyp
     with pytest.raises(DetourError, match="already running"):
         reports_tab.launch_hybrid("quick")
     assert reports_tab.status_text("hybrid-quick")[0].startswith("**hybrid-quick**: running")
+
+
+def test_the_forms_defaults_plan_a_sweep_that_launches(roots):
+    """With an empty config (recipe pair) the form's axes were a budget alone: the launch was refused (a pair is two
+    runs a cell); its defaults now make the recipe an axis, so pressing Launch as the page opens works."""
+    from app import main
+    from backend.sweeps.sweep import check_one_run_per_cell, plan_sweep
+
+    demo = main.build_app(main.AppContext())
+    value = {b.elem_id: b.value for b in demo.blocks.values() if str(getattr(b, "elem_id", "")).startswith("sw-")}
+    grid = [f"{value['sw-a1']}={value['sw-v1']}"]
+    if value["sw-a2"] and value["sw-v2"]:  # as start_sweep reads the form
+        grid.append(f"{value['sw-a2']}={value['sw-v2']}")
+    m = plan_sweep(None, [], grid, int(value["sw-seeds"]))
+    check_one_run_per_cell(m)  # raises for a cell with the recipe pair
+    assert {c["values"]["recipe"] for c in m["cells"]} == {"mlm", "clm_detour"} and m["reference"] == "mlm"

@@ -60,3 +60,21 @@ def test_evaluation_panel_lists_seconds_per_seed(tmp_path, monkeypatch):
     (tmp_path / "evals" / "20261125-0600").mkdir(parents=True)
     (tmp_path / "evals" / "20261125-0600" / "results.json").write_text(json.dumps(results))
     assert "| 20261125-0600 | ner | base | 1/2 | 20 | 5.0 | 320 | cpu |" in throughput_panel.evaluations_markdown()
+
+
+def test_evaluation_panel_lists_an_unreadable_evaluation_with_why(tmp_path, monkeypatch):
+    """The panel reads the evaluations from the catalogue: a folder linking out of the evaluations folder is not
+    read as an evaluation (its numbers are not rows) but named with why, as is a torn results.json."""
+    monkeypatch.setenv("DETOUR_EVALS_DIR", str(tmp_path / "evals"))
+    runs = [{"seed": 0, "train_time_s": 20.0, "n_train": 50, "epochs_run": 2, "device": "cpu"}]
+    results = {"task": "ner", "hparams": {"max_len": 64}, "models": [{"label": "base", "runs": runs}]}
+    for folder in (tmp_path / "evals" / "20261125-0600", tmp_path / "elsewhere"):
+        folder.mkdir(parents=True)
+        (folder / "results.json").write_text(json.dumps(results))
+    (tmp_path / "evals" / "20261125-0700").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "evals" / "20261125-0800").mkdir()
+    (tmp_path / "evals" / "20261125-0800" / "results.json").write_text('{"task": "n')
+    md = throughput_panel.evaluations_markdown()
+    assert "| 20261125-0600 | ner | base |" in md and "| 20261125-0700 |" not in md
+    assert "- ⚠ 20261125-0700: unreadable: links to" in md
+    assert "- ⚠ 20261125-0800: unreadable: " in md and "not valid JSON" in md
