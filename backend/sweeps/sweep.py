@@ -269,11 +269,13 @@ def launch(m: dict, out: str | Path | None = None) -> Path:
         m = {**m, "created_at": rundir.now(), "state": "running"}
     write_manifest(out, m)
     try:
-        _queue_missing(out, m)
+        to_start = _queue_missing(out, m)
     except BaseException:
         if fresh:  # a run refused at its preflight: no folder says a sweep runs there, and the name stays free
             _unwrite(out, existed)
         raise
+    # handed to an executor from here: a refused submission leaves its runs failed, for --resume and --cancel
+    _start(out, m, to_start)
     return out
 
 
@@ -291,7 +293,9 @@ def resume(out: str | Path) -> Path:
     return launch(read_manifest(out), out)
 
 
-def _queue_missing(out: Path, m: dict) -> None:
+def _queue_missing(out: Path, m: dict) -> list[Path]:
+    """Queue every cell's run that is missing, failed or cancelled (each checked at its preflight as it is queued);
+    returns the runs to start. Nothing runs yet."""
     from backend.runs import jobs
 
     root = out / "runs"
@@ -324,6 +328,14 @@ def _queue_missing(out: Path, m: dict) -> None:
     if hashes != m.get("config_sha256"):  # the config each run was queued with (its report checks what ran)
         m["config_sha256"] = hashes
         write_manifest(out, m)
+    return to_start
+
+
+def _start(out: Path, m: dict, to_start: list[Path]) -> None:
+    """Hand the queued runs to the sweep's executor (the queue worker, or Slurm)."""
+    from backend.runs import jobs
+
+    root = out / "runs"
     if not to_start:
         return
     if m["executor"] == "queue":
