@@ -148,3 +148,4 @@ def test_a_budget_study_folder_is_listed_and_its_report_shown(reports_root):
     view = reports_tab.load_view("budgets")
     assert "The sign changes between 2.56k and 25.6k tokens" in view["summary"]
     assert any(f.endswith("report.json") for f in view["files"])
+    assert "budget study" in view["status"] and "report written" in view["status"]
