@@ -66,6 +66,19 @@ def _tail(path: Path, n: int = LOG_LINES) -> str:
     return "\n".join([ln for ln in lines if ln.strip()][-n:])
 
 
+def _sweep_status(name: str, d: Path) -> str:
+    """A budget study's state is its sweep's: how many runs are in each state, and whether the report is written."""
+    from backend.sweeps.manifest import sweep_status
+
+    try:
+        counts = sweep_status(d / "sweep")["counts"]
+    except DetourError as exc:
+        return f"**{name}**: {exc}"
+    runs = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+    written = "report written" if (d / "report.md").exists() else "no report yet"
+    return f"**{name}**: budget study · runs: {runs} · {written}"
+
+
 def status_text(name: str | None) -> tuple[str, str]:
     """(status Markdown, log tail) of a report folder."""
     from backend.replication.replicate import read_markers, read_state
@@ -76,6 +89,8 @@ def status_text(name: str | None) -> tuple[str, str]:
         d = report_dir(name)
     except DetourError as exc:
         return f"**{exc}**", ""
+    if (d / "sweep" / "sweep.json").exists() and not (d / "status.json").exists():
+        return _sweep_status(name, d), _tail(d / LOG_NAME)
     st = read_state(d)
     state = st.get("state", "none")
     done = len([k for k in read_markers(d) if not k.endswith(".failed")])

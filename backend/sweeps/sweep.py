@@ -219,6 +219,11 @@ def _same_sweep(a: dict, b: dict) -> bool:
     )
 
 
+def _nothing_prepared(out: Path, m: dict) -> bool:
+    """True when no run of the sweep ``m`` in ``out`` was ever queued: its manifest can be replaced safely."""
+    return all(state == "missing" for state in cell_states(out, m, jobs={}).values())
+
+
 # ------------------------------------------------------------------------------------------------ launch / resume
 
 
@@ -260,9 +265,15 @@ def launch(m: dict, out: str | Path | None = None) -> Path:
     fresh = not (out / MANIFEST).exists()
     if not fresh:
         old = read_manifest(out)
-        if not _same_sweep(old, m):
-            raise SweepError(f"{out} holds another sweep ({old['name']}: {old['grid']}); pick another --out")
-        m = {**old, "state": "running", "max_concurrent": m["max_concurrent"], "pin_gpus": m["pin_gpus"]}
+        if _same_sweep(old, m):
+            m = {**old, "state": "running", "max_concurrent": m["max_concurrent"], "pin_gpus": m["pin_gpus"]}
+        elif _nothing_prepared(out, old):  # a launch that failed before any run: the corrected sweep replaces it
+            m = {**m, "created_at": rundir.now(), "state": "running"}
+        else:
+            raise SweepError(
+                f"{out} holds another sweep ({old['name']}: {old['grid']}) whose runs are already on disk; "
+                "pick another --out, or delete that folder to start over"
+            )
     else:
         existed = out.exists()
         out.mkdir(parents=True, exist_ok=True)

@@ -115,6 +115,25 @@ def test_cancel_stops_the_rest_of_a_sweep(tmp_path, tiny_modernbert_dir):
     sweep.wait(out, poll_s=0.5, timeout_s=120)
 
 
+def test_a_corrected_sweep_replaces_a_failed_launch_that_queued_nothing(tmp_path, tiny_modernbert_dir):
+    """A launch that wrote its manifest and then failed leaves no run: the corrected command may reuse --out."""
+    from backend.sweeps.manifest import write_manifest
+
+    out = tmp_path / "sw"
+    out.mkdir()
+    failed = sweep.plan_sweep(_config(tmp_path, tiny_modernbert_dir), grid=["recipe=mlm,clm_detour"], seeds=2)
+    write_manifest(out, {**failed, "state": "running"})
+    fixed = sweep.plan_sweep(
+        _config(tmp_path, tiny_modernbert_dir), grid=["phases.decay.mlm_probability=0.15,0.2"], seeds=2
+    )
+    assert sweep.launch(fixed, out) == out
+    sweep.cancel(out)
+    assert json.loads((out / "sweep.json").read_text())["axes"] == fixed["axes"]
+    sweep.wait(out, poll_s=0.5, timeout_s=120)
+    with pytest.raises(sweep.SweepError, match="already on disk"):  # now its runs exist: another is refused
+        sweep.launch(failed, out)
+
+
 def test_submitit_local_executor_trains_every_cell_and_evaluates_it(tmp_path, tiny_modernbert_dir):
     """Each run a submitit job (LocalExecutor), then NER fine-tuning and CKA against the reference cell."""
     from backend.core.paths import DEMO_CORPUS, DEMO_NER_DIR

@@ -133,3 +133,19 @@ def test_the_second_studys_time_is_this_machines_not_a_fixed_string(reports_root
         assert f"last measured {rate:,.0f} tokens/s" in reports_tab.hybrid_time_note()
         labels.append(label)
     assert labels[0] != labels[1]  # a slower machine, a longer time
+
+
+def test_a_budget_study_folder_is_listed_and_its_report_shown(reports_root):
+    """A ``replicate --budgets`` folder (settings.json, sweep/, report.md) is one of the tab's reports."""
+    from backend.replication import budget_study
+    from tests.replication.test_crossover import _constructed_sweep
+
+    d = reports_root / "budgets"
+    s = _constructed_sweep(d / "sweep", {2_560: -3.0, 8_192: 0.0, 25_600: 3.0})
+    (d / "settings.json").write_text(json.dumps(s))
+    budget_study.write_report(d)
+    assert reports_tab.list_reports() == ["budgets"]
+    view = reports_tab.load_view("budgets")
+    assert "The sign changes between 2.56k and 25.6k tokens" in view["summary"]
+    assert any(f.endswith("report.json") for f in view["files"])
+    assert "budget study" in view["status"] and "report written" in view["status"]
