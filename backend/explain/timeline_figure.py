@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from backend import objectives
@@ -16,6 +17,8 @@ from backend.engine.rundir import read_config, read_status
 from backend.reporting import figure_style  # noqa: F401  (the lab's template: plotly's default once imported)
 
 TITLE = "Timeline: phases, LR (x peak) and frozen blocks"
+
+LR_COLOURS = qualitative.Dark2  # the LR lines, one colour per run (left to plotly, two runs could share one)
 
 
 def config_timelines(cfg: dict) -> dict[str, list[dict]]:
@@ -58,7 +61,7 @@ def timeline_figure(timelines: dict[str, list[dict]], axis: str = "tokens_seen",
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.06,
                         row_heights=[0.45, 0.35, 0.2][:rows])  # fmt: skip
     seen = set()
-    for run, tl in timelines.items():
+    for i, (run, tl) in enumerate(timelines.items()):
         for d in tl:
             hover = (f"{run}<br>{_label(d)}<br>{d['steps']} steps, {d['tokens']:,} tokens<br>LR {d['shape']}"
                      + (f"<br>frozen: {', '.join(_frozen(d))}" if _frozen(d) else ""))  # fmt: skip
@@ -81,7 +84,8 @@ def timeline_figure(timelines: dict[str, list[dict]], axis: str = "tokens_seen",
         xs = [p[0] if axis == "tokens_seen" else p[0] / tps for d in tl for p in d["lr"]]
         fig.add_trace(
             go.Scatter(x=xs, y=[p[1] for d in tl for p in d["lr"]], mode="lines", name=f"LR · {run}",
-                       line={"width": 2}, hovertemplate=f"{run}<br>%{{x}}: LR x%{{y:.3f}}<extra></extra>"),
+                       line={"width": 2, "color": LR_COLOURS[i % len(LR_COLOURS)]},  # one per run, never shared
+                       hovertemplate=f"{run}<br>%{{x}}: LR x%{{y:.3f}}<extra></extra>"),
             row=2, col=1,
         )  # fmt: skip
     for x in sorted({d[lo] for tl in timelines.values() for d in tl[1:]}):  # every phase switch, across all rows

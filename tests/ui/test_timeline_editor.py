@@ -55,6 +55,7 @@ def test_the_drawing_has_a_band_per_phase_lr_and_frozen_blocks(tiny_modernbert_d
     assert frozen == {"layer 0", "layer 1"}
     lr = [t for t in fig.data if t.type == "scatter"]
     assert len(lr) == 2 and max(lr[0].y) == 1.0 and lr[0].y[-1] == 0.1
+    assert lr[0].line.color and lr[1].line.color and lr[0].line.color != lr[1].line.color  # a colour per run
     bad = timeline_editor.form_figure(form(tiny_modernbert_dir, train__lr="x"), None, launch_tab.values_to_config)
     assert "no timeline" in bad.layout.annotations[0].text
 
