@@ -12,6 +12,7 @@ from backend.analysis.measures import DEFAULT_MEASURE, SHORT
 from backend.reporting import figure_style  # noqa: F401  (the lab's template: plotly's default once imported)
 
 PALETTE = qualitative.Plotly
+LABEL_CHARS = 36  # a model name in a title; longer paths were cut at the figure's right edge
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 360) -> go.Figure:
@@ -263,6 +264,11 @@ def similarity_caption(
     return " · ".join(parts)
 
 
+def fit_label(label: str, width: int = LABEL_CHARS) -> str:
+    """A model's name as a title can hold it: a long path keeps its end (``…/runs/my-run/final``), which names it."""
+    return label if len(label) <= width else "…" + label[-(width - 1) :]
+
+
 def cka_heatmap(
     matrix: Sequence[Sequence[float]],
     layers_a: Sequence,
@@ -299,8 +305,9 @@ def cka_heatmap(
     )
     fig.update_yaxes(autorange="reversed")
     caption = similarity_caption(measure, samples, hidden_sizes, baseline)
-    title = f"{name}: {label_a} (rows) vs {label_b} (columns)<br><sup>{caption}</sup>"
-    fig = _layout(fig, title, f"{label_b} layer", f"{label_a} layer", 460)
+    a, b = fit_label(label_a), fit_label(label_b)  # the hover keeps the whole names
+    title = f"{name}: {a} (rows) vs {b} (columns)<br><sup>{caption}</sup>"
+    fig = _layout(fig, title, f"{b} layer", f"{a} layer", 460)
     fig.update_layout(margin={"t": 70})
     return fig
 

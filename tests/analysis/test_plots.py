@@ -100,3 +100,16 @@ def test_figures_take_the_template_as_plotly_default_never_one_by_one():
     )
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "v"
+
+
+def test_a_long_model_path_keeps_its_end_in_the_heatmap_title():
+    """A model given by a long path was cut at the figure's right edge, with the part that names it: the title keeps
+    the path's end, the hover the whole name."""
+    from backend.analysis.plots import LABEL_CHARS, cka_heatmap
+
+    long = "/tmp/walk/some/deeply/nested/lab/folder/runs/detour-detour/final"
+    fig = cka_heatmap([[1.0, 0.5], [0.5, 1.0]], [0, 1], [0, 1], "detour-tiny-en", long)
+    head = fig.layout.title.text.split("<br>")[0]
+    assert head.endswith("/runs/detour-detour/final (columns)") and "…" in head and long not in head
+    assert len(head) < len("Debiased CKA: ") + 2 * LABEL_CHARS + 30
+    assert long in fig.data[0].hovertemplate and fig.layout.xaxis.title.text.endswith("detour-detour/final layer")
