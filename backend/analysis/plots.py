@@ -29,7 +29,8 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 360) -> go
 
 def fit_y_range(fig: go.Figure) -> go.Figure:
     """Give the primary y axis an explicit range when its curves are flat: Plotly autoscales a constant series to
-    about -1..1, so a constant LR of 2e-4 sits on the 0 line and reads as "LR = 0". Varying curves keep autorange."""
+    about -1..1, so a constant LR of 2e-4 sits on the 0 line and reads as "LR = 0". Varying curves keep autorange.
+    A single x value (one logged point) gets 0 .. twice it on the x axis, for the same reason."""
     ys = []
     for t in fig.data:
         if getattr(t, "type", None) != "scatter" or (getattr(t, "yaxis", None) or "y") != "y" or t.y is None:
@@ -37,6 +38,11 @@ def fit_y_range(fig: go.Figure) -> go.Figure:
         ys += [float(v) for v in t.y if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v]
     if not ys:
         return fig
+    xs = {float(v) for t in fig.data if getattr(t, "type", None) == "scatter" and t.x is not None for v in t.x
+          if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v}  # fmt: skip
+    if len(xs) == 1:  # one logged point: plotly's ±1 around it read as "20.479k .. 20.481k tokens"
+        (x,) = xs
+        fig.update_layout(xaxis_range=[0, 2 * x] if x > 0 else [x - 1, x + 1])
     lo, hi = min(ys), max(ys)
     scale = max(abs(lo), abs(hi))
     if hi - lo > 1e-6 * scale:

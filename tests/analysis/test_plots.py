@@ -113,3 +113,15 @@ def test_a_long_model_path_keeps_its_end_in_the_heatmap_title():
     assert head.endswith("/runs/detour-detour/final (columns)") and "…" in head and long not in head
     assert len(head) < len("Debiased CKA: ") + 2 * LABEL_CHARS + 30
     assert long in fig.data[0].hovertemplate and fig.layout.xaxis.title.text.endswith("detour-detour/final layer")
+
+
+def test_a_single_logged_point_sits_on_a_readable_axis():
+    """A run with one logged step drew its point on plotly's ±1 around it: ticks "20.479k .. 20.481k" tokens."""
+    from backend.analysis.plots import train_metric_figure
+
+    one = {"r": [{"type": "train", "step": 5, "phase": "main", "objective": "clm", "loss": 7.0,
+                  "tokens_seen": 20_480}]}  # fmt: skip
+    fig = train_metric_figure(one, "loss", "tokens_seen")
+    assert tuple(fig.layout.xaxis.range) == (0, 40_960) and fig.layout.yaxis.range is not None
+    two = {"r": [*one["r"], {**one["r"][0], "step": 6, "tokens_seen": 24_576, "loss": 6.5}]}
+    assert train_metric_figure(two, "loss", "tokens_seen").layout.xaxis.range is None
