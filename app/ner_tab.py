@@ -26,13 +26,7 @@ WHOLE_WORDS_CSS = (
 def evaluations() -> list[tuple[catalogue.Entry, dict | None]]:
     """The evaluations folder's evaluations by the catalogue, newest name first, each with its results, or with
     None and listed as unreadable (a torn or foreign results.json, a folder linking out of the root): never fatal."""
-    read: dict[Path, dict] = {}
-
-    def load(d: Path) -> None:
-        read[d] = read_results(d)
-
-    found = catalogue.entries("evaluation", evals_dir(), read=load)
-    return [(e, read.get(e.path) if e.readable else None) for e in reversed(found)]
+    return [(e, e.value) for e in reversed(catalogue.entries("evaluation", evals_dir(), read=read_results))]
 
 
 def finetuned() -> list[dict]:

@@ -64,18 +64,13 @@ def panel_markdown(name: str | None) -> str:
 
 def evaluations_markdown(limit: int = 5) -> str:
     """The newest evaluations' fine-tuning throughput (``python -m backend evaluate``): seconds per seed and rate."""
-    read: dict = {}
-
-    def load(d) -> None:
-        read[d] = read_results(d)
-
-    found = list(reversed(catalogue.entries("evaluation", evals_dir(), read=load)))[:limit]
+    found = list(reversed(catalogue.entries("evaluation", evals_dir(), read=read_results)))[:limit]
     lines, problems = [], []
     for entry in found:
         if not entry.readable:  # torn, foreign or linked out: said under the table, the others still listed
             problems.append(f"- ⚠ {md_escape(entry.name)}: unreadable: {md_escape(entry.problem)}")
             continue
-        results = read[entry.path]
+        results = entry.value
         for e in evaluation_throughput(results):
             if e["seeds_done"]:
                 tok = f"{e['padded_tokens_per_s']:,.0f}" if e["padded_tokens_per_s"] else "-"

@@ -261,6 +261,7 @@ class Entry:
     name: str
     path: Path
     problem: str | None = None
+    value: object = None  # what ``entries``' ``read`` returned for it (None when unreadable or not read)
 
     @property
     def readable(self) -> bool:
@@ -271,8 +272,9 @@ class Entry:
 
 
 def entries(kind: str, root: str | Path | None = None, read: Callable[[Path], object] | None = None) -> list[Entry]:
-    """Every folder of ``kind`` under ``root`` (default: the kind's root), by name. A folder that links out of the
-    root, or that ``read`` raises on (DetourError, OSError, ValueError), is listed with its reason."""
+    """Every folder of ``kind`` under ``root`` (default: the kind's root), by name, each with what ``read`` returned
+    for it (``Entry.value``). A folder that links out of the root, or that ``read`` raises on (DetourError, OSError,
+    ValueError), is listed with its reason."""
     k = KINDS[kind]
     root = Path(root) if root is not None else (k.root() if k.root else None)
     if root is None or not root.is_dir():
@@ -293,7 +295,7 @@ def entries(kind: str, root: str | Path | None = None, read: Callable[[Path], ob
             if not real.is_relative_to(root.resolve()):
                 e.problem = f"links to {real}, outside {root}; it is not read"
             elif read is not None:
-                read(d)
+                e.value = read(d)
         except (DetourError, OSError, ValueError, RuntimeError) as exc:
             e.problem = " ".join(str(exc).split()) or type(exc).__name__
         out.append(e)

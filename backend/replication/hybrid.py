@@ -121,7 +121,6 @@ HYBRID_PRESETS: dict[str, dict] = {
 }
 
 
-
 def _hybrids_outcome(hybrids: list[dict]) -> tuple[dict, str]:
     """Finding 1 of the second paper from its comparisons: replicated when every hybrid beats pure MLM, not
     replicated when some are worse and none better, else inconclusive (one rule for both forms of the study)."""
@@ -131,6 +130,7 @@ def _hybrids_outcome(hybrids: list[dict]) -> tuple[dict, str]:
     if counts["worse"] and not counts["better"]:
         return counts, "not replicated"
     return counts, "inconclusive"
+
 
 def resolve_hybrid(
     preset: str,
