@@ -1,7 +1,8 @@
-"""Reports tab: the mini-replication reports found under ``reports/`` (``python -m backend replicate``), each shown as
-its plain-language summary, tables and figures, with report.html / report.json to download; and a button that
-launches the quick preset as a detached process (its own session, output to ``<report>/replicate.log``, never a
-pipe), so closing the browser or restarting the app never stops it. A timer polls its status and log.
+"""Reports tab: the study reports found under ``reports/`` (``python -m backend replicate``), each shown as its
+plain-language summary, tables and figures, with report.html / report.json to download; and buttons that launch the
+detour study's quick preset and the second paper's study as detached processes (each in its own session, output to
+``<report>/replicate.log``, never a pipe), so closing the browser or restarting the app never stops them. A timer
+polls the status and log.
 
 The handlers are plain functions (tested without a browser); ``build(ctx)`` only wires them."""
 
@@ -17,6 +18,7 @@ from backend.replication.replicate import LOG_NAME
 POLL_S = 3.0
 LOG_LINES = 40
 FIGURES = [
+    ("crossover", "Against tokens: each arm's suite delta against MLM, P(improvement), held-out losses"),
     ("f1", "NER F1 per model (mean ± std, each seed)"),
     ("f1_table", "Paired comparisons on F1 (CIs, wins)"),
     ("divergence", "Divergence per layer with the seed-noise control"),
@@ -67,16 +69,22 @@ def _tail(path: Path, n: int = LOG_LINES) -> str:
 
 
 def _sweep_status(name: str, d: Path) -> str:
-    """A budget study's state is its sweep's: how many runs are in each state, and whether the report is written."""
+    """A study on sweeps: its state is its sweep's (how many runs are in each state), whether its process is still
+    running, and whether the report is written."""
+    from backend.replication.budget_study import running_pid
     from backend.sweeps.manifest import sweep_status
 
+    pid = running_pid(d)
+    running = f" · running (pid {pid})" if pid else ""
+    if not (d / "sweep" / "sweep.json").exists():
+        return f"**{name}**: study{running} · preparing its data, no run queued yet"
     try:
         counts = sweep_status(d / "sweep")["counts"]
     except DetourError as exc:
         return f"**{name}**: {exc}"
     runs = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
     written = "report written" if (d / "report.md").exists() else "no report yet"
-    return f"**{name}**: budget study · runs: {runs} · {written}"
+    return f"**{name}**: study on a sweep{running} · runs: {runs} · {written}"
 
 
 def status_text(name: str | None) -> tuple[str, str]:
@@ -89,7 +97,7 @@ def status_text(name: str | None) -> tuple[str, str]:
         d = report_dir(name)
     except DetourError as exc:
         return f"**{exc}**", ""
-    if (d / "sweep" / "sweep.json").exists() and not (d / "status.json").exists():
+    if not (d / "status.json").exists() and ((d / "sweep" / "sweep.json").exists() or (d / "study.lock").exists()):
         return _sweep_status(name, d), _tail(d / LOG_NAME)
     st = read_state(d)
     state = st.get("state", "none")
@@ -146,23 +154,29 @@ def load_view(name: str | None) -> dict:
     return view
 
 
-def launch_quick(name: str = "quick", extra_args: list[str] | None = None) -> tuple[str, str]:
-    """Start ``python -m backend replicate --preset quick --out <reports>/<name>`` detached. Returns (message, name).
+QUICK = "detour-quick"  # the detour study's quick preset, where the CLI puts it by default too
 
-    Refuses when that folder's replication is still running; a finished or interrupted one is resumed (finished
-    steps are kept). The model and data are checked first, so a missing base model is said here, not in a log."""
-    from backend.replication.plan import resolve_settings
-    from backend.replication.replicate import read_state, start_detached
 
-    name = (name or "quick").strip()
+def launch_quick(name: str = QUICK, extra_args: list[str] | None = None) -> tuple[str, str]:
+    """Start ``python -m backend replicate --preset quick --out <reports>/<name>`` (the detour study on sweeps and
+    the suite) detached. Returns (message, name).
+
+    Refuses while that folder's study is still running; a finished or interrupted one is resumed (finished runs and
+    fine-tunes are kept). The model and data are checked first, so a missing base model is said here, not in a
+    log."""
+    from backend.replication.budget_study import resolve_budget_study, running_pid
+    from backend.replication.replicate import start_detached
+
+    name = (name or QUICK).strip()
     if not is_plain_name(name):
         raise DetourError(f"report name '{name}': use letters, digits, '_', '-' or '.'")
     out = reports_dir() / name
-    if read_state(out).get("state") == "running":
-        raise DetourError(f"'{name}' is already running (pid {read_state(out).get('pid')}); wait for it to finish")
-    resolve_settings("quick")  # raises a clear error (base model not built, data absent) before anything starts
+    if pid := running_pid(out):
+        raise DetourError(f"'{name}' is already running (pid {pid}); wait for it to finish")
+    resolve_budget_study("quick")  # a clear error (base model not built, data absent) before anything starts
     proc = start_detached(out, "quick", extra_args)
-    return f"Started the quick preset in `{out}` (pid {proc.pid}). {time_note()} The status below updates.", name
+    msg = f"Started the detour study (quick) in `{out}` (pid {proc.pid}). {time_note()} The status below updates."
+    return msg, name
 
 
 def launch_hybrid(preset: str = "quick") -> tuple[str, str]:
@@ -187,49 +201,44 @@ def launch_hybrid(preset: str = "quick") -> tuple[str, str]:
 
 
 def quick_measurement() -> dict:
-    """The quick preset's time: ``{"seconds", "how", "load", "cpus"}``. ``how`` is "measured" (the step times of the
-    newest finished quick replication on this machine, with the mean machine load its steps recorded, weighted by
-    their time; None for a report written before loads were kept) or "estimated" (the plan's estimate)."""
-    from backend.replication.plan import PRESETS, estimate, machine_train_rate
-    from backend.replication.replicate import read_markers, read_state
+    """The detour study's quick preset time: ``{"seconds", "how", "load", "cpus", "rate"}``. ``how`` is "measured"
+    (the wall time of the newest finished quick study on this machine, with the mean of its load at start and end)
+    or "estimated" (its runs at this machine's last measured training rate plus the fine-tunes at the plan's rates;
+    ``seconds`` None before a rate is measured here, or when its data is absent)."""
+    from backend.core import atomic
+    from backend.replication import budget_study as bs
 
     for name in list_reports():
         d = reports_dir() / name
-        st = read_state(d)
-        if st.get("state") == "done" and st.get("preset") == "quick":
-            steps = [m for k, m in read_markers(d).items() if not k.endswith(".failed")]
-            took = sum(m.get("elapsed_s") or 0 for m in steps)
-            if took > 0:
-                machines = [(m.get("elapsed_s") or 0, m.get("machine") or {}) for m in steps]
-                loaded = [(t, mc) for t, mc in machines if mc.get("load_1m") is not None]
-                weight = sum(t for t, _ in loaded)
-                load = sum(t * mc["load_1m"] for t, mc in loaded) / weight if weight > 0 else None
-                cpus = next((mc.get("cpus") for _, mc in loaded if mc.get("cpus")), None)
-                return {"seconds": took, "how": "measured", "load": load, "cpus": cpus}
-    rate = machine_train_rate(PRESETS["quick"])  # this machine's rate, as the Launch form's estimate
-    how = "estimated from this machine's rate" if rate else "estimated"
-    return {
-        "seconds": estimate(PRESETS["quick"], rate)["total_s"],
-        "how": how,
-        "load": None,
-        "cpus": None,
-        "rate": rate,
-    }
+        s, tm = atomic.read_json(d / "settings.json"), atomic.read_json(d / "timing.json")
+        ok = isinstance(s, dict) and isinstance(tm, dict) and s.get("study") == "detour-budgets"
+        if ok and s.get("preset") == "quick" and tm.get("wall_s") and (d / "report.md").exists():
+            loads = [(tm.get(k) or {}).get("load_1m") for k in ("load_start", "load_end")]
+            loads = [x for x in loads if x is not None]
+            load = sum(loads) / len(loads) if loads else None
+            return {"seconds": float(tm["wall_s"]), "how": "measured", "load": load, "cpus": tm.get("cpus"),
+                    "rate": None}  # fmt: skip
+    try:
+        p = bs.plan(bs.resolve_budget_study("quick"))
+    except DetourError:  # no base model, no data: the launch says so; the button has no time to give
+        return {"seconds": None, "how": "estimated", "load": None, "cpus": None, "rate": None}
+    return {"seconds": p["total_s"], "how": "estimated", "load": None, "cpus": None, "rate": p["rate"]}
 
 
-def quick_duration() -> tuple[float, str]:
-    """(seconds, "measured" | "estimated") for the quick preset (``quick_measurement``)."""
+def quick_duration() -> tuple[float | None, str]:
+    """(seconds or None, "measured" | "estimated") for the quick preset (``quick_measurement``)."""
     m = quick_measurement()
     return m["seconds"], m["how"]
 
 
-def _minutes(seconds: float) -> str:
-    return f"~{max(1, round(seconds / 60))} min"
+def _minutes(seconds: float | None) -> str:
+    return "time not measured here yet" if seconds is None else f"~{max(1, round(seconds / 60))} min"
 
 
 def button_label() -> str:
-    """The launch button: the last measured time of the quick preset here, else the plan's estimate."""
-    return f"Run the quick preset ({_minutes(quick_duration()[0])})"
+    """The launch button: the last measured time of the quick study here, else its estimate at this machine's
+    training rate, else that none is measured yet."""
+    return f"Run the detour study (quick, {_minutes(quick_duration()[0])})"
 
 
 def time_note() -> str:
@@ -242,12 +251,13 @@ def time_note() -> str:
         else:
             cpus = f" on {m['cpus']} CPUs" if m["cpus"] else ""
             under = f" under a machine load of {m['load']:.1f}{cpus}"
-        return f"The last quick replication here took {int(seconds) // 60} min {int(seconds) % 60:02d} s{under}."
+        return f"The last quick detour study here took {int(seconds) // 60} min {int(seconds) % 60:02d} s{under}."
     if m.get("rate"):
         return (f"The plan estimates {_minutes(seconds)}: training at this machine's last measured "
-                f"{m['rate']:,.0f} tokens/s for the base, fine-tuning and CKA at the plan's rates (`--plan` prints "
-                "the breakdown).")  # fmt: skip
-    return f"The plan estimates {_minutes(seconds)} on 2 CPU cores (`--plan` prints the breakdown)."
+                f"{m['rate']:,.0f} tokens/s for the base, fine-tuning at the plan's rates (`python -m backend "
+                "replicate --plan` prints the breakdown).")  # fmt: skip
+    return ("No training rate for the base is measured on this machine yet, so the quick study's time is not "
+            "estimated (`python -m backend replicate --plan` prints its runs and fine-tunes).")  # fmt: skip
 
 
 def hybrid_time_note() -> str:
@@ -266,10 +276,11 @@ def hybrid_button_label() -> str:
 
 
 EMPTY = (
-    "**No report yet.** A report is a small replication of the paper on this machine: it trains a CLM-detour run, "
-    "an MLM run and their controls from the bundled base, compares their layers (CKA) and their NER scores, and "
-    "says in plain words whether each finding replicated. Make one with **{button}** above, or from a terminal: "
-    "`python -m backend replicate --preset quick`."
+    "**No report yet.** A report is a small replication of the paper on this machine: from the bundled base it "
+    "trains MLM, the CLM detour, a seed-noise control and two freeze interventions over three token budgets and "
+    "three seeds, fine-tunes each on a biomedical NER suite, compares their layers (CKA), and says in plain words "
+    "whether each finding replicated and from how many tokens the detour pays (if it does within them). Make one "
+    "with **{button}** above, or from a terminal: `python -m backend replicate`."
 )
 
 
@@ -289,8 +300,9 @@ def build(ctx) -> dict:
     v0 = load_view(first)
     button = button_label()
     gr.Markdown(
-        "Mini replications of the paper's three findings (`python -m backend replicate --preset quick|mini`). "
-        "Each report states what was measured, what the paper found and whether it replicated, in plain words."
+        "Replications of the paper's three findings (`python -m backend replicate`, presets quick, standard, gpu, "
+        "paper). Each report states what was measured, what the paper found and whether it replicated, per token "
+        "budget, in plain words."
     )
     with gr.Row():
         pick = gr.Dropdown(
@@ -403,9 +415,9 @@ def build(ctx) -> dict:
 
 def _time_text() -> str:
     return (
-        f"{time_note()} The quick preset shows the pipeline; `--preset mini` is the one to read results from "
-        "(`python -m backend replicate --preset mini --plan` estimates its time). The second paper's study: "
-        f"{hybrid_time_note()}"
+        f"{time_note()} The quick preset shows the study at a CPU's scale; `--preset standard` (CPU) and "
+        "`--preset gpu` give numbers to read (`python -m backend replicate --preset standard --plan` estimates its "
+        f"time). The second paper's study: {hybrid_time_note()}"
     )
 
 

@@ -1,22 +1,22 @@
-"""``python -m backend replicate``: the paper's three findings at small scale (docs/studies/replication.md).
+"""``python -m backend replicate``: the paper's findings at a chosen scale (docs/studies/replication.md).
 
 Examples::
 
-    python -m backend replicate --preset quick                 # the demo -> reports/quick/report.html
-    python -m backend replicate --preset mini --seeds 5        # ~1 hour -> reports/mini/
-    python -m backend replicate --preset mini --model runs/my-base --corpus ../my_corpus --out reports/mine
-    python -m backend replicate --preset quick --plan          # print the plan and sizes, run nothing
-    python -m backend replicate --out reports/quick --report-only
-    python -m backend replicate --study hybrid-splits --preset quick   # the second paper -> reports/hybrid-quick
-    python -m backend replicate --budgets 2560 8192 25600 --plan       # the detour over budgets, on a suite
-    python -m backend replicate --preset gpu --budgets 1e6 1e7 1e8 --drop-weights --out reports/crossover-gpu
-    python -m backend replicate --study hybrid-splits --budgets 2560 8192 25600 --suite configs/suites/bio-ner.yaml
+    python -m backend replicate                                # the detour study, quick -> reports/detour-quick
+    python -m backend replicate --plan                         # runs, tokens, fine-tunes and the time here; run nothing
+    python -m backend replicate --budgets 1e4 1e5 --pretrain-seeds 5 --suite configs/suites/bio-ner.yaml
+    python -m backend replicate --preset gpu --out reports/crossover-gpu        # 1M-100M tokens on one GPU
+    python -m backend replicate --out reports/detour-quick --report-only
+    python -m backend replicate --study hybrid-splits          # the second paper's splits, on the suite
+    python -m backend replicate --single-task --preset mini    # the older one-task pipeline (NER, 5 runs)
 
-With ``--budgets`` (or ``--suite``, or a preset only it has: standard, gpu, paper) the detour study runs on the
-sweep and suite machinery: MLM vs CLM detour x budgets x pretraining seeds x the suite's tasks, one sweep, and the
-report says between which budgets the suite's interval first excludes 0 on the other side (or that it does not).
+The detour study (the default) is one sweep: MLM baseline, CLM detour, the seed-noise control (MLM on the same
+data order with another seed) and the two freeze interventions x budgets x pretraining seeds x every task of a suite,
+with CKA (debiased and linear) of each arm against MLM. The report gives the suite's verdict per budget, the
+detour's low-layer divergence against seed noise, the freezes' verdicts, the paper's numbers beside, and between
+which budgets the detour's interval first excludes 0 on the other side (or that it does not).
 
-Rerunning the same command resumes: finished steps are skipped, an interrupted training resumes from its last
+Rerunning the same command resumes: finished runs are kept, an interrupted training resumes from its last
 checkpoint, fine-tunes already done are reused.
 """
 
@@ -48,8 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--preset",
         choices=list(dict.fromkeys([*PRESETS, *BUDGET_PRESETS])),
         default="quick",
-        help="quick (the demo), mini; with --budgets or --suite (the budget study on sweeps and suites): quick, "
-        "standard, gpu, paper. --plan estimates the time from this machine's rate",
+        help="the detour study: quick (the default, a CPU demo), standard, gpu, paper; --single-task: quick, mini; "
+        "hybrid-splits: quick, mini. --plan estimates the time from this machine's rate",
     )
     p.add_argument(
         "--budgets",
@@ -58,7 +58,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="token budgets per run (e.g. 1e6 1e7 1e8): the budget becomes an axis of the study and the report "
         "states where the detour's sign changes (the detour study runs on sweeps and a task suite)",
     )
-    p.add_argument("--suite", help=f"task suite of the budget study (default {SUITE})")
+    p.add_argument("--suite", help=f"task suite every run is fine-tuned on (default {SUITE})")
+    p.add_argument(
+        "--single-task",
+        action="store_true",
+        help="the older pipelines: the detour study as five runs with NER on one data set (presets quick, mini); "
+        "hybrid-splits fine-tuned on one NER set instead of the suite",
+    )
+    p.add_argument(
+        "--no-interventions",
+        dest="interventions",
+        action="store_false",
+        default=None,
+        help="the detour study without its seed-noise control and freeze arms (the MLM / detour pair alone)",
+    )
     p.add_argument("--pretrain-seeds", type=int, help="pretraining seeds of the budget study (preset default: 3)")
     p.add_argument(
         "--drop-weights",
@@ -70,8 +83,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cka",
         choices=["debiased", "linear"],
-        help="budget study: CKA of every detour run against the MLM run of its seed and budget (linear: the paper's "
-        "numbers); the standard, gpu and paper presets measure it by default",
+        help="the detour study: one CKA measure instead of both (debiased, the default's first; linear, the "
+        "paper's numbers)",
     )
     p.add_argument(
         "--measure-jobs",
@@ -177,6 +190,7 @@ def run_hybrid_study(args: argparse.Namespace) -> int:
             budgets=parse_budgets(args.budgets) if args.budgets else None,
             suite=args.suite,
             drop_weights=args.drop_weights,
+            single_task=args.single_task,
         )
         if args.measure_jobs:
             s["measure_jobs"] = max(1, args.measure_jobs)
@@ -199,11 +213,13 @@ def run_hybrid_study(args: argparse.Namespace) -> int:
 
 
 def budget_study_wanted(args: argparse.Namespace) -> bool:
-    """The detour study runs on sweeps and a suite when a budget axis or a suite is asked for, or with a preset only
-    it has (standard, gpu, paper); quick and mini alone keep the single-budget replication with its CKA and freezes."""
-    from backend.replication.plan import PRESETS
+    """The detour study runs on sweeps and a suite unless ``--single-task`` (or the older pipeline's own preset,
+    mini) asks for the older five-run pipeline, or ``--report-only`` names one of its folders."""
+    from backend.replication.budget_study import BUDGET_PRESETS
 
-    return bool(args.budgets or args.suite or args.pretrain_seeds or args.cka) or args.preset not in PRESETS
+    if args.report_only and args.out:
+        return _is_budget_folder(args.out)
+    return not args.single_task and args.preset in BUDGET_PRESETS
 
 
 def run_budget_study(args: argparse.Namespace) -> int:
@@ -212,7 +228,7 @@ def run_budget_study(args: argparse.Namespace) -> int:
     from backend.core.paths import reports_dir
     from backend.replication import budget_study as bs
 
-    out = Path(args.out).expanduser() if args.out else reports_dir() / f"budgets-{args.preset}"
+    out = Path(args.out).expanduser() if args.out else reports_dir() / f"detour-{args.preset}"
     if args.report_only:
         rep = bs.write_report(out.resolve())
     else:
@@ -229,6 +245,7 @@ def run_budget_study(args: argparse.Namespace) -> int:
             drop_weights=args.drop_weights,
             cka=args.cka,
             measure_jobs=args.measure_jobs,
+            interventions=args.interventions,
             overrides=args.overrides,
         )
         if args.plan:
@@ -247,7 +264,13 @@ def run_budget_study(args: argparse.Namespace) -> int:
         rep = bs.run_study(s, out, executor=args.executor, command=[sys.executable, "-m", "backend", *sys.argv[1:]])
         print(f"wall time {time.time() - t0:.0f} s")
     for arm, st in rep["statements"].items():
-        print(f"  {arm}: {st['mean_delta']['text']}")
+        pts = rep["panels"].get(arm) or []
+        said = st["mean_delta"]["text"] if len(pts) > 1 else f"{(pts or [{}])[0].get('verdict') or 'not measured'}"
+        print(f"  {arm} vs MLM: {said.split(': ')[0] if len(pts) <= 1 else said}")
+    for row in (rep.get("findings") or {}).get("budgets", []):
+        low = next(iter(row["low_layers"].values()), None) or {}
+        print(f"  at {row['tokens']:,} tokens: downstream {row['downstream']['verdict'].split(':')[0]}; low layers "
+              f"{low.get('verdict', 'not measured')}; freezes {row['freeze']['verdict']}")  # fmt: skip
     print(f"report: {out / 'report.md'}")
     return 0
 
@@ -259,8 +282,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.study == "hybrid-splits":
         return run_hybrid_study(args)
-    if budget_study_wanted(args) or (args.report_only and args.out and _is_budget_folder(args.out)):
+    if budget_study_wanted(args):
         return run_budget_study(args)
+    if args.preset not in ("quick", "mini"):
+        raise DetourError(f"--preset {args.preset}: --single-task takes quick or mini")
 
     out = Path(args.out).expanduser() if args.out else reports_dir() / args.preset
     check_out_folder(out, "report", "replication")  # anything else there: refused before any work

@@ -112,9 +112,11 @@ def render(rep: dict) -> list[str]:
     """The budget sections of a study's markdown: statements, the per-budget table, per-task deltas, losses."""
     lines = []
     for arm, st in rep["statements"].items():
-        lines += [f"### {arm} vs {rep['reference']}", "", f"**Mean delta over the suite.** {st['mean_delta']['text']}",
-                  "", f"**IQM delta.** {st['iqm_delta']['text']}", ""]  # fmt: skip
         pts = rep["panels"][arm]
+        lines += [f"### {arm} vs {rep['reference']}", ""]
+        if len(pts) > 1:  # where the sign changes needs two budgets at least
+            lines += [f"**Mean delta over the suite.** {st['mean_delta']['text']}", "",
+                      f"**IQM delta.** {st['iqm_delta']['text']}", ""]  # fmt: skip
         lines += ["| tokens | mean delta | 95% CI | IQM delta | 95% CI | P(improvement) | 95% CI | tasks won "
                   "| verdict |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for p in pts:

@@ -1,16 +1,27 @@
-"""The detour study over token budgets, on the sweep and suite machinery (``python -m backend replicate --budgets
-...`` or ``--preset standard|gpu|paper``).
+"""The detour study on the sweep and suite machinery (``python -m backend replicate``, ``--budgets``, ``--preset
+quick|standard|gpu|paper``): the paper's three findings, at one budget or over several.
 
-One sweep: ``recipe`` = MLM baseline, CLM detour (the reference is MLM) x ``phases.main.tokens`` = the budgets x
-pretraining seeds, every run fine-tuned on every task of a suite (``configs/suites/bio-ner.yaml`` by default) over
-fine-tuning seeds. Same seed = same data order in both arms, same budget = same tokens. Per budget the verdict is the
-suite aggregate of the detour against MLM (``evaluation.aggregate.compare``: mean delta, IQM, P(improvement), wins
-per task); over budgets the report states where its sign changes (``crossover``). The sweep resumes (rerun the same
-command) and runs on Slurm (``--executor slurm``). With ``drop_weights`` the runs' weights are deleted once
-measured: the folder (metrics, results, reports) can then be copied back from a GPU box without checkpoints.
+One sweep: ``arm`` x ``phases.main.tokens`` (the budgets) x pretraining seeds, every run fine-tuned on every task of
+a suite (``configs/suites/bio-ner.yaml`` by default) over fine-tuning seeds. The arms (``ARMS``):
 
-Layout of ``OUT``: ``settings.json``, ``sweep/`` (the sweep folder: runs, results, evals, its own report),
-``report.md|html|json``, ``figures/crossover.html|png``, ``timing.json`` (wall time, load average, machine).
+* ``mlm``, the baseline (the reference every other arm is compared with, same seed and budget);
+* ``clm_detour``, the detour: finding 1 is its suite aggregate against MLM (mean delta, IQM, P(improvement), wins
+  per task; ``evaluation.aggregate.compare``);
+* ``mlm-control``, the seed-noise control: MLM again on seed s's data order with another seed (other masks), so
+  CKA(control, MLM) is what seed noise alone gives; finding 2 is the detour's divergence in the lower layers
+  against it, per CKA measure (debiased, and linear for the paper's numbers);
+* ``freeze-low`` / ``freeze-mid``, the interventions: the detour with the lower / middle third of the blocks fixed
+  during the CLM phase; finding 3 is their suite aggregate against MLM (the paper: the gain goes with the low
+  third frozen, stays with the middle third frozen).
+
+Same seed = same data order in every arm, same budget = same tokens. Over budgets the report states where the sign
+of each comparison changes (``crossover``). The sweep resumes (rerun the same command) and runs on Slurm
+(``--executor slurm``). With ``drop_weights`` the runs' weights are deleted once measured: the folder (metrics,
+results, reports) can then be copied back from a GPU box without checkpoints.
+
+Layout of ``OUT``: ``settings.json``, ``data/`` (train / held-out / CKA texts split off the corpus by whole
+documents), ``sweep/`` (the sweep folder: runs, results, suites, its own report), ``report.md|html|json``,
+``figures/crossover.html|png``, ``timing.json`` (wall time, load average, machine).
 """
 
 from __future__ import annotations
@@ -25,10 +36,19 @@ from pathlib import Path
 from backend.core import atomic
 from backend.core.errors import ConfigError
 from backend.core.paths import DEFAULT_MODEL
-from backend.replication.plan import ReplicationError, _resolve_data, _resolve_model
+from backend.replication.plan import ReplicationError, _resolve_data, _resolve_model, layer_range, layer_thirds
+from backend.replication.verdicts import PAPER
 
 SUITE = "configs/suites/bio-ner.yaml"
-ARMS = {"mlm": "MLM", "clm_detour": "CLM detour"}
+ARMS = {  # arm -> its name in the report; the order is the sweep's
+    "mlm": "MLM",
+    "clm_detour": "CLM detour",
+    "mlm-control": "MLM, another seed (control)",
+    "freeze-low": "CLM detour, low third frozen",
+    "freeze-mid": "CLM detour, mid third frozen",
+}
+PAIR_ARMS = ("mlm", "clm_detour")  # --no-interventions: the comparison alone
+CKA_MEASURES = ["debiased", "linear"]  # debiased: the lab's default; linear: the paper's numbers
 
 PAPER_DELTAS = [  # the paper's per-language ranges of the detour's gain per task (../shared/RECIPE.md)
     {"language": "French", "tasks": "8 biomedical tasks (9 seeds)", "delta_pp": "+1.2 to +2.8", "wins": "8 of 8",
@@ -41,17 +61,17 @@ PAPER_DELTAS = [  # the paper's per-language ranges of the detour's gain per tas
 # fine-tuning settings for every task (seeds, epochs, example caps).
 BUDGET_PRESETS: dict[str, dict] = {
     "quick": {
-        "description": "CPU demo of the crossover, sized for a shared 2-core machine: the bundled base at 2.6k-26k "
-        "tokens (64-token sequences), 3 pretraining seeds, the suite on 48 training sentences per task, 1 epoch, "
-        "1 fine-tuning seed. Far too small to conclude anything about the paper.",
+        "description": "CPU demo, sized for a shared 2-core machine: the bundled base at 2.6k-26k tokens (64-token "
+        "sequences), 3 pretraining seeds, the suite on 128 training sentences per task, 2 epochs, 1 fine-tuning "
+        "seed. Far too small to conclude anything about the paper.",
         "budgets": [2_560, 8_192, 25_600],
         "seeds": 3,
         "train": {"seq_len": 64, "batch_size": 4, "lr": 3.0e-4, "precision": "auto", "decay_fraction": 0.10},
         "logging": {"log_every": 5, "eval_every": 1000, "eval_batches": 4, "checkpoint_every": 1000},
-        "finetune": {"seeds": 1, "epochs": 1, "lr": 3.0e-3, "max_len": 64, "max_train_examples": 48,
-                     "max_eval_examples": 40},  # fmt: skip
+        "finetune": {"seeds": 1, "epochs": 2, "lr": 1.0e-3, "max_len": 64, "max_train_examples": 128,
+                     "max_eval_examples": 80},  # fmt: skip
         "max_concurrent": 2,
-        "cka": None,  # --cka debiased|linear measures it (on held-out paragraphs split off the corpus)
+        "cka": {"n_texts": 64, "max_len": 64, "measures": CKA_MEASURES},
     },
     "standard": {
         "description": "CPU study: the bundled base at 20k-200k tokens, 3 pretraining seeds, the suite on 300 "
@@ -62,7 +82,7 @@ BUDGET_PRESETS: dict[str, dict] = {
         "logging": {"log_every": 10, "eval_every": 100, "eval_batches": 8, "checkpoint_every": 1000},
         "finetune": {"seeds": 3, "epochs": 2, "max_train_examples": 300, "max_eval_examples": 200},
         "max_concurrent": 2,
-        "cka": {"n_texts": 200, "max_len": 128, "measure": "debiased"},
+        "cka": {"n_texts": 200, "max_len": 128, "measures": CKA_MEASURES},
     },
     "gpu": {
         "description": "One CUDA GPU, bf16: the bundled base at 1M-100M tokens, 3 pretraining seeds, the suite on "
@@ -74,7 +94,7 @@ BUDGET_PRESETS: dict[str, dict] = {
         "finetune": {"seeds": 3, "epochs": 3, "max_train_examples": 1000, "max_eval_examples": 500},
         "max_concurrent": 1,
         "drop_weights": True,
-        "cka": {"n_texts": 500, "max_len": 128, "measure": "debiased"},
+        "cka": {"n_texts": 500, "max_len": 128, "measures": CKA_MEASURES},
     },
     "paper": {
         "description": "The paper's token range (0.1B-10B per run) and the suite's full protocol (its own settings); "
@@ -86,7 +106,7 @@ BUDGET_PRESETS: dict[str, dict] = {
         "finetune": {},
         "max_concurrent": 1,
         "drop_weights": True,
-        "cka": {"n_texts": 500, "max_len": 128, "measure": "linear"},  # the paper's (biased) linear CKA
+        "cka": {"n_texts": 500, "max_len": 128, "measures": CKA_MEASURES},
     },
 }
 
@@ -103,11 +123,12 @@ def resolve_budget_study(
     drop_weights: bool | None = None,
     cka: str | None = None,
     measure_jobs: int | None = None,
+    interventions: bool | None = None,
     overrides: list[str] | tuple[str, ...] = (),
 ) -> dict:
     """The preset with the command line's choices applied and checked; raises a DetourError naming what is wrong.
-    ``cka``: a CKA measure (debiased, linear) that turns the CKA of every detour run against the MLM run of its seed
-    and budget on (or changes the preset's)."""
+    ``cka``: one CKA measure (debiased, linear) instead of both. ``interventions`` False: the MLM / detour pair
+    alone (no seed-noise control, no freezes)."""
     from backend.engine.config import apply_override, parse_override
     from backend.evaluation.suite import load_suite
 
@@ -134,17 +155,48 @@ def resolve_budget_study(
             raise ConfigError("--measure-jobs", measure_jobs, "a whole number of runs fine-tuned at once, at least 1")
         s["measure_jobs"] = measure_jobs
     s.setdefault("drop_weights", False)
-    if cka:
-        s["cka"] = {**{"n_texts": 200, "max_len": 128}, **(s.get("cka") or {}), "measure": cka}
-    if s.get("cka"):
-        from backend.replication.plan import _check_cka
+    from backend.replication.plan import _check_cka
 
-        _check_cka(s["cka"])
+    s["cka"] = {"n_texts": 200, "max_len": 128, **(s.get("cka") or {})}
+    if cka:
+        s["cka"]["measures"] = [cka]
+    for measure in s["cka"]["measures"]:
+        _check_cka({**s["cka"], "measure": measure})
     s["suite"] = load_suite(suite or SUITE)["path"]  # every key of the file checked now, not after training
     s["corpus"] = str(_resolve_data(corpus or "shared:craft_pmc_oa_text", "corpus", "--corpus"))
-    s["model"] = _resolve_model(model or DEFAULT_MODEL)[0]
+    s["model"], n_layers = _resolve_model(model or DEFAULT_MODEL)
+    s["interventions"] = s.get("interventions", True) if interventions is None else bool(interventions)
+    s["arms"] = list(ARMS) if s["interventions"] else list(PAIR_ARMS)
+    if s["interventions"]:
+        if n_layers < 3:
+            raise ConfigError("--model", s["model"], f"a base with at least 3 blocks for the freeze interventions "
+                              f"(this one has {n_layers}); or pass --no-interventions")  # fmt: skip
+        low, mid = layer_thirds(n_layers)
+        s["layers"] = {"n": n_layers, "low_range": layer_range(low), "mid_range": layer_range(mid)}
     s["study"] = "detour-budgets"
+    check_run_settings(s)
     return s
+
+
+def check_run_settings(s: dict) -> None:
+    """Every run setting a ``--set`` may have changed (train.*, logging.*, finetune.*) checked now, as the runs and
+    fine-tunes will read them: a bad value is refused before a plan is printed or a run queued."""
+    from backend.engine.config import load_config
+    from backend.sweeps.sweep import _evaluation
+
+    load_config(base_config({**s, "cka": None}))
+    _evaluation({"suite": s["suite"], "hparams": s["finetune"]})
+
+
+def arm_overrides(s: dict) -> dict[str, dict]:
+    """Each arm's config overrides (``grid.run_config`` applies them per seed)."""
+    arms = {"mlm": {"recipe": "mlm"}, "clm_detour": {"recipe": "clm_detour"},
+            # the paper's control: seed s's data order (data_seed), another seed for masks and initialised parts
+            "mlm-control": {"recipe": "mlm", "train.data_seed": "{seed}", "train.seed": "{seed+1000}"}}  # fmt: skip
+    if s.get("layers"):
+        for arm, third in (("freeze-low", "low_range"), ("freeze-mid", "mid_range")):
+            arms[arm] = {"recipe": "clm_detour", "phases.main.freeze.layers": s["layers"][third]}
+    return {a: arms[a] for a in s.get("arms") or PAIR_ARMS}
 
 
 def check_budgets(budgets, least: int) -> list[int]:
@@ -202,9 +254,10 @@ def base_config(s: dict) -> dict:
 def manifest(s: dict, executor: str = "queue") -> dict:
     from backend.sweeps.sweep import plan_sweep
 
+    arms = arm_overrides(s)
     return plan_sweep(
         base_config(s),
-        grid=[f"recipe={','.join(ARMS)}", f"phases.main.tokens={','.join(map(str, s['budgets']))}"],
+        grid=[f"arm={','.join(arms)}", f"phases.main.tokens={','.join(map(str, s['budgets']))}"],
         seeds=s["seeds"],
         name="detour-budgets",
         reference="mlm",
@@ -212,6 +265,7 @@ def manifest(s: dict, executor: str = "queue") -> dict:
                     **cka_evaluation(s)},  # fmt: skip
         executor=executor,
         max_concurrent=s["max_concurrent"],
+        arms=arms,
     )
 
 
@@ -220,7 +274,7 @@ def cka_evaluation(s: dict) -> dict:
     if not c:
         return {}
     return {"cka_texts": str(Path(s["data_dir"]) / "cka_texts.txt"), "cka_n_texts": c["n_texts"],
-            "cka_max_len": c.get("max_len", 128), "cka_measure": c["measure"]}  # fmt: skip
+            "cka_max_len": c.get("max_len", 128), "cka_measures": c.get("measures") or [c["measure"]]}  # fmt: skip
 
 
 def prepare_data(s: dict, out: Path) -> None:
@@ -270,8 +324,9 @@ def plan(s: dict, device: str | None = None) -> dict:
     from backend.runs.doctor import parameter_count
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    runs = len(ARMS) * len(s["budgets"]) * s["seeds"]
-    tokens = sum(len(ARMS) * s["seeds"] * b * (1 + s["train"]["decay_fraction"]) for b in s["budgets"])
+    n_arms = len(s.get("arms") or PAIR_ARMS)
+    runs = n_arms * len(s["budgets"]) * s["seeds"]
+    tokens = sum(n_arms * s["seeds"] * b * (1 + s["train"]["decay_fraction"]) for b in s["budgets"])
     fts = n_finetunes(s, runs)
     rate = precision = None
     try:
@@ -315,13 +370,39 @@ def load_now() -> dict:
 
 def run_study(s: dict, out: Path, executor: str = "queue", command: list[str] | None = None,
               log: Callable[[str], None] = print) -> dict:  # fmt: skip
-    """Run (or resume) the study into ``out`` and write its report; returns the report."""
-    from backend.replication.budget_report import machine
-    from backend.sweeps import sweep
+    """Run (or resume) the study into ``out`` and write its report; returns the report. One process at a time: a
+    second one is refused while the first holds ``out/study.lock``."""
+
+    from backend.core.process import FileLock
 
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // max(1, s["max_concurrent"]))))
     out = Path(out).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
+    with FileLock(out / LOCK, f"the study in {out}", "{what} is already running (pid {pid}); wait for it to finish"):
+        return _run_study(s, out, executor, command, log)
+
+
+LOCK = "study.lock"  # held by the process running the study: the Reports tab and a second launch read it
+
+
+def running_pid(out: Path) -> int | None:
+    """The pid of the process running the study in ``out`` (its lock is held), else None."""
+    from backend.core.process import Busy, FileLock
+
+    if not (Path(out) / LOCK).exists():
+        return None
+    try:
+        with FileLock(Path(out) / LOCK, "study"):
+            return None
+    except Busy:
+        text = (Path(out) / LOCK).read_text(errors="replace").strip()
+        return int(text) if text.isdigit() else -1
+
+
+def _run_study(s: dict, out: Path, executor: str, command: list[str] | None, log: Callable[[str], None]) -> dict:
+    from backend.replication.budget_report import machine
+    from backend.sweeps import sweep
+
     old = atomic.read_json(out / "settings.json")
     if old and old.get("study") != s["study"]:
         raise ReplicationError(f"{out} holds another study ({old.get('study', 'the detour replication')}); "
@@ -337,7 +418,7 @@ def run_study(s: dict, out: Path, executor: str = "queue", command: list[str] | 
     t_train = time.time() - t0
     sweep.finish(out / "sweep", log, jobs=int(s.get("measure_jobs") or 1))
     timing = {"wall_s": time.time() - t0, "train_wall_s": t_train, "load_start": load0, "load_end": load_now(),
-              "machine": machine(), "command": command}  # fmt: skip
+              "machine": machine(), "cpus": os.cpu_count(), "command": command}  # fmt: skip
     prev = atomic.read_json(out / "timing.json") or {}
     timing["previous"] = prev if prev else None
     atomic.write_json(out / "timing.json", timing)
@@ -354,11 +435,16 @@ def write_report(out: Path) -> dict:
         raise ReplicationError(f"{out}: no detour budget study here (no settings.json of one)")
     if not (out / "sweep" / "report.json").exists():
         raise ReplicationError(f"{out}: the sweep has no report yet; rerun the study's command to finish it")
-    title = f"CLM detour vs MLM over token budgets ({s['preset']}, {Path(s['suite']).stem})"
+    over = "over token budgets" if len(s["budgets"]) > 1 else f"at {s['budgets'][0]:,} tokens"
+    title = f"CLM detour vs MLM {over} ({s['preset']}, {Path(s['suite']).stem})"
     rep = budget_report.build(out, out / "sweep", lambda v: ARMS.get(v, str(v)), "MLM", lambda arm: f"the {arm}",
                               title)  # fmt: skip
     rep.update({"title": title, "settings": s, "timing": atomic.read_json(out / "timing.json") or {},
                 "paper": PAPER_DELTAS})  # fmt: skip
+    if s.get("arms"):  # a study planned on the arm axis (a budget study of the MLM / detour pair alone has none)
+        from backend.replication.study_findings import findings
+
+        rep["findings"] = findings(rep, out / "sweep", s, ARMS)
     budget_report.write(out, rep, render(rep))
     return rep
 
@@ -378,12 +464,20 @@ def render(rep: dict) -> str:
              f"- suite `{s['suite']}`; fine-tuning: {ft}", ""]  # fmt: skip
     if rep["not_done"]:
         lines += [f"Not finished (left out): {', '.join(f'{r} ({st})' for r, st in rep['not_done'].items())}.", ""]
-    lines += ["## Where the sign changes", ""]
+    if rep.get("findings"):
+        from backend.replication.study_findings import render as findings_table
+
+        lines += ["## The paper's three findings, per budget", ""]
+        lines += findings_table(rep["findings"])
+    lines += ["## Where the sign changes" if len(s["budgets"]) > 1 else "## Each arm against MLM", ""]
     lines += budget_sections(rep)
     lines += ["## The paper, beside", "",
               "| language | tasks | detour - MLM per task (pp) | tasks won | scale |", "|---|---|---|---|---|"]
     lines += [f"| {p['language']} | {p['tasks']} | {p['delta_pp']} | {p['wins']} | {p['scale']} |"
               for p in rep["paper"]]  # fmt: skip
+    lines += ["", f"Low layers: {PAPER['cka']}.", "", f"Freezes: {PAPER['freeze']}.", "",
+              "The paper's per-task scores are not in the excerpt this project carries (`../shared/papers`): its "
+              "ranges per language stand here, beside this study's per-task deltas above."]  # fmt: skip
     lines += ["", "Chart: `figures/crossover.html` (and `.png`): against tokens (log scale) the suite's mean and IQM "
               "delta (detour - MLM, points) with 95% intervals, P(improvement) and the held-out MLM and CLM losses "
               "of both arms. Intervals and verdicts are `backend.evaluation.aggregate.compare`'s; the per-cell "

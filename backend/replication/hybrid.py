@@ -141,10 +141,12 @@ def resolve_hybrid(
     budgets: list[int] | None = None,
     suite: str | None = None,
     drop_weights: bool | None = None,
+    single_task: bool = False,
 ) -> dict:
     """The preset with paths resolved and ``--set`` overrides (``train.lr=...``, ``budgets=[...]``,
     ``shares=[0.0,0.5,1.0]``, ``cpt=false``) applied. ``budgets``: the budget axis (any list of token counts);
-    ``suite``: fine-tune every run on a task suite (``eval`` then holds its seeds and caps) instead of one NER set."""
+    every run is fine-tuned on a task suite (``suite``, bio-ner by default; ``eval`` then holds its seeds and caps),
+    or on the one NER set with ``single_task``."""
     from backend.engine.config import apply_override, parse_override
 
     if preset not in HYBRID_PRESETS:
@@ -166,10 +168,13 @@ def resolve_hybrid(
         raise ReplicationError(f"shares {s['shares']}: CLM shares between 0 and 1, with 0.0 (pure MLM, the reference)")
     s["shares"] = sorted(float(x) for x in s["shares"])
     s.setdefault("cpt", True)
-    if suite:
+    if single_task and suite:
+        raise ReplicationError("--single-task fine-tunes on one NER set (--ner-data); --suite asks for a suite")
+    if not single_task:
         from backend.evaluation.suite import load_suite
+        from backend.replication.budget_study import SUITE
 
-        s["suite"] = load_suite(suite)["path"]
+        s["suite"] = load_suite(suite or SUITE)["path"]
     s.setdefault("suite", None)
     if drop_weights is not None:
         s["drop_weights"] = bool(drop_weights)

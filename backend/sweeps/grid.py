@@ -3,6 +3,9 @@ run configs of every (cell, seed); and the two promises a sweep makes, checked b
 
 * Same data order: every run of seed ``s`` trains with ``train.seed = s`` and the data order that follows it, so
   cells differ only where their axis values differ (an axis on the data or the packing says so in the summary).
+* Arms: an axis named ``arm`` takes named sets of overrides (``arms``) as its values, for comparisons a Cartesian
+  grid cannot write (an MLM run with another seed on the same data order, the detour with a block of layers frozen):
+  each arm is one value, every arm meets every value of the other axis and every seed.
 * Same compute: the tokens a cell trains (sum of its phases' steps x tokens per step, both runs of a pair) may
   differ between cells only along an axis that *is* the budget, one whose value alone fixes the tokens. A grid in
   which a key changes the tokens of only some cells is refused unless ``allow_unmatched_budget``.
@@ -20,6 +23,9 @@ from backend.engine.config import apply_override, load_config, parse_override
 
 # Keys along which the data order or packing itself changes: the summary says so instead of promising one order.
 DATA_KEYS = ("data.", "train.data_seed", "train.seq_len", "train.batch_size", "train.grad_accum")
+
+
+ARM_KEY = "arm"  # the axis of named override sets (planned by a study, never typed on --grid)
 
 
 @dataclass
@@ -54,7 +60,7 @@ def parse_axis(item: str) -> Axis:
     values = [parse_override(f"{key}={v.strip()}")[1] for v in raw.split(",")]
     if len({repr(v) for v in values}) != len(values):
         raise ConfigError("--grid", item, "a value appears twice")
-    if key.strip() in ("train.seed", "name"):
+    if key.strip() in ("train.seed", "name", ARM_KEY):
         raise ConfigError("--grid", item, "seeds come from --seeds and names from the sweep; not a grid axis")
     return Axis(key.strip(), values)
 
@@ -86,16 +92,32 @@ def seed_list(base_seed: int, n: int) -> list[int]:
     return [int(base_seed) + i for i in range(n)]
 
 
-def run_config(base: dict, cell: Cell, seed: int, sweep_name: str) -> dict:
-    """The validated config of one (cell, seed): the base, the cell's axis values, the seed and a unique name.
-    A string value may hold ``{seed}``: each seed gets its own value (a continued-pretraining cell starts from the
-    run of the same seed)."""
+def per_seed(value, seed: int):
+    """A string value holding ``{seed}`` or ``{seed+N}`` gets the seed's own value (the run a continued-pretraining
+    cell starts from; a control arm's data order and seed); a value that is then a whole number becomes one."""
+    if not isinstance(value, str) or "{seed" not in value:
+        return value
+    out = re.sub(r"\{seed(?:\+(\d+))?\}", lambda mt: str(seed + int(mt.group(1) or 0)), value)
+    return int(out) if re.fullmatch(r"\d+", out) else out
+
+
+def run_config(base: dict, cell: Cell, seed: int, sweep_name: str, arms: dict | None = None) -> dict:
+    """The validated config of one (cell, seed): the base, the cell's axis values (an ``arm`` value: its named
+    overrides from ``arms``), the seed and a unique name. Values may hold ``{seed}`` (``per_seed``); an arm that
+    sets ``train.seed`` keeps its own (the seed-noise control: another seed on seed s's data order)."""
     raw = copy.deepcopy(base)
+    seed_set = False
     for key, value in cell.values.items():
-        if isinstance(value, str) and "{seed}" in value:  # a per-seed value: e.g. the model a run continues from
-            value = value.replace("{seed}", str(seed))
-        apply_override(raw, key, value, scope="config")
-    raw["train"]["seed"] = int(seed)
+        if key == ARM_KEY:
+            if value not in (arms or {}):
+                raise ConfigError("arm", value, f"one of the planned arms: {', '.join(arms or {}) or 'none'}")
+            for k, v in arms[value].items():
+                apply_override(raw, k, per_seed(v, seed), scope="config")
+                seed_set = seed_set or k == "train.seed"
+            continue
+        apply_override(raw, key, per_seed(value, seed), scope="config")
+    if not seed_set:
+        raw["train"]["seed"] = int(seed)
     raw["name"] = f"{sweep_name}-{cell.slug}-s{seed}"[:100]
     raw.pop("_meta", None)
     cfg = load_config(raw)
@@ -190,7 +212,7 @@ def matched_sentence(info: dict, n_seeds: int) -> str:
         )
     else:
         parts.append(
-            f"Data order: every cell of seed s (s = one of {n_seeds}) reads the same documents in the same order."
+            f"Data order: for each of the {n_seeds} seed(s), every cell reads the same documents in the same order."
         )
     if info["matched_budget"]:
         if info["budget_axes"]:

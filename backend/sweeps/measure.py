@@ -7,7 +7,8 @@
 * ``suite``: with ``--eval-suite``, per task of the suite each fine-tuning seed's test score (``suite_scores``) and
   the seeds that gave one constant answer (``suite_constant``: a task where every run does measures nothing);
 * ``cka_divergence``: mean over layers of 1 - CKA against the reference cell's run of the same seed
-  (``backend.analysis``), when the sweep names held-out texts.
+  (``backend.analysis``), when the sweep names held-out texts; ``cka_by_measure`` holds every measure asked
+  (``cka_measures``: debiased, linear...) with its per-layer divergence.
 
 With ``drop_weights`` in the evaluation, a run's weights (``final/``, ``checkpoints/``) are deleted once every
 measurement of every run is cached: the folder then holds only small files (metrics, results, reports) and can be
@@ -99,20 +100,31 @@ def _suite(run_dir: Path, ev: dict, out_dir: Path, log: Callable[[str], None]) -
             "suite_constant": constant}  # fmt: skip
 
 
-def _cka(run_dir: Path, ref_dir: Path, ev: dict) -> dict:
+def _cka(run_dir: Path, ref_dir: Path, ev: dict, rec: dict) -> dict:
+    """1 - CKA per layer against the reference run, for every measure the sweep asks (``cka_measures``) that ``rec``
+    lacks; ``cka_divergence`` (and its layers) stays the first measure's, as the tables read it."""
     from backend.analysis.api import cka_between
 
-    # A sweep planned before measures existed measured linear CKA: its later cells keep it (one measure per sweep)
-    measure = ev.get("cka_measure") or "linear"
-    r = cka_between(
-        str(run_dir), str(ref_dir), ev["cka_texts"], n_texts=ev["cka_n_texts"], max_len=ev["cka_max_len"],
-        measure=measure, baseline=False,
-    )  # fmt: skip
-    div = r.get("divergence")
+    # A sweep planned before measures existed measured linear CKA: its later cells keep it
+    measures = ev.get("cka_measures") or [ev.get("cka_measure") or "linear"]
+    by = dict(rec.get("cka_by_measure") or {})
+    if rec.get("cka_divergence") is not None and rec.get("cka_measure") and rec["cka_measure"] not in by:
+        by[rec["cka_measure"]] = {"mean": rec["cka_divergence"], "layers": rec.get("cka_divergence_layers")}
+    for measure in measures:
+        if measure in by:
+            continue
+        r = cka_between(
+            str(run_dir), str(ref_dir), ev["cka_texts"], n_texts=ev["cka_n_texts"], max_len=ev["cka_max_len"],
+            measure=measure, baseline=False,
+        )  # fmt: skip
+        div = r.get("divergence")
+        by[measure] = {"mean": statistics.fmean(div) if div else None, "layers": div}
+    first = by[measures[0]]
     return {
-        "cka_divergence": statistics.fmean(div) if div else None,
-        "cka_divergence_layers": div,
-        "cka_measure": measure,
+        "cka_divergence": first["mean"],
+        "cka_divergence_layers": first["layers"],
+        "cka_measure": measures[0],
+        "cka_by_measure": by,
     }
 
 
@@ -139,9 +151,13 @@ def measure_run(out: Path, m: dict, run: str, ref_run: str | None, log: Callable
     if ev.get("suite") and rec.get("suite_scores") is None:
         log(f"{run}: evaluating the suite {ev['suite']}")
         rec.update(_suite(d, ev, suite_folder(out, run), log))
-    if ev["cka_texts"] and ref_run and ref_run != run and rec.get("cka_divergence") is None:
-        log(f"{run}: CKA against {ref_run}")
-        rec.update(_cka(d, out / "runs" / ref_run, ev))
+    measures = ev.get("cka_measures") or [ev.get("cka_measure") or "linear"]
+    have = set(rec.get("cka_by_measure") or ())
+    if rec.get("cka_divergence") is not None:
+        have.add(rec.get("cka_measure"))
+    if ev["cka_texts"] and ref_run and ref_run != run and not set(measures) <= have:
+        log(f"{run}: CKA ({', '.join(measures)}) against {ref_run}")
+        rec.update(_cka(d, out / "runs" / ref_run, ev, rec))
     atomic.write_json(cache, rec)
     return rec
 

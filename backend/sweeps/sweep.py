@@ -28,6 +28,8 @@ from backend.core.paths import is_plain_name, sweeps_dir
 from backend.engine import rundir
 from backend.engine.config import load_config
 from backend.sweeps.grid import (
+    ARM_KEY,
+    Axis,
     check_matched,
     check_packing_axes,
     compute_tokens,
@@ -65,13 +67,14 @@ def plan_sweep(
     max_concurrent: int | None = None,
     pin_gpus: bool | None = None,
     slurm: dict | None = None,
+    arms: dict[str, dict] | None = None,
 ) -> dict:
     """The manifest of a sweep, checked (every run config validates, the budgets are matched); nothing on disk.
 
     ``reference``: the value of the first axis every other value is compared with, within each value of the second
     axis (default: the first axis' first value). ``evaluation``: ``{"task": "ner"|"classification"|None, "data",
     "seeds", "hparams", "cka_texts", "cka_n_texts", "cka_max_len", "cka_measure"}``; the held-out MLM loss is always
-    read.
+    read. ``arms``: name -> overrides, the values of an ``arm`` axis (``grid.ARM_KEY``), kept in the manifest.
     ``pin_gpus`` None: pin one cell per GPU where this machine has GPUs; ``max_concurrent`` None: one cell per GPU
     when pinning, else 1 (on CPU the user sets the slots)."""
     from backend.runs.gpus import visible_gpus
@@ -89,7 +92,7 @@ def plan_sweep(
     if max_concurrent < 1:
         raise ConfigError("--max-concurrent", max_concurrent, "at least 1")
     base = load_config(config, list(sets))
-    axes = [parse_axis(g) for g in grid]
+    axes = [_arm_axis(g, arms) if g.startswith(f"{ARM_KEY}=") else parse_axis(g) for g in grid]
     if len({a.key for a in axes}) != len(axes):
         raise ConfigError("--grid", list(grid), "the same key twice")
     name = name or "-".join([base["name"], *(a.short for a in axes)])[:60]
@@ -100,7 +103,7 @@ def plan_sweep(
     tokens, cfgs = {}, []
     for c in cells:
         for s in seeds_:
-            cfg = run_config(base, c, s, name)  # validates every run now, before anything is queued
+            cfg = run_config(base, c, s, name, arms)  # validates every run now, before anything is queued
             cfg["name"] = f"{c.slug}-s{s}"
             c.runs[s] = cfg["name"]
         tokens[c.index] = compute_tokens(cfg)
@@ -116,6 +119,7 @@ def plan_sweep(
         "sets": list(sets),
         "grid": list(grid),
         "axes": [{"key": a.key, "values": a.values} for a in axes],
+        **({"arms": arms} if arms else {}),
         "seeds": seeds_,
         "reference": ref,
         "evaluation": _evaluation(evaluation),
@@ -139,13 +143,24 @@ def plan_sweep(
     }
 
 
+def _arm_axis(item: str, arms: dict[str, dict] | None) -> Axis:
+    """``arm=a,b,c``: the named override sets a study planned (``arms``), in that order."""
+    if not arms:
+        raise ConfigError("--grid", item, "'arm' is an axis a study plans (replicate), not one typed on --grid")
+    names = [v.strip() for v in item.split("=", 1)[1].split(",")]
+    unknown = [n for n in names if n not in (arms or {})]
+    if unknown or len(set(names)) != len(names):
+        raise ConfigError("--grid", item, f"each arm once, among the planned ones: {', '.join(arms or {}) or 'none'}")
+    return Axis(ARM_KEY, names)
+
+
 def _reference(axes, reference: str | None):
     first = axes[0]
     if reference is None:
         return first.values[0]
     from backend.engine.config import parse_override
 
-    value = parse_override(f"{first.key}={reference}")[1]
+    value = reference if first.key == ARM_KEY else parse_override(f"{first.key}={reference}")[1]
     if repr(value) not in {repr(v) for v in first.values}:
         raise ConfigError("--reference", reference, f"a value of the first axis {first.key}: {first.values}")
     return value
@@ -174,6 +189,11 @@ def _evaluation(ev: dict | None) -> dict:
         unknown = sorted(k for k in hparams if k not in DEFAULT_KEYS)
         if unknown:
             raise ConfigError("--eval-set", unknown, f"settings a suite takes: {', '.join(DEFAULT_KEYS)}")
+    asked = ev.get("cka_measures") or ev.get("cka_measure")
+    measures = [_cka_measure(x) for x in (asked if isinstance(asked, list | tuple) else [asked])]
+    measures = measures or [_cka_measure(None)]
+    if len(set(measures)) != len(measures):
+        raise ConfigError("--cka-measure", asked, "each measure once")
     if task:  # a misspelt or bad setting is refused now, not after every cell has trained
         from backend.evaluation.finetune import resolve_hparams
 
@@ -190,7 +210,8 @@ def _evaluation(ev: dict | None) -> dict:
         "cka_texts": str(ev["cka_texts"]) if ev.get("cka_texts") else None,
         "cka_n_texts": int(ev.get("cka_n_texts") or 100),
         "cka_max_len": int(ev.get("cka_max_len") or 128),
-        "cka_measure": _cka_measure(ev.get("cka_measure")),
+        "cka_measure": measures[0],
+        "cka_measures": measures,
         "drop_weights": bool(ev.get("drop_weights")),
     }
 
@@ -213,9 +234,9 @@ def default_out(name: str) -> Path:
 
 
 def _same_sweep(a: dict, b: dict) -> bool:
-    keys = ("base", "axes", "seeds", "executor")
-    return json.dumps([a[k] for k in keys], sort_keys=True, default=str) == json.dumps(
-        [b[k] for k in keys], sort_keys=True, default=str
+    keys = ("base", "axes", "seeds", "executor", "arms")
+    return json.dumps([a.get(k) for k in keys], sort_keys=True, default=str) == json.dumps(
+        [b.get(k) for k in keys], sort_keys=True, default=str
     )
 
 
@@ -321,7 +342,7 @@ def _queue_missing(out: Path, m: dict) -> list[Path]:
             d = root / r
             state = states[r]
             if state == "missing":
-                cfg = run_config(base, cell, int(seed), m["name"])
+                cfg = run_config(base, cell, int(seed), m["name"], m.get("arms"))
                 cfg["name"] = r
                 jobs.submit(cfg, root=root, start_worker=False)
                 to_start.append(d)

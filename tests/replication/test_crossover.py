@@ -51,10 +51,24 @@ def test_settling_on_one_side_after_straddling_is_not_a_flip():
 # ---- the report from a sweep's small files, through the suite aggregate -----------------------------------------
 
 
+CONTROL_DIV = [0.0, 0.010, 0.012, 0.020, 0.022, 0.030, 0.032]  # embeddings, then the six blocks (low: 1-2)
+
+
+def _divergence(arm: str, seed: int) -> list[float] | None:
+    """Constructed 1 - CKA per layer against MLM: the detour's lower third 6x the control's (seed jitter +-10%), the
+    low-frozen arm's 1.2x, the mid-frozen arm's 5x; the upper blocks 1.5x for every arm."""
+    low = {"clm_detour": 6.0, "freeze-low": 1.2, "freeze-mid": 5.0, "mlm-control": 1.0}.get(arm)
+    if low is None:
+        return None
+    j = [1.0, 1.1, 0.9][seed]
+    return [0.0] + [d * j * (low if i <= 2 else (1.0 if arm == "mlm-control" else 1.5))
+                    for i, d in enumerate(CONTROL_DIV) if i > 0]  # fmt: skip
+
+
 def _constructed_sweep(out: Path, effect: dict[int, float]) -> dict:
-    """A real manifest (MLM vs detour x budgets x 3 pretraining seeds on the bio-ner suite) with constructed
-    results: the detour's score is MLM's plus ``effect[budget]`` points plus a seed jitter (+-0.3; +-1.5 where the
-    effect is 0, so that interval holds 0)."""
+    """A real manifest (every arm x budgets x 3 pretraining seeds on the bio-ner suite) with constructed results: the
+    detour's and the mid-frozen arm's scores are MLM's plus ``effect[budget]`` points, the low-frozen arm's and the
+    control's MLM's, each plus a seed jitter (+-0.3; +-1.5 where the effect is 0, so that interval holds 0)."""
     from backend.sweeps import report as sweep_report
     from backend.sweeps.manifest import write_manifest
     from tests.conftest import require_shared
@@ -62,25 +76,29 @@ def _constructed_sweep(out: Path, effect: dict[int, float]) -> dict:
     for name in ("craft_pmc_oa_text", "ncbi_disease", "anatem", "bc2gm"):
         require_shared(name)
     s = budget_study.resolve_budget_study("quick", budgets=list(effect))
-    m = budget_study.manifest(s)
+    m = budget_study.manifest({**s, "cka": None})  # the corpus as it is: no held-out split written for a report
     write_manifest(out, m)
     for c in m["cells"]:
-        detour = c["values"]["recipe"] == "clm_detour"
+        arm = c["values"]["arm"]
         budget = c["values"]["phases.main.tokens"]
+        gain = effect[budget] if arm in ("clm_detour", "freeze-mid") else 0.0
         for seed, run in c["runs"].items():
-            jitter = [0.3, -0.3, 0.0][int(seed)] * (5 if effect[budget] == 0 else 1)
+            jitter = [0.3, -0.3, 0.0][int(seed)] * (5 if gain == 0 else 1)
             scores = {}
             for i, task in enumerate(("ncbi_disease", "anatem", "bc2gm")):
                 base = 30 + 5 * i + int(seed)
-                scores[task] = {"0": (base + (effect[budget] + jitter if detour else 0.0)) / 100}
+                scores[task] = {"0": (base + (0.0 if arm == "mlm" else gain + jitter)) / 100}
+            causal = arm not in ("mlm", "mlm-control")
             rec = {"suite_scores": scores, "suite_metrics": dict.fromkeys(scores, "f1"),
-                   "heldout_mlm_loss": 5.0 + (0.8 if detour else 0.0), "heldout_clm_loss": 7.0 - (2 if detour else 0)}
-            if detour:
-                rec["cka_divergence"] = 0.01 * (1 + int(seed))
+                   "heldout_mlm_loss": 5.0 + (0.8 if causal else 0.0), "heldout_clm_loss": 7.0 - (2 if causal else 0)}
+            div = _divergence(arm, int(seed))
+            if div:
+                rec.update(cka_divergence=sum(div) / len(div), cka_measure="debiased",
+                           cka_by_measure={"debiased": {"mean": sum(div) / len(div), "layers": div}})  # fmt: skip
             (out / "results").mkdir(parents=True, exist_ok=True)
             (out / "results" / f"{run}.json").write_text(json.dumps(rec))
     sweep_report.write_report(out, png=False)
-    return s
+    return {**s, "cka": {**s["cka"], "measures": ["debiased"]}}
 
 
 def test_the_report_names_the_flip_from_constructed_results(tmp_path):
@@ -94,11 +112,29 @@ def test_the_report_names_the_flip_from_constructed_results(tmp_path):
     assert [p["tokens"] for p in pts] == [2_560, 8_192, 25_600]
     assert pts[0]["mean_delta"]["value"] == pytest.approx(-3.0, abs=0.3) and pts[0]["verdict"] == "worse"
     assert pts[-1]["verdict"] == "better" and pts[-1]["poi"]["value"] == pytest.approx(1.0)
-    assert set(rep["losses"]["heldout_clm_loss"]) == {"MLM", "CLM detour"}
+    assert {"MLM", "CLM detour"} <= set(rep["losses"]["heldout_clm_loss"])
     md = (tmp_path / "report.md").read_text()
     assert "The sign changes between 2.56k and 25.6k tokens" in md and "+1.2 to +2.8" in md
-    assert "CKA divergence of CLM detour from MLM" in md and rep["cka"]["CLM detour"][0]["mean"] == pytest.approx(0.02)
+    assert "CKA divergence of CLM detour from MLM" in md
+    assert rep["cka"]["CLM detour"][0]["mean"] == pytest.approx(sum(_divergence("clm_detour", 0)) / 7, rel=0.15)
     assert (tmp_path / "figures" / "crossover.html").exists()
+
+
+def test_the_three_findings_per_budget_from_constructed_results(tmp_path):
+    """Finding 2 from the control arm's divergence (6x in the lower third, replicated at every budget; the
+    low-frozen arm near 1x), finding 3 only where the detour has a gain, the control's own verdict inconclusive."""
+    s = _constructed_sweep(tmp_path / "sweep", {2_560: -3.0, 8_192: 0.0, 25_600: 3.0})
+    (tmp_path / "settings.json").write_text(json.dumps(s))
+    rows = {r["tokens"]: r for r in budget_study.write_report(tmp_path)["findings"]["budgets"]}
+    for r in rows.values():
+        low = r["low_layers"]["debiased"]
+        assert low["ratio"] == pytest.approx(6.0, rel=0.01) and low["n"] == 3 and low["verdict"] == "replicated"
+        assert low["ci95"][0] > 1 and r["freeze_low_ratio"]["debiased"]["ratio"] == pytest.approx(1.2, rel=0.01)
+        assert r["control"]["verdict"] == "inconclusive"
+    assert rows[25_600]["downstream"]["verdict"] == "better" and rows[25_600]["freeze"]["verdict"] == "replicated"
+    assert rows[2_560]["freeze"]["verdict"] == "inconclusive"  # no gain to remove where the detour is worse
+    md = (tmp_path / "report.md").read_text()
+    assert "## The paper's three findings, per budget" in md and "6.0x [" in md and "5-44x" in md
 
 
 def test_the_report_says_no_flip_when_the_detour_never_catches_up(tmp_path):
@@ -118,8 +154,8 @@ def test_every_preset_plans_runs_tokens_and_fine_tunes_and_says_when_no_rate_is_
     for name in budget_study.BUDGET_PRESETS:
         s = budget_study.resolve_budget_study(name)
         p = budget_study.plan(s, "cpu")
-        assert p["runs"] == 2 * len(s["budgets"]) * s["seeds"]
-        assert p["tokens"] == int(sum(2 * s["seeds"] * b * 1.1 for b in s["budgets"]))
+        assert p["runs"] == len(s["arms"]) * len(s["budgets"]) * s["seeds"] and len(s["arms"]) == 5
+        assert p["tokens"] == int(sum(5 * s["seeds"] * b * 1.1 for b in s["budgets"]))
         assert p["finetunes"] == p["runs"] * 3 * (s["finetune"].get("seeds") or 3)
         assert p["total_s"] is None and "not measured yet" in budget_study.plan_text(p)
 
@@ -160,32 +196,54 @@ def test_the_command_line_refuses_a_bad_budget_in_one_line(capsys):
     assert len(err) == 1 and "--budgets" in err[0] and "Traceback" not in err[0]
 
 
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        ([], "quick: 45 runs"),  # the default: every arm x 3 budgets x 3 pretraining seeds
+        (["--no-interventions"], "quick: 18 runs"),  # the MLM / detour pair alone
+        (["--single-task"], "evaluate every encoder on NER"),  # the older five-run pipeline's steps
+    ],
+)
+def test_replicate_alone_plans_the_suite_study_and_single_task_the_older_one(capsys, extra, says):
+    from backend.__main__ import main
+    from tests.conftest import require_shared
+
+    for name in ("craft_pmc_oa_text", "ncbi_disease", "anatem", "bc2gm"):
+        require_shared(name)
+    assert main(["replicate", "--plan", *extra]) in (0, None)
+    assert says in capsys.readouterr().out
+
+
 # ---- one tiny real run ------------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
-def test_a_tiny_budget_study_runs_end_to_end_and_keeps_only_small_files(tmp_path):
+def test_the_default_study_runs_every_arm_end_to_end_and_keeps_only_small_files(tmp_path):
+    """One budget, one pretraining seed, every arm (MLM, detour, control, both freezes) trained, fine-tuned on the
+    suite and measured with both CKA measures; the report then comes back from the small files alone."""
     from backend.__main__ import main
     from tests.conftest import require_shared
 
     for name in ("craft_pmc_oa_text", "ncbi_disease", "anatem", "bc2gm"):
         require_shared(name)
     out = tmp_path / "study"
-    args = ["replicate", "--budgets", "2560", "5120", "--pretrain-seeds", "1", "--seeds", "1", "--drop-weights",
-            "--set", "finetune.max_train_examples=8", "--set", "finetune.max_eval_examples=8", "--out", str(out)]
+    args = ["replicate", "--budgets", "2560", "--pretrain-seeds", "1", "--seeds", "1", "--drop-weights",
+            "--set", "finetune.max_train_examples=8", "--set", "finetune.max_eval_examples=8", "--set",
+            "cka.n_texts=16", "--out", str(out)]  # fmt: skip
     assert main(args) in (0, None)
     rep = json.loads((out / "report.json").read_text())
-    assert [p["tokens"] for p in rep["panels"]["CLM detour"]] == [2560, 5120]
-    assert set(rep["losses"]["heldout_mlm_loss"]) == {"MLM", "CLM detour"}
-    assert "not within the budgets tried" in rep["statements"]["CLM detour"]["mean_delta"]["text"] or \
-        rep["statements"]["CLM detour"]["mean_delta"]["change"]
+    assert set(rep["panels"]) == {"CLM detour", "MLM, another seed (control)", "CLM detour, low third frozen",
+                                  "CLM detour, mid third frozen"}  # fmt: skip
+    row = rep["findings"]["budgets"][0]
+    assert row["tokens"] == 2560 and set(row["low_layers"]) == {"debiased", "linear"}
+    assert all(r["ratio"] > 0 and r["n"] == 1 and r["ci95"] is None for r in row["low_layers"].values())
     runs = list((out / "sweep" / "runs").glob("c*-s0"))
-    assert len(runs) == 4 and not any((r / "final").exists() or (r / "checkpoints").exists() for r in runs)
+    assert len(runs) == 5 and not any((r / "final").exists() or (r / "checkpoints").exists() for r in runs)
     assert (out / "figures" / "crossover.html").exists() and (out / "timing.json").exists()
-    # the report comes back from the small files alone
     (out / "report.md").unlink()
     assert main(["replicate", "--report-only", "--out", str(out)]) in (0, None)
-    assert "## Where the sign changes" in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "## The paper's three findings, per budget" in md and "(1 seed)" in md and "## Each arm against MLM" in md
 
 
 def test_the_gpu_preset_plans_bf16_runs_that_drop_their_weights(tmp_path):
@@ -198,9 +256,9 @@ def test_the_gpu_preset_plans_bf16_runs_that_drop_their_weights(tmp_path):
     m = budget_study.manifest(s)  # every run config validated, as on the GPU box
     assert m["base"]["train"]["precision"] == "bf16" and m["evaluation"]["drop_weights"]
     assert sorted({c["values"]["phases.main.tokens"] for c in m["cells"]}) == [10**6, 10**7, 10**8]
-    assert len(m["cells"]) == 6 and len(m["seeds"]) == 3 and m["reference"] == "mlm"
+    assert len(m["cells"]) == 15 and len(m["seeds"]) == 3 and m["reference"] == "mlm"
     ev = m["evaluation"]
-    assert ev["cka_measure"] == "debiased" and Path(ev["cka_texts"]).read_text().strip()
+    assert ev["cka_measures"] == ["debiased", "linear"] and Path(ev["cka_texts"]).read_text().strip()
     assert m["base"]["data"]["corpus"] == str(tmp_path / "data" / "train.txt")
 
 

@@ -3,6 +3,8 @@ compute within a budget) and how the findings read the sweeps' paired deltas."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from backend.engine.schema import BY_KEY
@@ -97,3 +99,13 @@ def test_the_report_says_what_the_paper_found_and_what_this_run_found():
     md = hybrid.render_hybrid(rep)
     assert md.count("Paper:") == 2 and "INCONCLUSIVE" in md and "REPLICATED" in md
     assert "+0.40 | [-1.0, +1.8]" in md and "~9 seeds would detect it" in md
+
+
+def test_the_study_fine_tunes_on_the_suite_unless_single_task():
+    from backend.replication.budget_study import SUITE
+    from backend.replication.plan import ReplicationError
+
+    assert Path(_settings()["suite"]) == Path(SUITE).resolve()  # the suite's aggregate, both seed levels
+    assert hybrid.resolve_hybrid("quick", single_task=True)["suite"] is None  # one NER set, as before
+    with pytest.raises(ReplicationError, match="--single-task"):
+        hybrid.resolve_hybrid("quick", single_task=True, suite=SUITE)

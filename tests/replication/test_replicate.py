@@ -42,7 +42,7 @@ OUTPUTS = ["report.json", "report.html", "report.md", "analysis/cka.json", "anal
 
 
 def _argv(model: Path, out: Path) -> list[str]:
-    argv = ["replicate", "--preset", "quick", "--model", str(model), "--corpus", str(DEMO_CORPUS)]
+    argv = ["replicate", "--single-task", "--preset", "quick", "--model", str(model), "--corpus", str(DEMO_CORPUS)]
     argv += ["--ner-data", str(DEMO_NER_DIR), "--seeds", "2", "--out", str(out)]
     for s in TINY_SETS:
         argv += ["--set", s]
@@ -371,11 +371,14 @@ def test_reports_tab_lists_and_shows_a_report(replication, monkeypatch):
     assert "no such folder" in reports_tab.load_view("nope")["summary"]
 
 
-def test_reports_tab_launches_the_quick_preset_detached(tmp_path, monkeypatch):
+def test_reports_tab_launches_the_quick_study_detached(tmp_path, monkeypatch):
     from app import reports_tab
+    from backend.core.process import FileLock
+    from backend.replication import budget_study
 
     monkeypatch.setenv(paths.REPORTS_ENV, str(tmp_path / "reports"))
-    monkeypatch.setattr(plan, "resolve_settings", lambda *a, **k: {})  # nothing is checked or trained here
+    monkeypatch.setattr(budget_study, "resolve_budget_study", lambda *a, **k: {})  # nothing checked or trained here
+    monkeypatch.setattr(reports_tab, "time_note", lambda: "")
     calls = []
 
     class FakePopen:
@@ -391,17 +394,19 @@ def test_reports_tab_launches_the_quick_preset_detached(tmp_path, monkeypatch):
             return None
 
     monkeypatch.setattr(process.subprocess, "Popen", FakePopen)
-    msg, name = reports_tab.launch_quick("quick")
-    assert name == "quick" and "4242" in msg
+    msg, name = reports_tab.launch_quick()
+    out = tmp_path / "reports" / "detour-quick"
+    assert name == "detour-quick" and "4242" in msg
     argv, kw = calls[0]
-    assert argv[1:] == ["-m", "backend", "replicate", "--preset", "quick", "--out", str(tmp_path / "reports" / "quick")]
+    assert argv[1:] == ["-m", "backend", "replicate", "--preset", "quick", "--out", str(out)]
     assert kw["start_new_session"] is True and kw["stdin"] is process.subprocess.DEVNULL
-    assert Path(kw["stdout"].name) == tmp_path / "reports" / "quick" / "replicate.log"  # a file, never a pipe
-    # while it runs, a second launch is refused
-    running = {"state": "running", "pid": os.getpid(), "pid_identity": process.identity()}
-    (tmp_path / "reports" / "quick" / "status.json").write_text(json.dumps(running))
-    with pytest.raises(DetourError, match="already running"):
-        reports_tab.launch_quick("quick")
+    assert Path(kw["stdout"].name) == out / "replicate.log"  # a file, never a pipe
+    # while a study holds its folder's lock, a second launch is refused and the status says it runs
+    with FileLock(out / budget_study.LOCK, "study"):
+        with pytest.raises(DetourError, match="already running"):
+            reports_tab.launch_quick()
+        assert f"running (pid {os.getpid()})" in reports_tab.status_text("detour-quick")[0]
+    assert budget_study.running_pid(out) is None
 
 
 def test_reports_tab_builds_inside_blocks(tmp_path, monkeypatch):

@@ -10,7 +10,6 @@ import pytest
 
 from app import reports_tab
 from backend.core import paths
-from backend.replication.plan import PRESETS, estimate
 
 
 @pytest.fixture(autouse=True)
@@ -20,13 +19,14 @@ def reports_root(tmp_path, monkeypatch):
     return root
 
 
-def finished_quick(root, name: str, step_seconds: list[float]):
+def finished_quick(root, name: str, wall_s: float, loads=(None, None), cpus=None):
+    """A finished quick detour study's small files: settings, timing (wall time, load at start and end), report."""
     d = root / name
-    (d / "steps").mkdir(parents=True)
-    (d / "status.json").write_text(json.dumps({"state": "done", "preset": "quick", "pid": None}))
-    for i, s in enumerate(step_seconds):
-        (d / "steps" / f"step{i}.json").write_text(json.dumps({"step": f"step{i}", "elapsed_s": s}))
-    (d / "steps" / "ner.failed.json").write_text(json.dumps({"step": "ner", "elapsed_s": 999}))  # retried: not counted
+    d.mkdir(parents=True)
+    (d / "settings.json").write_text(json.dumps({"study": "detour-budgets", "preset": "quick"}))
+    timing = {"wall_s": wall_s, "load_start": {"load_1m": loads[0]}, "load_end": {"load_1m": loads[1]}, "cpus": cpus}
+    (d / "timing.json").write_text(json.dumps(timing))
+    (d / "report.md").write_text("# a report\n")
     return d
 
 
@@ -40,10 +40,10 @@ def build():
 def test_no_report_is_one_message_and_the_button(reports_root):
     _, parts = build()
     assert parts["empty"].visible and "No report yet" in parts["empty"].value
-    assert "python -m backend replicate --preset quick" in parts["empty"].value
+    assert "`python -m backend replicate`" in parts["empty"].value
     assert not parts["view"].visible and not parts["pick"].visible  # no empty boxes, no empty list
-    minutes = round(estimate(PRESETS["quick"])["total_s"] / 60)
-    assert parts["launch"].value == f"Run the quick preset (~{minutes} min)"
+    assert reports_tab.quick_measurement()["rate"] is None  # a fresh cache: no training rate measured here
+    assert parts["launch"].value == "Run the detour study (quick, time not measured here yet)"
     assert parts["launch"].value in parts["empty"].value
 
     (reports_root / "later").mkdir(parents=True)  # a report started after the page was built
@@ -56,27 +56,22 @@ def test_no_report_is_one_message_and_the_button(reports_root):
     assert all(p["visible"] is False for p in plots)  # a report without figures shows no figure boxes
 
 
-def test_the_button_says_what_the_last_quick_run_took(reports_root):
-    finished_quick(reports_root, "quick", [110.0, 240.0, 19.0])  # 369 s = 6 min 9 s
+def test_the_button_says_what_the_last_quick_study_took(reports_root):
+    finished_quick(reports_root, "detour-quick", 369.0)  # 6 min 9 s
     assert reports_tab.quick_duration() == (369.0, "measured")
     _, parts = build()
-    assert parts["launch"].value == "Run the quick preset (~6 min)"
-    assert "took 6 min 09 s" in reports_tab.time_note()
+    assert parts["launch"].value == "Run the detour study (quick, ~6 min)"
+    assert "took 6 min 09 s" in reports_tab.time_note() and "load was not recorded" in reports_tab.time_note()
 
 
-def test_the_button_shows_a_run_that_finished_after_build_with_its_machine_load(reports_root):
-    """Issue 24 #7: the button said "~9 min" after a 22.7-minute run (its time was read once, when the page was
-    built); its time is the last measured one, with the machine load it was measured under."""
+def test_the_button_shows_a_study_that_finished_after_build_with_its_machine_load(reports_root):
+    """Issue 24 #7: the button's time is read again on Refresh: the last measured one, with its machine load."""
     _, parts = build()
     estimated = parts["launch"].value
-    d = finished_quick(reports_root, "quick", [1000.0, 362.0])  # 22 min 42 s
-    for i, load in enumerate((3.0, 5.0)):
-        marker = json.loads((d / "steps" / f"step{i}.json").read_text())
-        marker["machine"] = {"load_1m": load, "load_15m": load, "cpus": 2}
-        (d / "steps" / f"step{i}.json").write_text(json.dumps(marker))
+    finished_quick(reports_root, "detour-quick", 1362.0, loads=(3.0, 5.0), cpus=2)  # 22 min 42 s
     label, note, empty, _ = parts["times"]()
-    assert label["value"] == "Run the quick preset (~23 min)" != estimated
-    assert "took 22 min 42 s under a machine load of 3.5 on 2 CPUs" in note  # (1000 * 3 + 362 * 5) / 1362
+    assert label["value"] == "Run the detour study (quick, ~23 min)" != estimated
+    assert "took 22 min 42 s under a machine load of 4.0 on 2 CPUs" in note
     assert label["value"] in empty["value"]
 
 
@@ -87,27 +82,29 @@ def test_a_step_marker_records_the_machine_load():
     assert m["cpus"] and m["cpus"] >= 1 and m["load_1m"] is not None and m["load_1m"] >= 0
 
 
-def test_the_quick_presets_time_uses_this_machines_rate(tmp_path, monkeypatch):
-    """Before a quick replication finished here, the button's time comes from this machine's measured training rate
-    (as the Launch form's estimate), not only the plan's fitted constant."""
+def test_the_quick_studys_time_uses_this_machines_rate(tmp_path, monkeypatch):
+    """Before a quick study finished here, the button's time is its runs' tokens at this machine's measured
+    training rate for the base (as the Launch form's estimate) plus the fine-tunes at the plan's rates."""
     import torch
 
-    from backend.core.paths import DEFAULT_MODEL
-    from backend.engine.config import default_config
     from backend.engine.models import model_config_of
     from backend.engine.precision import resolve_precision
     from backend.engine.throughput import record_rate
+    from backend.replication import budget_study as bs
     from backend.runs.doctor import parameter_count
+    from tests.conftest import require_shared
 
+    for name in ("craft_pmc_oa_text", "ncbi_disease", "anatem", "bc2gm"):
+        require_shared(name)
     monkeypatch.setenv("DETOUR_CACHE_DIR", str(tmp_path / "cache"))
-    assert reports_tab.quick_measurement()["how"] == "estimated"  # nothing measured here yet
-    n = parameter_count(model_config_of({**default_config()["model"], "name": DEFAULT_MODEL}))
-    precision = resolve_precision(PRESETS["quick"]["train"]["precision"], "cpu")[0]
+    s = bs.resolve_budget_study("quick")
+    assert reports_tab.quick_measurement()["seconds"] is None  # nothing measured here yet
+    n = parameter_count(model_config_of({"name": s["model"]}))
     assert not torch.cuda.is_available()
-    record_rate(n, precision, "cpu", "clm", 460.0)
+    record_rate(n, resolve_precision(s["train"]["precision"], "cpu")[0], "cpu", "clm", 460.0)
     m = reports_tab.quick_measurement()
-    assert m["how"] == "estimated from this machine's rate" and m["rate"] == 460.0
-    assert m["seconds"] == estimate(PRESETS["quick"], 460.0)["total_s"] > estimate(PRESETS["quick"])["total_s"]
+    assert m["how"] == "estimated" and m["rate"] == 460.0
+    assert m["seconds"] == pytest.approx(bs.plan(s)["total_s"]) and m["seconds"] > bs.plan(s)["finetune_s"]
     assert "460 tokens/s" in reports_tab.time_note()
 
 
@@ -148,4 +145,5 @@ def test_a_budget_study_folder_is_listed_and_its_report_shown(reports_root):
     view = reports_tab.load_view("budgets")
     assert "The sign changes between 2.56k and 25.6k tokens" in view["summary"]
     assert any(f.endswith("report.json") for f in view["files"])
-    assert "budget study" in view["status"] and "report written" in view["status"]
+    assert "study on a sweep" in view["status"] and "report written" in view["status"]
+    assert view["figures"]["crossover"] is not None  # the chart against tokens, drawn in the tab
