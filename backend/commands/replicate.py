@@ -212,6 +212,30 @@ def run_hybrid_study(args: argparse.Namespace) -> int:
     return 0
 
 
+SUITE_ONLY = {"--budgets": "budgets", "--suite": "suite", "--pretrain-seeds": "pretrain_seeds", "--cka": "cka",
+              "--no-interventions": "interventions", "--drop-weights": "drop_weights",
+              "--measure-jobs": "measure_jobs"}  # fmt: skip
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """A flag the chosen pipeline would not read is refused, never silently dropped."""
+    given = [flag for flag, dest in SUITE_ONLY.items() if getattr(args, dest) is not None]
+    if args.executor != "queue":
+        given.append("--executor")
+    if args.study == "detour" and (args.single_task or args.preset == "mini") and given:
+        raise DetourError(f"{', '.join(given)}: the detour study on sweeps takes it; the older one-task pipeline "
+                          "(--single-task, --preset mini) does not. Leave out --single-task")  # fmt: skip
+    if args.study == "hybrid-splits":
+        unread = [f for f, v in (("--cka", args.cka), ("--no-interventions", args.interventions),
+                                 ("--model", args.model)) if v is not None] + given[-1:] * (args.executor != "queue")
+        if unread:
+            raise DetourError(f"{', '.join(unread)}: the hybrid-splits study does not take it (it trains its own "
+                              "encoders from scratch, on the local queue)")  # fmt: skip
+    if args.study == "detour" and not (args.single_task or args.preset == "mini") and args.ner_data:
+        raise DetourError("--ner-data: the detour study fine-tunes on every task of a suite (--suite); "
+                          "--single-task runs the older pipeline on one NER set")  # fmt: skip
+
+
 def budget_study_wanted(args: argparse.Namespace) -> bool:
     """The detour study runs on sweeps and a suite unless ``--single-task`` (or the older pipeline's own preset,
     mini) asks for the older five-run pipeline, or ``--report-only`` names one of its folders."""
@@ -280,6 +304,7 @@ def run(args: argparse.Namespace) -> int:
     from backend.replication.plan import resolve_settings
     from backend.replication.replicate import replicate
 
+    check_flags(args)
     if args.study == "hybrid-splits":
         return run_hybrid_study(args)
     if budget_study_wanted(args):

@@ -214,6 +214,25 @@ def test_replicate_alone_plans_the_suite_study_and_single_task_the_older_one(cap
     assert says in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--single-task", "--budgets", "1e4"], "--budgets: the detour study on sweeps takes it"),
+        (["--preset", "mini", "--suite", "configs/suites/bio-ner.yaml"], "--suite: the detour study on sweeps"),
+        (["--single-task", "--executor", "slurm"], "--executor: the detour study on sweeps"),
+        (["--ner-data", "x"], "--ner-data: the detour study fine-tunes on every task of a suite"),
+        (["--study", "hybrid-splits", "--cka", "linear"], "--cka: the hybrid-splits study does not take it"),
+        (["--study", "hybrid-splits", "--model", "x"], "--model: the hybrid-splits study does not take it"),
+    ],
+)
+def test_a_flag_the_chosen_pipeline_would_not_read_is_refused(capsys, argv, says):
+    from backend.__main__ import main
+
+    assert main(["replicate", *argv, "--plan"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0]
+
+
 # ---- one tiny real run ------------------------------------------------------------------------------------------
 
 
