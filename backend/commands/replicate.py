@@ -227,7 +227,9 @@ def check_flags(args: argparse.Namespace) -> None:
                           "(--single-task, --preset mini) does not. Leave out --single-task")  # fmt: skip
     if args.study == "hybrid-splits":
         unread = [f for f, v in (("--cka", args.cka), ("--no-interventions", args.interventions),
-                                 ("--model", args.model)) if v is not None] + given[-1:] * (args.executor != "queue")
+                                 ("--model", args.model)) if v is not None]  # fmt: skip
+        if args.executor != "queue":
+            unread.append("--executor")
         if unread:
             raise DetourError(f"{', '.join(unread)}: the hybrid-splits study does not take it (it trains its own "
                               "encoders from scratch, on the local queue)")  # fmt: skip
@@ -287,13 +289,14 @@ def run_budget_study(args: argparse.Namespace) -> int:
         t0 = time.time()
         rep = bs.run_study(s, out, executor=args.executor, command=[sys.executable, "-m", "backend", *sys.argv[1:]])
         print(f"wall time {time.time() - t0:.0f} s")
-    for arm, st in rep["statements"].items():
-        pts = rep["panels"].get(arm) or []
-        said = st["mean_delta"]["text"] if len(pts) > 1 else f"{(pts or [{}])[0].get('verdict') or 'not measured'}"
-        print(f"  {arm} vs MLM: {said.split(': ')[0] if len(pts) <= 1 else said}")
+    from backend.replication.study_findings import short
+
+    for arm, pts in rep["panels"].items():  # over budgets: where the sign changes; at one budget: its verdict
+        said = rep["statements"][arm]["mean_delta"]["text"] if len(pts) > 1 else short(pts[0].get("verdict"))
+        print(f"  {arm} vs MLM: {said}")
     for row in (rep.get("findings") or {}).get("budgets", []):
         low = next(iter(row["low_layers"].values()), None) or {}
-        print(f"  at {row['tokens']:,} tokens: downstream {row['downstream']['verdict'].split(':')[0]}; low layers "
+        print(f"  at {row['tokens']:,} tokens: downstream {short(row['downstream']['verdict'])}; low layers "
               f"{low.get('verdict', 'not measured')}; freezes {row['freeze']['verdict']}")  # fmt: skip
     print(f"report: {out / 'report.md'}")
     return 0

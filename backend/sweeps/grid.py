@@ -60,7 +60,7 @@ def parse_axis(item: str) -> Axis:
     values = [parse_override(f"{key}={v.strip()}")[1] for v in raw.split(",")]
     if len({repr(v) for v in values}) != len(values):
         raise ConfigError("--grid", item, "a value appears twice")
-    if key.strip() in ("train.seed", "name", ARM_KEY):
+    if key.strip() in ("train.seed", "name"):
         raise ConfigError("--grid", item, "seeds come from --seeds and names from the sweep; not a grid axis")
     return Axis(key.strip(), values)
 
