@@ -275,7 +275,9 @@ def run_budget_study(args: argparse.Namespace) -> int:
             overrides=args.overrides,
         )
         if args.plan:
-            print(f"detour budget study, preset {args.preset}: {s['description']}")
+            print(f"the detour study, preset {args.preset}: {s['description']}")
+            print(f"  arms: {'; '.join(bs.ARMS[a] for a in s['arms'])}; CKA {' and '.join(s['cka']['measures'])} "
+                  f"on {s['cka']['n_texts']} held-out paragraphs")  # fmt: skip
             print(f"  budgets {', '.join(f'{b:,}' for b in s['budgets'])} tokens; {s['seeds']} pretraining seeds; "
                   f"suite {s['suite']}; fine-tuning {s['finetune'] or 'as the suite says'}")  # fmt: skip
             print(f"  this plan: {bs.plan_text(bs.plan(s))}")

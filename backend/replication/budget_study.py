@@ -336,7 +336,7 @@ def plan(s: dict, device: str | None = None) -> dict:
     except Exception:  # e.g. bf16 asked on a CPU: no rate, and the plan says so
         rate = None
     slots = max(1, int(s["max_concurrent"])) if device == "cpu" else 1
-    ft_s = fts * finetune_seconds(s, device)
+    ft_s = fts * finetune_seconds(s, device) / max(1, int(s.get("measure_jobs") or 1))  # --measure-jobs at once
     train_s = (tokens / rate + 8 * runs) if rate else None
     total = (train_s + ft_s) if train_s is not None else None
     return {"preset": s["preset"], "device": device, "precision": precision, "runs": runs, "tokens": int(tokens),
