@@ -464,6 +464,11 @@ def render(rep: dict) -> str:
              f"- suite `{s['suite']}`; fine-tuning: {ft}", ""]  # fmt: skip
     if rep["not_done"]:
         lines += [f"Not finished (left out): {', '.join(f'{r} ({st})' for r, st in rep['not_done'].items())}.", ""]
+    detour = (rep.get("statements") or {}).get(ARMS["clm_detour"])
+    if detour and len(s["budgets"]) > 1:
+        from backend.replication.study_findings import pays_from
+
+        lines += ["## From how many tokens does the detour pay on this base?", "", pays_from(detour["mean_delta"]), ""]
     if rep.get("findings"):
         from backend.replication.study_findings import render as findings_table
 

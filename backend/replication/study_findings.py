@@ -114,6 +114,27 @@ def low_layer_ratios(sweep_dir: Path, settings: dict) -> dict:
     return out
 
 
+def pays_from(st: dict) -> str:
+    """The study's question answered from the detour's sign-change statement (``crossover``): from how many tokens
+    does the detour pay on this base? Only budgets whose interval lies above 0 count; the rest is said as it is."""
+    dirs, budgets = st.get("directions") or [], st.get("budgets") or []
+    if not budgets:
+        return "Not measured: no budget finished."
+    span = f"{tokens_text(budgets[0])}-{tokens_text(budgets[-1])} tokens"
+    if st.get("change") and st.get("to") == "better":
+        lo, hi = st["between"]
+        return (f"From somewhere between {tokens_text(lo)} and {tokens_text(hi)} tokens: worse at {tokens_text(lo)}, "
+                f"better at {tokens_text(hi)} (where in between is not measured).")  # fmt: skip
+    said = "; ".join(f"{w} at {', '.join(tokens_text(b) for b, d in zip(budgets, dirs, strict=True) if d == w)}"
+                     for w in ("better", "worse", "inconclusive") if w in dirs)  # fmt: skip
+    if "better" in dirs:
+        first = budgets[dirs.index("better")]
+        below = " (below it the interval holds 0: a smaller budget may pay too)" if dirs[0] != "better" else ""
+        return f"From {tokens_text(first)} tokens or fewer{below}: the detour is {said}."
+    held = " (inconclusive: the 95% interval holds 0)" if "inconclusive" in dirs else ""
+    return f"Not within the budgets tried ({span}): the detour is {said}{held}."
+
+
 def _panel(panels: dict, arm: str, budget: int) -> dict | None:
     return next((p for p in panels.get(arm) or [] if p["tokens"] == budget), None)
 

@@ -115,6 +115,7 @@ def test_the_report_names_the_flip_from_constructed_results(tmp_path):
     assert {"MLM", "CLM detour"} <= set(rep["losses"]["heldout_clm_loss"])
     md = (tmp_path / "report.md").read_text()
     assert "The sign changes between 2.56k and 25.6k tokens" in md and "+1.2 to +2.8" in md
+    assert "## From how many tokens does the detour pay on this base?\n\nFrom somewhere between 2.56k and 25.6k" in md
     assert "CKA divergence of CLM detour from MLM" in md
     assert rep["cka"]["CLM detour"][0]["mean"] == pytest.approx(sum(_divergence("clm_detour", 0)) / 7, rel=0.15)
     assert (tmp_path / "figures" / "crossover.html").exists()
@@ -142,6 +143,8 @@ def test_the_report_says_no_flip_when_the_detour_never_catches_up(tmp_path):
     (tmp_path / "settings.json").write_text(json.dumps(s))
     rep = budget_study.write_report(tmp_path)
     assert "not within the budgets tried" in rep["statements"]["CLM detour"]["mean_delta"]["text"]
+    md = (tmp_path / "report.md").read_text()
+    assert "Not within the budgets tried (2.56k-25.6k tokens): the detour is worse at 2.56k, 8.19k, 25.6k." in md
 
 
 # ---- the plan, the presets and the command line ----------------------------------------------------------------
@@ -246,15 +249,17 @@ def test_the_default_study_runs_every_arm_end_to_end_and_keeps_only_small_files(
     for name in ("craft_pmc_oa_text", "ncbi_disease", "anatem", "bc2gm"):
         require_shared(name)
     out = tmp_path / "study"
-    args = ["replicate", "--budgets", "2560", "--pretrain-seeds", "1", "--seeds", "1", "--drop-weights",
-            "--set", "finetune.max_train_examples=8", "--set", "finetune.max_eval_examples=8", "--set",
-            "cka.n_texts=16", "--out", str(out)]  # fmt: skip
+    small = ["train.seq_len=32", "train.batch_size=2", "finetune.max_train_examples=8", "finetune.max_eval_examples=8",
+             "finetune.max_len=32", "cka.n_texts=16", "cka.max_len=32"]  # 640 tokens: one decay step of 64
+    args = ["replicate", "--budgets", "640", "--pretrain-seeds", "1", "--seeds", "1", "--drop-weights",
+            "--out", str(out)]  # fmt: skip
+    args += [a for s in small for a in ("--set", s)]
     assert main(args) in (0, None)
     rep = json.loads((out / "report.json").read_text())
     assert set(rep["panels"]) == {"CLM detour", "MLM, another seed (control)", "CLM detour, low third frozen",
                                   "CLM detour, mid third frozen"}  # fmt: skip
     row = rep["findings"]["budgets"][0]
-    assert row["tokens"] == 2560 and set(row["low_layers"]) == {"debiased", "linear"}
+    assert row["tokens"] == 640 and set(row["low_layers"]) == {"debiased", "linear"}
     assert all(r["ratio"] > 0 and r["n"] == 1 and r["ci95"] is None for r in row["low_layers"].values())
     runs = list((out / "sweep" / "runs").glob("c*-s0"))
     assert len(runs) == 5 and not any((r / "final").exists() or (r / "checkpoints").exists() for r in runs)
