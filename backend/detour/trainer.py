@@ -308,13 +308,15 @@ def _emit_machine(s: _State) -> None:
 
 def _record_rate(s: _State, phase: Phase) -> None:
     """This machine's rate for a model of this size (the Launch form's estimate): the phase's median logged rate,
-    the first logged interval (warm-up, compiling) left out where there are others."""
+    the first logged interval (warm-up, compiling) left out where there are others; with the threads it ran on (a
+    study's plan adds up runs side by side only where each had part of the cores)."""
     logged = s.rates.pop(phase.objective, [])
     rates = logged[1:] or logged
     if s.main and rates:
         n = sum(p.numel() for p in s.hf.parameters())
         throughput.record_rate(n, s.precision, s.device.type, phase.objective, sorted(rates)[len(rates) // 2],
-                               seq_len=s.train_cfg["seq_len"], world=s.world)  # fmt: skip
+                               seq_len=s.train_cfg["seq_len"], world=s.world,
+                               threads=torch.get_num_threads())  # fmt: skip
 
 
 def _agree(s: _State, stop: bool) -> bool:

@@ -334,14 +334,18 @@ def plan(s: dict, device: str | None = None) -> dict:
         found = last_rate(parameter_count(model_config_of({"name": s["model"]})), precision, device)
         rate = found["tokens_per_s"] if found else None
     except Exception:  # e.g. bf16 asked on a CPU: no rate, and the plan says so
-        rate = None
+        found = rate = None
     slots = max(1, int(s["max_concurrent"])) if device == "cpu" else 1
+    # Runs side by side add up only where the rate was one run on part of the cores (its threads recorded with it);
+    # a rate measured on every core is the machine's whole throughput, shared by the runs.
+    threads = int((found or {}).get("threads") or (os.cpu_count() or 1))
+    together = max(1, min(slots, (os.cpu_count() or 1) // max(1, threads)))
     ft_s = fts * finetune_seconds(s, device) / max(1, int(s.get("measure_jobs") or 1))  # --measure-jobs at once
-    train_s = (tokens / rate + 8 * runs) if rate else None
+    train_s = (tokens / (rate * together) + 8 * runs / together) if rate else None
     total = (train_s + ft_s) if train_s is not None else None
     return {"preset": s["preset"], "device": device, "precision": precision, "runs": runs, "tokens": int(tokens),
             "finetunes": fts, "rate": rate, "train_s": train_s, "finetune_s": ft_s, "total_s": total,
-            "slots": slots}  # fmt: skip
+            "slots": slots, "together": together}  # fmt: skip
 
 
 def plan_text(p: dict) -> str:
@@ -352,8 +356,9 @@ def plan_text(p: dict) -> str:
     if p["rate"] is None:
         return (f"{head}; training rate not measured yet on this machine for this base and precision, so no time "
                 f"is estimated (fine-tuning alone ~{hms(p['finetune_s'])})")  # fmt: skip
+    side = f" per run, {p['together']} side by side" if p.get("together", 1) > 1 else ""
     return (f"{head}; ~{hms(p['total_s'])} (training {hms(p['train_s'])} at this machine's last measured "
-            f"{p['rate']:,.0f} tokens/s, fine-tuning ~{hms(p['finetune_s'])} at the plan's rates)")  # fmt: skip
+            f"{p['rate']:,.0f} tokens/s{side}, fine-tuning ~{hms(p['finetune_s'])} at the plan's rates)")  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ run and report

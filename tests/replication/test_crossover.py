@@ -180,6 +180,27 @@ def test_the_plan_times_training_at_this_machines_measured_rate():
     assert "500,000 tokens/s" in budget_study.plan_text(p)
 
 
+def test_runs_side_by_side_add_up_only_where_each_had_part_of_the_cores(monkeypatch):
+    """The quick study trains two runs at once on a 2-core CPU, one thread each: a rate recorded by a one-thread run
+    counts twice, a rate recorded on both cores once (it already was the machine's whole throughput)."""
+    from backend.engine.models import model_config_of
+    from backend.engine.precision import resolve_precision
+    from backend.engine.throughput import record_rate
+    from backend.runs.doctor import parameter_count
+    from tests.conftest import require_shared
+
+    require_shared("craft_pmc_oa_text")
+    monkeypatch.setattr(budget_study.os, "cpu_count", lambda: 2)
+    s = budget_study.resolve_budget_study("quick")
+    n, prec = parameter_count(model_config_of({"name": s["model"]})), resolve_precision("auto", "cpu")[0]
+    for threads, together in ((1, 2), (2, 1)):
+        record_rate(n, prec, "cpu", "clm", 2_000.0, threads=threads)
+        p = budget_study.plan(s, "cpu")
+        assert p["together"] == together
+        assert p["train_s"] == pytest.approx((p["tokens"] / 2_000.0 + 8 * p["runs"]) / together)
+    assert "side by side" not in budget_study.plan_text(p)
+
+
 def test_budgets_parse_and_refuse_clearly():
     assert budget_study.parse_budgets(["1e6", "1e7,1e8"]) == [1_000_000, 10_000_000, 100_000_000]
     for bad in (["1e6", "lots"], ["2.5"], ["-5"]):
