@@ -328,7 +328,8 @@ def _status(out: Path, state: str, step: str | None, **extra) -> None:
     from backend.core.process import identity
 
     st = {"state": state, "current_step": step, "pid": os.getpid(), "pid_identity": identity()}
-    st["steps_total"] = len(STAGES)
+    cpt = (atomic.read_json(out / "settings.json") or {}).get("cpt", True)
+    st["steps_total"] = len(STAGES) - (0 if cpt else 1)  # cpt=false: no continuation step to wait for
     atomic.write_json(out / "status.json", {**st, "study": "hybrid-splits", "updated_at": time.time(), **extra})
 
 

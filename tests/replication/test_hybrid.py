@@ -109,3 +109,13 @@ def test_the_study_fine_tunes_on_the_suite_unless_single_task():
     assert hybrid.resolve_hybrid("quick", single_task=True)["suite"] is None  # one NER set, as before
     with pytest.raises(ReplicationError, match="--single-task"):
         hybrid.resolve_hybrid("quick", single_task=True, suite=SUITE)
+
+
+def test_a_study_without_its_continuation_counts_two_steps(tmp_path):
+    """cpt=false: the status says 2/2 steps when done, not "2/3 steps done" for a step never meant to run."""
+    import json
+
+    for cpt, total in ((False, 2), (True, 3)):
+        (tmp_path / "settings.json").write_text(json.dumps({"study": "hybrid-splits", "cpt": cpt}))
+        hybrid._status(tmp_path, "done", None)
+        assert json.loads((tmp_path / "status.json").read_text())["steps_total"] == total
