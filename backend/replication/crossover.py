@@ -112,7 +112,7 @@ def figure(panels: dict, losses: dict, title: str):
                      colors[(len(panels) + j) % len(colors)], f"arm-{arm}", row == 4, "dash")  # fmt: skip
     fig.update_xaxes(type="log")
     fig.update_xaxes(title_text="training tokens per run (main phase, log scale)", row=5, col=1)
-    fig.update_layout(title=title, height=1300, width=860, legend={"orientation": "h",
+    fig.update_layout(title=title, height=1300, legend={"orientation": "h",
                       "y": -0.06})  # fmt: skip
     return fig
 
