@@ -256,7 +256,7 @@ def run_budget_study(args: argparse.Namespace) -> int:
 
     out = Path(args.out).expanduser() if args.out else reports_dir() / f"detour-{args.preset}"
     if args.report_only:
-        rep = bs.write_report(out.resolve())
+        rep = bs.write_report(out.resolve(), rebuild_sweep=True)
     else:
         if args.preset not in bs.BUDGET_PRESETS:
             raise DetourError(f"--preset {args.preset}: the budget study's presets are {', '.join(bs.BUDGET_PRESETS)}")

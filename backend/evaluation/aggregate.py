@@ -223,8 +223,14 @@ def seed_levels(diffs: dict[Key, float]) -> dict:
             "fine-tuning part only, and a second pretraining seed is what would measure the rest"
         )
         return out
+    if var_f is None:  # one fine-tuning seed under each pretraining seed: the two levels cannot be told apart
+        out["advice"] = (
+            "one fine-tuning seed per pretraining seed: fine-tuning variance not measured (it is inside the spread "
+            "of the pretraining-seed means the interval uses); a second fine-tuning seed would tell the levels apart"
+        )
+        return out
     means = [float(np.mean(v)) for v in by.values()]
-    var_p = max(0.0, float(np.var(means, ddof=1)) - (var_f or 0.0) / f)
+    var_p = max(0.0, float(np.var(means, ddof=1)) - var_f / f)
     out["var_pretraining"] = var_p
     more_p = var_p >= (var_f or 0.0) / f  # the pretraining share of a cell mean's variance dominates
     out["advice"] = (
@@ -310,8 +316,8 @@ def _levels_over_tasks(diffs: dict) -> dict:
         per_task.setdefault(t, {})[k] = v
     levels = [seed_levels(d) for d in per_task.values()]
     first = levels[0]
-    if first["pretraining_seeds"] < 2:
-        return first
+    if first["pretraining_seeds"] < 2 or first["var_finetuning"] is None:
+        return first  # a level not measured stays None (and its advice says so), never averaged in as 0
     var_f = float(np.mean([lv["var_finetuning"] or 0.0 for lv in levels]))
     var_p = float(np.mean([lv["var_pretraining"] or 0.0 for lv in levels]))
     return {**first, "var_finetuning": var_f, "var_pretraining": var_p, "advice": first["advice"]}

@@ -263,9 +263,10 @@ def comparison_md(c: dict) -> list[str]:
         "",
         f"**Verdict over the suite: {c['verdict']}.**"
         + (f" What would settle it: {c['settle']['text']}." if c.get("settle") else ""),
-        "",
-        f"Seed levels: {c['seed_levels']['advice']}.",
     ]
+    lv = c["seed_levels"]
+    if not (lv["pretraining_seeds"] >= 2 and lv.get("var_finetuning") is None):  # else the rule's note says it
+        lines += ["", f"Seed levels: {lv['advice']}."]
     rule = c.get("rule") or {}
     for u in [*rule.get("unmeasured", []), *rule.get("notes", [])]:
         lines += ["", f"Not measured / noted: {u}."]

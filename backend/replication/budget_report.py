@@ -127,6 +127,10 @@ def render(rep: dict) -> list[str]:
                 f"{_ci(p['poi']['ci95']).replace('+', '')} | {w.get('a', '-')} of {sum(w.values()) if w else '-'} | "
                 f"{p.get('verdict') or '-'} |"
             )
+        lv = next((p["seed_levels"] for p in pts if p.get("seed_levels")), None)
+        if lv:
+            lines += ["", f"Seed levels: {lv['pretraining_seeds']} pretraining x {lv['finetuning_seeds']:g} "
+                      f"fine-tuning seed(s) per task; {lv['advice']}."]  # fmt: skip
         lines += ["", "The verdict and the sign change read the mean delta's interval (the few-seed rule). IQM and "
                   "P(improvement) are descriptive: their bootstrap intervals over so few seeds claim more than the "
                   "data holds, so no verdict is read from them."]  # fmt: skip

@@ -430,8 +430,10 @@ def _run_study(s: dict, out: Path, executor: str, command: list[str] | None, log
     return write_report(out)
 
 
-def write_report(out: Path) -> dict:
-    """report.md|html|json and the chart from ``out`` (settings.json, timing.json, sweep/report.json, sweep.json)."""
+def write_report(out: Path, rebuild_sweep: bool = False) -> dict:
+    """report.md|html|json and the chart from ``out`` (settings.json, timing.json, sweep/report.json, sweep.json);
+    ``rebuild_sweep`` first writes the sweep's own report again from its small files (``--report-only``: a report
+    made by an older version then reads as this one would)."""
     from backend.replication import budget_report
 
     out = Path(out)
@@ -440,6 +442,10 @@ def write_report(out: Path) -> dict:
         raise ReplicationError(f"{out}: no detour budget study here (no settings.json of one)")
     if not (out / "sweep" / "report.json").exists():
         raise ReplicationError(f"{out}: the sweep has no report yet; rerun the study's command to finish it")
+    if rebuild_sweep:
+        from backend.sweeps.report import write_report as write_sweep_report
+
+        write_sweep_report(out / "sweep")
     over = "over token budgets" if len(s["budgets"]) > 1 else f"at {s['budgets'][0]:,} tokens"
     title = f"CLM detour vs MLM {over} ({s['preset']}, {Path(s['suite']).stem})"
     rep = budget_report.build(out, out / "sweep", lambda v: ARMS.get(v, str(v)), "MLM", lambda arm: f"the {arm}",

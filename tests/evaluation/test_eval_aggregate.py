@@ -144,3 +144,9 @@ def test_two_seed_levels_pair_by_both_and_interval_over_pretraining_seed_means()
                   "A", "B", reps=500)  # fmt: skip
     assert "pretraining variance not measured" in one["per_task"]["ner"]["interval"]
     assert "pretraining variance not measured" in one["seed_levels"]["advice"]
+    # one fine-tuning seed under each pretraining seed: that level is not measured, never counted as 0
+    ft1 = compare({"ner": {"A": {(p, 0): a[(p, 0)] for p in range(3)}, "B": {(p, 0): b[(p, 0)] for p in range(3)}}},
+                  "A", "B", reps=500)  # fmt: skip
+    lv = ft1["seed_levels"]
+    assert lv["var_finetuning"] is None and lv["var_pretraining"] is None
+    assert "fine-tuning variance not measured" in lv["advice"]
