@@ -173,7 +173,7 @@ def run_hybrid_study(args: argparse.Namespace) -> int:
     out = Path(args.out).expanduser() if args.out else reports_dir() / f"hybrid-{args.preset}"
     check_out_folder(out, "report", "hybrid-splits")  # anything else there: refused before any work
     if args.report_only:
-        rep = write_hybrid_report(out.resolve())
+        rep = write_hybrid_report(out.resolve(), rebuild_sweeps=True)
     else:
         from backend.replication.budget_study import parse_budgets
         from backend.replication.hybrid import HYBRID_PRESETS

@@ -555,11 +555,16 @@ def _loss_section(rows: list[dict]) -> list[str]:
     return lines
 
 
-def write_hybrid_report(out: Path, times: dict | None = None) -> dict:
-    """report.md / .html / .json of the study from its two sweeps' reports (``--report-only`` rebuilds it)."""
+def write_hybrid_report(out: Path, times: dict | None = None, rebuild_sweeps: bool = False) -> dict:
+    """report.md / .html / .json of the study from its two sweeps' reports (``--report-only`` rebuilds it, the
+    sweeps' own reports first with ``rebuild_sweeps``: from their small files, as this version writes them)."""
     from backend.reporting.html_page import md_to_html
-    from backend.sweeps.report import figure
+    from backend.sweeps.report import figure, write_report
 
+    if rebuild_sweeps:
+        for part in ("splits", "cpt"):
+            if (out / part / "report.json").exists():
+                write_report(out / part)
     s = json.loads((out / "settings.json").read_text())
     splits_rep = json.loads((out / "splits" / "report.json").read_text())
     cpt_path = out / "cpt" / "report.json"
