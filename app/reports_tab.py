@@ -208,11 +208,15 @@ def quick_measurement() -> dict:
     from backend.core import atomic
     from backend.replication import budget_study as bs
 
+    default = bs.BUDGET_PRESETS["quick"]
     for name in list_reports():
         d = reports_dir() / name
         s, tm = atomic.read_json(d / "settings.json"), atomic.read_json(d / "timing.json")
         ok = isinstance(s, dict) and isinstance(tm, dict) and s.get("study") == "detour-budgets"
-        if ok and s.get("preset") == "quick" and tm.get("wall_s") and (d / "report.md").exists():
+        # only a study the button would launch: the quick preset as it is (not its budgets, seeds or arms changed)
+        same = ok and all(s.get(k) == default[k] for k in ("budgets", "seeds", "finetune", "train"))
+        if same and s.get("preset") == "quick" and s.get("arms") == list(bs.ARMS) and tm.get("wall_s") \
+                and (d / "report.md").exists():  # fmt: skip
             loads = [(tm.get(k) or {}).get("load_1m") for k in ("load_start", "load_end")]
             loads = [x for x in loads if x is not None]
             load = sum(loads) / len(loads) if loads else None

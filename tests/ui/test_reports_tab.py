@@ -19,11 +19,15 @@ def reports_root(tmp_path, monkeypatch):
     return root
 
 
-def finished_quick(root, name: str, wall_s: float, loads=(None, None), cpus=None):
-    """A finished quick detour study's small files: settings, timing (wall time, load at start and end), report."""
+def finished_quick(root, name: str, wall_s: float, loads=(None, None), cpus=None, **changed):
+    """A finished quick detour study's small files: settings (the preset's, with ``changed``), timing (wall time,
+    load at start and end), report."""
+    from backend.replication.budget_study import ARMS, BUDGET_PRESETS
+
     d = root / name
     d.mkdir(parents=True)
-    (d / "settings.json").write_text(json.dumps({"study": "detour-budgets", "preset": "quick"}))
+    s = {**BUDGET_PRESETS["quick"], "study": "detour-budgets", "preset": "quick", "arms": list(ARMS), **changed}
+    (d / "settings.json").write_text(json.dumps(s))
     timing = {"wall_s": wall_s, "load_start": {"load_1m": loads[0]}, "load_end": {"load_1m": loads[1]}, "cpus": cpus}
     (d / "timing.json").write_text(json.dumps(timing))
     (d / "report.md").write_text("# a report\n")
@@ -58,6 +62,8 @@ def test_no_report_is_one_message_and_the_button(reports_root):
 
 def test_the_button_says_what_the_last_quick_study_took(reports_root):
     finished_quick(reports_root, "detour-quick", 369.0)  # 6 min 9 s
+    # a newer quick study over other budgets is not what the button launches: its time is not the button's
+    finished_quick(reports_root, "wider", 2400.0, budgets=[25_600, 81_920, 204_800])
     assert reports_tab.quick_duration() == (369.0, "measured")
     _, parts = build()
     assert parts["launch"].value == "Run the detour study (quick, ~6 min)"
