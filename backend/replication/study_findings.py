@@ -125,6 +125,10 @@ def pays_from(st: dict) -> str:
         lo, hi = st["between"]
         return (f"From somewhere between {tokens_text(lo)} and {tokens_text(hi)} tokens: worse at {tokens_text(lo)}, "
                 f"better at {tokens_text(hi)} (where in between is not measured).")  # fmt: skip
+    if st.get("change") and st.get("to") == "worse":
+        lo, hi = st["between"]
+        return (f"It pays at {tokens_text(lo)} and stops: better at {tokens_text(lo)}, worse at {tokens_text(hi)} "
+                "(where in between is not measured).")  # fmt: skip
     said = "; ".join(f"{w} at {', '.join(tokens_text(b) for b, d in zip(budgets, dirs, strict=True) if d == w)}"
                      for w in ("better", "worse", "inconclusive") if w in dirs)  # fmt: skip
     if "better" in dirs:

@@ -72,3 +72,20 @@ def test_the_sweep_measures_each_cka_measure_once_and_keeps_the_ones_it_has():
     assert rec["cka_by_measure"]["debiased"] == kept and rec["cka_divergence"] == 0.123
     lin = rec["cka_by_measure"]["linear"]
     assert len(lin["layers"]) == 7 and max(abs(x) for x in lin["layers"]) < 1e-6 and rec["cka_measure"] == "debiased"
+
+
+@pytest.mark.parametrize(
+    "points, says",
+    [
+        ([(1e6, -2, (-3, -1)), (1e7, 0.2, (-0.5, 0.9)), (1e8, 1.5, (0.4, 2.6))], "From somewhere between 1M and 100M"),
+        ([(1e6, 0.1, (-1, 1)), (1e7, 1.0, (0.2, 1.8))], "From 10M tokens or fewer (below it the interval holds 0"),
+        ([(1e6, 2.0, (1, 3)), (1e7, -1.5, (-2.6, -0.4))], "It pays at 1M and stops"),
+        ([(1e6, -2, (-3, -1)), (1e7, 0.5, (-1, 2))], "Not within the budgets tried (1M-10M tokens): the detour is"),
+    ],
+)
+def test_the_answer_names_a_budget_only_where_its_interval_lies_above_0(points, says):
+    from backend.replication.crossover import crossover
+    from backend.replication.study_findings import pays_from
+
+    st = crossover([{"tokens": t, "value": v, "ci95": list(ci)} for t, v, ci in points])
+    assert pays_from(st).startswith(says)
