@@ -218,14 +218,49 @@ def torchrun_train(run_dir: Path, port: int, nproc: int = 2, timeout: int = 600,
     launcher = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
     argv = [*launcher, "--nproc_per_node", str(nproc), "--master_port", str(port)]
-    return subprocess.run(
-        [*argv, "-m", "backend", "train", "--run-dir", str(run_dir), *(["--resume"] if resume else [])],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    argv += ["-m", "backend", "train", "--run-dir", str(run_dir), *(["--resume"] if resume else [])]
+    proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        import psutil
+
+        stacks = _stacks_of(proc.pid)  # where each process waits, before they are killed
+        tree = [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]
+        for p in tree:  # torchrun and every process under it: they hold the pipes open
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        out, err = proc.communicate(timeout=60)
+        raise AssertionError(f"torchrun did not finish in {timeout} s; its processes' stacks:\n{stacks}\n"
+                             f"stdout:\n{out[-4000:]}\nstderr:\n{err[-4000:]}") from None  # fmt: skip
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def _stacks_of(pid: int) -> str:
+    """py-spy dumps of a hung process tree (where it is installed), so a rare hang says where it waits."""
+    import shutil
+    import subprocess
+
+    import psutil
+
+    spy = shutil.which("py-spy")
+    if not spy:
+        return "(py-spy is not installed: no stacks)"
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return "(the process is gone)"
+    dumps = []
+    for p in procs:
+        try:
+            r = subprocess.run([spy, "dump", "--pid", str(p.pid)], capture_output=True, text=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            dumps.append(f"--- pid {p.pid}: py-spy did not answer in 30 s")
+            continue
+        dumps.append(f"--- pid {p.pid}: {' '.join(p.cmdline()[:4])}\n{r.stdout or r.stderr}")
+    return "\n".join(dumps)
 
 
 @pytest.fixture(scope="session")
