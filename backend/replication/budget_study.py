@@ -391,17 +391,12 @@ LOCK = "study.lock"  # held by the process running the study: the Reports tab an
 
 
 def running_pid(out: Path) -> int | None:
-    """The pid of the process running the study in ``out`` (its lock is held), else None."""
-    from backend.core.process import Busy, FileLock
+    """The pid of the process running the study in ``out`` (its lock is held; -1 when its pid is unreadable), else
+    None. A probe only: the lock is never taken, so a study starting meanwhile is never refused because of it."""
+    from backend.core.process import holder_pid, is_held
 
-    if not (Path(out) / LOCK).exists():
-        return None
-    try:
-        with FileLock(Path(out) / LOCK, "study"):
-            return None
-    except Busy:
-        text = (Path(out) / LOCK).read_text(errors="replace").strip()
-        return int(text) if text.isdigit() else -1
+    lock = Path(out) / LOCK
+    return (holder_pid(lock) or -1) if is_held(lock) else None
 
 
 def _run_study(s: dict, out: Path, executor: str, command: list[str] | None, log: Callable[[str], None]) -> dict:
