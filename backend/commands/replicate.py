@@ -258,8 +258,6 @@ def run_budget_study(args: argparse.Namespace) -> int:
     if args.report_only:
         rep = bs.write_report(out.resolve(), rebuild_sweep=True)
     else:
-        if args.preset not in bs.BUDGET_PRESETS:
-            raise DetourError(f"--preset {args.preset}: the budget study's presets are {', '.join(bs.BUDGET_PRESETS)}")
         s = bs.resolve_budget_study(
             args.preset,
             model=args.model,

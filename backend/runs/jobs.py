@@ -56,7 +56,6 @@ class JobError(DetourError):
 # --- helpers ----------------------------------------------------------------------------------
 
 
-
 def sharing_env() -> dict[str, str]:
     """How a queued trainer's threads wait: ``OMP_WAIT_POLICY=PASSIVE`` unless the user chose one. A queued run
     shares its cores (with the app that queued it and its users, with other runs): torch's OpenMP threads spin at

@@ -100,16 +100,25 @@ def _suite(run_dir: Path, ev: dict, out_dir: Path, log: Callable[[str], None]) -
             "suite_constant": constant}  # fmt: skip
 
 
-def _cka(run_dir: Path, ref_dir: Path, ev: dict, rec: dict) -> dict:
-    """1 - CKA per layer against the reference run, for every measure the sweep asks (``cka_measures``) that ``rec``
-    lacks; ``cka_divergence`` (and its layers) stays the first measure's, as the tables read it."""
-    from backend.analysis.api import cka_between
+def cka_asked(ev: dict) -> list[str]:
+    """The CKA measures a sweep asks; a sweep planned before measures existed measured linear CKA, and keeps it."""
+    return ev.get("cka_measures") or [ev.get("cka_measure") or "linear"]
 
-    # A sweep planned before measures existed measured linear CKA: its later cells keep it
-    measures = ev.get("cka_measures") or [ev.get("cka_measure") or "linear"]
+
+def cka_measured(rec: dict) -> dict[str, dict]:
+    """measure -> {mean, layers} a run's cached results hold (a result from before ``cka_by_measure``: its one)."""
     by = dict(rec.get("cka_by_measure") or {})
     if rec.get("cka_divergence") is not None and rec.get("cka_measure") and rec["cka_measure"] not in by:
         by[rec["cka_measure"]] = {"mean": rec["cka_divergence"], "layers": rec.get("cka_divergence_layers")}
+    return by
+
+
+def _cka(run_dir: Path, ref_dir: Path, ev: dict, rec: dict) -> dict:
+    """1 - CKA per layer against the reference run, for every measure the sweep asks that ``rec`` lacks;
+    ``cka_divergence`` (and its layers) stays the first measure's, as the tables read it."""
+    from backend.analysis.api import cka_between
+
+    measures, by = cka_asked(ev), cka_measured(rec)
     for measure in measures:
         if measure in by:
             continue
@@ -151,12 +160,9 @@ def measure_run(out: Path, m: dict, run: str, ref_run: str | None, log: Callable
     if ev.get("suite") and rec.get("suite_scores") is None:
         log(f"{run}: evaluating the suite {ev['suite']}")
         rec.update(_suite(d, ev, suite_folder(out, run), log))
-    measures = ev.get("cka_measures") or [ev.get("cka_measure") or "linear"]
-    have = set(rec.get("cka_by_measure") or ())
-    if rec.get("cka_divergence") is not None:
-        have.add(rec.get("cka_measure"))
-    if ev["cka_texts"] and ref_run and ref_run != run and not set(measures) <= have:
-        log(f"{run}: CKA ({', '.join(measures)}) against {ref_run}")
+    missing = [m for m in cka_asked(ev) if m not in cka_measured(rec)]
+    if ev["cka_texts"] and ref_run and ref_run != run and missing:
+        log(f"{run}: CKA ({', '.join(missing)}) against {ref_run}")
         rec.update(_cka(d, out / "runs" / ref_run, ev, rec))
     atomic.write_json(cache, rec)
     return rec

@@ -148,9 +148,8 @@ def _arm_axis(item: str, arms: dict[str, dict] | None) -> Axis:
     if not arms:
         raise ConfigError("--grid", item, "'arm' is an axis a study plans (replicate), not one typed on --grid")
     names = [v.strip() for v in item.split("=", 1)[1].split(",")]
-    unknown = [n for n in names if n not in (arms or {})]
-    if unknown or len(set(names)) != len(names):
-        raise ConfigError("--grid", item, f"each arm once, among the planned ones: {', '.join(arms or {}) or 'none'}")
+    if any(n not in arms for n in names) or len(set(names)) != len(names):
+        raise ConfigError("--grid", item, f"each arm once, among the planned ones: {', '.join(arms)}")
     return Axis(ARM_KEY, names)
 
 
@@ -191,7 +190,6 @@ def _evaluation(ev: dict | None) -> dict:
             raise ConfigError("--eval-set", unknown, f"settings a suite takes: {', '.join(DEFAULT_KEYS)}")
     asked = ev.get("cka_measures") or ev.get("cka_measure")
     measures = [_cka_measure(x) for x in (asked if isinstance(asked, list | tuple) else [asked])]
-    measures = measures or [_cka_measure(None)]
     if len(set(measures)) != len(measures):
         raise ConfigError("--cka-measure", asked, "each measure once")
     if task:  # a misspelt or bad setting is refused now, not after every cell has trained
