@@ -41,6 +41,10 @@ with open(os.path.join(os.path.dirname(d), "events.log"), "a") as f:  # before "
 rundir.write_status(d, state="running", pid=os.getpid(), started_at=time.time(), resumed=resume)
 print("training", d, "OMP_WAIT_POLICY=" + os.environ.get("OMP_WAIT_POLICY", "-"), flush=True)
 time.sleep(seconds)
+until = os.environ.get("FAKE_UNTIL")  # a file the test creates when the run may end (no race with a slow machine)
+deadline = time.time() + 120
+while until and not os.path.exists(until) and time.time() < deadline:
+    time.sleep(0.02)
 with open(os.path.join(os.path.dirname(d), "events.log"), "a") as f:
     f.write(f"end {os.path.basename(d)} {time.time()}\n")
 rundir.write_status(d, state="done", finished_at=time.time())
@@ -160,8 +164,12 @@ def test_cancel_queued_and_running_then_resume(isolated_runs_dir, fake, monkeypa
         jobs.resume(a)
 
 
-def test_lock_keeps_a_second_worker_out(isolated_runs_dir, fake, monkeypatch):
-    monkeypatch.setenv("FAKE_SECONDS", "1.5")
+def test_lock_keeps_a_second_worker_out(isolated_runs_dir, fake, monkeypatch, tmp_path):
+    # the run lasts until the second worker has answered: on a loaded machine its import alone took longer than a
+    # fixed run time, the first worker had finished and released the lock, and the second one became the worker
+    release = tmp_path / "release"
+    monkeypatch.setenv("FAKE_SECONDS", "0")
+    monkeypatch.setenv("FAKE_UNTIL", str(release))
     root = isolated_runs_dir
     make_run(root, "only", 1.0)
     t = threading.Thread(target=jobs.run_worker, args=(root,), kwargs=dict(poll_s=0.05, launch=fake))
@@ -178,6 +186,7 @@ def test_lock_keeps_a_second_worker_out(isolated_runs_dir, fake, monkeypatch):
         text=True,
         timeout=60,
     )
+    release.touch()
     assert out.returncode == 0 and "another worker holds" in out.stdout
     t.join(timeout=20)
     assert [e[1] for e in events(root) if e[0] == "start"] == ["only"]
