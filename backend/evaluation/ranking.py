@@ -187,7 +187,7 @@ def suite_score(a: np.ndarray, confidence: float = 1 - ALPHA) -> dict:
     out = {"score": score, "ci95": None, "units": len(units), "level": level}
     if len(units) >= 2:
         half = sps.t.isf((1 - confidence) / 2, len(units) - 1) * float(np.std(units, ddof=1)) / math.sqrt(len(units))
-        out["ci95"] = [float(np.mean(units)) - half, float(np.mean(units)) + half]
+        out["ci95"] = [float(np.mean(units) - half), float(np.mean(units) + half)]
     return out
 
 

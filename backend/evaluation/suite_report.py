@@ -46,7 +46,7 @@ def scores_by_task(results: dict[str, dict]) -> dict[str, dict[str, dict[int, fl
 
 
 def _task_meta(name: str, res: dict) -> dict:
-    keep = ("task", "data", "seeds", "data_sizes", "status")
+    keep = ("task", "data", "data_fingerprint", "seeds", "data_sizes", "status")
     return {"name": name, "metric": res["primary_metric"], **{k: res.get(k) for k in keep}}
 
 
