@@ -93,3 +93,33 @@ def test_an_evaluation_writes_results_into_the_cards_and_the_fine_tuned_model_ex
     }
     tagger = pipeline("token-classification", model=str(exported), aggregation_strategy="simple")
     assert isinstance(tagger("Aspirin reduces the risk of stroke."), list)
+
+
+@pytest.mark.slow
+def test_a_suite_over_three_models_prints_its_ranking_and_the_run_gets_the_suite_in_its_card(
+    run, tiny_bert_dir, tiny_modernbert_dir, tmp_path, capsys
+):
+    from backend.core.paths import DEMO_NER_DIR
+
+    suite = tmp_path / "demo-one.yaml"
+    suite.write_text(f"name: demo-one\ndefaults:\n  seeds: 2\n  epochs: 1\n  max_train_examples: 16\n"
+                     f"  max_eval_examples: 8\n  max_len: 32\ntasks:\n  - name: demo-ner\n    task: ner\n"
+                     f"    data: {DEMO_NER_DIR}\n")  # fmt: skip
+    out = tmp_path / "suite"
+    args = ["evaluate", "--suite", str(suite), "--models", run.name, str(tiny_bert_dir), str(tiny_modernbert_dir),
+            "--labels", "run", "bert", "modernbert", "--out", str(out), "--no-keep-models"]  # fmt: skip
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    rep = json.loads((out / "suite.json").read_text())
+    board = rep["leaderboard"]
+    assert [m["label"] for m in board["models"]] == sorted(["run", "bert", "modernbert"],
+                                                           key=lambda lab: -rep["average"][lab])  # fmt: skip
+    assert "ranking (3 models; separations hold together at 95%, Bonferroni over 3 pairs):" in printed
+    assert "tie groups: " in printed and "## Leaderboard: 3 models ranked" in printed
+    card = ModelCard.load(run / "final" / "README.md")
+    sources = {r.metric_config for r in card.data.eval_results}
+    assert sources == {"suite:demo-one/suite"}  # the suite's own results, not one per task evaluation as well
+    score = next(r for r in card.data.eval_results if r.metric_type == "suite_score")
+    mine = next(m for m in board["models"] if m["label"] == "run")
+    assert score.metric_value == pytest.approx(mine["score"], abs=1e-3)
+    assert [score.metric_args["rank_low"], score.metric_args["rank_high"]] == mine["rank_interval"]
