@@ -115,6 +115,23 @@ def suite_models(models_text: str) -> list[str]:
     return models
 
 
+def default_labels(models_text: str, models: list[str]) -> list[str]:
+    """What the report calls each model when no labels are typed: a run by its name (typed as ``../runs/X`` too),
+    a picker's label by its hub id, any other folder as it was typed; never the absolute path it resolved to. [] when
+    two would read alike (the evaluation then names them as it does)."""
+    from app import looks_like_path, model_name
+    from backend.core.catalogue import run_owning
+
+    out = []
+    for typed, passed in zip(MODEL_WORD.findall(models_text or ""), models, strict=True):
+        run = run_owning(passed) if looks_like_path(typed) else None
+        if run is not None and Path(passed).absolute() in (run, run / "final"):
+            out.append(run.name)
+        else:
+            out.append(model_name(typed).rstrip("/") if looks_like_path(typed) else passed)
+    return out if len(set(out)) == len(out) else []
+
+
 def start_suite(suite: str, models_text: str, labels_text: str, name: str, caps: dict | None = None) -> str:
     """Check everything a run needs (the suite file key by key, each model), then start it detached. Returns the
     run's name; raises DetourError with one line otherwise."""
@@ -128,6 +145,7 @@ def start_suite(suite: str, models_text: str, labels_text: str, name: str, caps:
     labels = [x for x in re.split(r"[\s,]+", labels_text or "") if x]
     if labels and len(labels) != len(models):
         raise DetourError(f"labels: give one per model ({len(models)}) or none")
+    labels = labels or default_labels(models_text, models)
     name = (name or spec["name"]).strip()
     if not is_plain_name(name):
         raise DetourError(f"name '{name}': use letters, digits, '_', '-' or '.'")

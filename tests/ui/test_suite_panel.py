@@ -70,3 +70,18 @@ def test_a_suite_over_three_models_shows_its_leaderboard_table_and_figure():
     _, _, report, _, board, board_fig, _ = suite_panel.listing("three")
     assert board["visible"] and board_fig["visible"] and board["value"] == v["board"]
     assert "## Leaderboard: 3 models ranked" in report
+
+
+def test_a_run_typed_as_a_path_is_named_by_its_name_not_its_absolute_path(
+    detour_run_dir, isolated_runs_dir, tmp_path, monkeypatch
+):
+    import shutil
+
+    shutil.copytree(detour_run_dir, isolated_runs_dir / "r1")
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    typed = "detour-tiny-en ../runs/r1"
+    models = suite_panel.suite_models(typed)
+    assert models == ["detour-tiny-en", str(isolated_runs_dir / "r1")]  # the evaluation gets the resolved folder
+    assert suite_panel.default_labels(typed, models) == ["detour-tiny-en", "r1"]  # the report says its name
+    assert suite_panel.default_labels("r1 ../runs/r1", ["r1", models[1]]) == []  # two alike: the CLI's own names
