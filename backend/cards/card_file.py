@@ -8,13 +8,21 @@ from pathlib import Path
 from backend.core import atomic
 
 
-def read_card(path: Path):
-    """The ``ModelCard`` in ``path``, or None when there is none or it cannot be parsed (metadata errors are
+def read_card(path: Path, root: Path | None = None):
+    """The ``ModelCard`` in ``path``, or None when there is none, it links out of ``root`` (default: its folder; a
+    hub snapshot's files are links into the model's cache folder) or it cannot be parsed (metadata errors are
     tolerated: a base model's card is read for its licence, not checked)."""
     from huggingface_hub import ModelCard
 
+    from backend.core.errors import DetourError
+    from backend.core.paths import confined
+
     path = Path(path)
-    if path.is_symlink() or not path.is_file():
+    try:
+        path = confined(path, root or path.parent)
+    except (DetourError, OSError):
+        return None
+    if not path.is_file():
         return None
     try:
         return ModelCard.load(path, ignore_metadata_errors=True)

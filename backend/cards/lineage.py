@@ -57,11 +57,12 @@ def base_of(spec: str | None) -> Base:
         where, card_dir = f"the checkpoint `{name}`", None
     else:
         name, where = Path(ref.path).name, f"the local model folder `{ref.path}`"
-    return _with_licence(Base(name, ref.kind, where), card_dir)
+    root = card_dir.parent.parent if ref.kind == "hub" and card_dir is not None else card_dir  # the model's cache
+    return _with_licence(Base(name, ref.kind, where), card_dir, root)
 
 
-def _with_licence(base: Base, card_dir: Path | None) -> Base:
-    card = read_card(card_dir / CARD) if card_dir is not None else None
+def _with_licence(base: Base, card_dir: Path | None, root: Path | None) -> Base:
+    card = read_card(card_dir / CARD, root) if card_dir is not None else None
     if card is None:
         base.license_why = f"the base model ({base.name}) has no model card here, so its licence is not known"
         return base

@@ -108,3 +108,18 @@ def test_the_licence_is_inherited_from_the_base_models_card_or_said_unknown(tmp_
     assert scratch.name is None and scratch.license == "unknown" and "from scratch" in scratch.license_why
     gone = base_of(str(tmp_path / "deleted-since"))
     assert gone.license == "unknown" and "cannot be read here" in gone.license_why
+
+
+def test_a_cached_hub_base_is_named_by_its_hub_id_with_its_cards_licence(tmp_path, monkeypatch):
+    from backend.core.paths import BUNDLED_MODELS_DIR, DEFAULT_MODEL
+    from tests.ui.test_cached_models import put_in_hub_cache
+
+    src = BUNDLED_MODELS_DIR / DEFAULT_MODEL
+    files = {p.name: p.read_bytes() for p in src.iterdir() if p.suffix in (".json", ".safetensors")}
+    files["README.md"] = b"---\nlicense: apache-2.0\nlanguage: en\n---\n# a released encoder\n"
+    put_in_hub_cache(tmp_path / "hub", "biolab/released-encoder", files)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    base = base_of("biolab/released-encoder")
+    assert (base.name, base.kind, base.license) == ("biolab/released-encoder", "hub", "apache-2.0")
+    assert "https://huggingface.co/biolab/released-encoder" in base.where and base.extra["language"] == "en"
