@@ -16,12 +16,17 @@ RULE_NOTE = (
     "a tie group is a largest set of models no two of which are separated, and two models share a letter exactly "
     "when the data cannot tell them apart. A suite score is the mean over tasks of the model's mean over seeds (the "
     "Average column), its interval a Student t over the units the rule uses (fine-tuning seeds of one checkpoint, or "
-    "pretraining seeds when there are two or more), each unit's mean over tasks."
+    "pretraining seeds when there are two or more), each unit's mean over tasks. A pair may read 'better' in its "
+    "own comparison below (one comparison at 95%) and still share a group here (all K pairs at 95% together): the "
+    "leaderboard asks more of the data."
 )
 
 
-def _ci(ci) -> str:
-    return "–" if not ci else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+CLIPPED = "†"
+
+
+def _ci(ci, clipped: bool = False) -> str:
+    return "–" if not ci else f"[{ci[0]:.2f}, {ci[1]:.2f}]" + CLIPPED * clipped
 
 
 def _ranks(r: list[int]) -> str:
@@ -40,8 +45,10 @@ def leaderboard_md(lb: dict) -> list[str]:
     lines = ["", f"## Leaderboard: {n} models ranked, with the groups the data cannot tell apart", ""]
     lines += ["| Rank | Model | Suite score | 95% CI | Rank interval | Tie group |", "|---|---|---|---|---|---|"]
     for m in lb["models"]:
-        lines.append(f"| {m['position']} | {m['label']} | {m['score']:.2f} | {_ci(m['ci95'])} | "
+        lines.append(f"| {m['position']} | {m['label']} | {m['score']:.2f} | {_ci(m['ci95'], m.get('ci95_clipped'))} | "
                      f"{_ranks(m['rank_interval'])} | {''.join(m['groups'])} |")  # fmt: skip
+    if any(m.get("ci95_clipped") for m in lb["models"]):
+        lines += ["", f"{CLIPPED} clipped to [0, 100]: the seeds are too few to bound the score more tightly."]
     lines += ["", f"Tie groups: {groups_text(lb)}.", ""]
     split = [p for p in lb["pairs"] if p["separated"]]
     lines.append(
@@ -64,8 +71,8 @@ def _separation(p: dict) -> str:
 
 def leaderboard_rows(lb: dict) -> list[list]:
     """The table as rows (the Reports tab's table): rank, model, score, CI, rank interval, groups."""
-    return [[m["position"], m["label"], round(m["score"], 2), _ci(m["ci95"]), _ranks(m["rank_interval"]),
-             "".join(m["groups"])] for m in lb["models"]]  # fmt: skip
+    return [[m["position"], m["label"], f"{m['score']:.2f}", _ci(m["ci95"], m.get("ci95_clipped")),
+             _ranks(m["rank_interval"]), "".join(m["groups"])] for m in lb["models"]]  # fmt: skip
 
 
 ROW_HEADERS = ["Rank", "Model", "Suite score", "95% CI", "Rank interval", "Tie group"]
@@ -90,7 +97,7 @@ def leaderboard_figure(lb: dict):
                 mode="markers+text",
                 marker={"size": 12, "color": color},
                 text=[f"  ranks {_ranks(m['rank_interval'])} · group {''.join(m['groups'])}"],
-                textposition="middle right",
+                textposition="top center",
                 error_x={
                     "type": "data",
                     "array": [ci[1] - m["score"]],
@@ -120,7 +127,8 @@ def summary_lines(lb: dict) -> list[str]:
            f"{lb['pairs_count']} pairs):"]  # fmt: skip
     width = max(len(m["label"]) for m in lb["models"])
     for m in lb["models"]:
-        out.append(f"  {m['position']}. {m['label']:<{width}}  {m['score']:6.2f} {_ci(m['ci95']):>16}  "
+        ci = _ci(m["ci95"], m.get("ci95_clipped"))
+        out.append(f"  {m['position']}. {m['label']:<{width}}  {m['score']:6.2f} {ci:>17}  "
                    f"ranks {_ranks(m['rank_interval']):<5} group {''.join(m['groups'])}")  # fmt: skip
     out.append("tie groups: " + groups_text(lb).replace("**", ""))
     return out

@@ -62,11 +62,12 @@ def record_suite(rep: dict) -> list[str]:
     and the suite score with its interval, rank interval and tie group (the leaderboard's; for two models, the same
     rule over their one pair)."""
     from backend.evaluation.ranking import leaderboard
+    from backend.evaluation.suite_report import on_scale
 
     labels = [m["label"] for m in rep["models"]]
     scores = {t["name"]: {lab: rep["cells"][f"{lab}|{t['name']}"]["per_seed"] for lab in labels
                           if f"{lab}|{t['name']}" in rep["cells"]} for t in rep["tasks"]}  # fmt: skip
-    board = rep.get("leaderboard") or leaderboard(scores, labels)
+    board = rep.get("leaderboard") or on_scale(leaderboard(scores, labels))
     entries = {e["label"]: e for e in board["models"]}
     source, warnings = f"suite:{rep['suite']}/{Path(rep['out']).name}", []
     for m in rep["models"]:

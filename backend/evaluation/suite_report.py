@@ -62,6 +62,14 @@ def clip_to_scale(ci: list[float] | None) -> tuple[list[float] | None, bool]:
     return [lo, hi], (lo, hi) != (ci[0], ci[1])
 
 
+def on_scale(board: dict) -> dict:
+    """A leaderboard whose suite-score intervals are clipped to [0, 100] and marked, as every score interval of the
+    report is."""
+    for m in board["models"]:
+        m["ci95"], m["ci95_clipped"] = clip_to_scale(m["ci95"])
+    return board
+
+
 def constant_models(results: dict[str, dict]) -> dict[str, set[str]]:
     """task -> the model labels every finished run of which gave one constant answer (the run records' flag)."""
     out: dict[str, set[str]] = {}
@@ -127,7 +135,7 @@ def build_suite_report(out: str | Path, spec: dict) -> dict:
         "average": avg,
         "best": best,
         "comparisons": comps,
-        "leaderboard": leaderboard(scores, labels) if len(labels) >= MIN_MODELS else None,
+        "leaderboard": on_scale(leaderboard(scores, labels)) if len(labels) >= MIN_MODELS else None,
         "units": "test metric in points (F1 and accuracy in percent)",
     }
 

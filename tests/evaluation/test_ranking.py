@@ -161,3 +161,15 @@ def test_two_models_keep_the_pairwise_report_alone(tmp_path):
     (out / "tasks" / "ncbi" / "results.json").write_text(json.dumps(_results({"a": [1.0, 2.0], "b": [2.0, 3.0]})))
     rep = write_suite_report(out, {"name": "s", "path": "s.yaml", "tasks": [{"name": "ncbi"}]}, png=False)
     assert rep["leaderboard"] is None and "## Leaderboard" not in (out / "suite.md").read_text()
+
+
+def test_a_suite_score_interval_past_the_scale_is_clipped_and_said_so(tmp_path):
+    out = tmp_path / "suite"
+    sc = {"low": [0.0, 9.0], "mid": [30.0, 31.0], "high": [60.0, 62.0]}  # two seeds: 'low' reaches below 0
+    (out / "tasks" / "t").mkdir(parents=True)
+    (out / "tasks" / "t" / "results.json").write_text(json.dumps(_results(sc)))
+    rep = write_suite_report(out, {"name": "s", "path": "s.yaml", "tasks": [{"name": "t"}]}, png=False)
+    low = next(m for m in rep["leaderboard"]["models"] if m["label"] == "low")
+    assert low["ci95"][0] == 0.0 and low["ci95_clipped"]
+    md = (out / "suite.md").read_text()
+    assert f"| 3 | low | 4.50 | [0.00, {low['ci95'][1]:.2f}]† |" in md and "† clipped to [0, 100]" in md
