@@ -143,6 +143,7 @@ def export_model(name: str, out: str | Path | None = None, push_to_hub: str | No
     _card(item)  # written again from the evidence now (a run's card beside its seal)
     stage_root = target.parent if target is not None else Path(tempfile.mkdtemp(prefix="detour-export-"))
     stage = stage_root / f".{(target or stage_root).name}.export-{os.getpid()}"
+    made = next((d for d in (*reversed(stage_root.parents), stage_root) if not d.exists()), None)
     try:
         stage_root.mkdir(parents=True, exist_ok=True)
         files = _copy(item, stage)
@@ -158,6 +159,8 @@ def export_model(name: str, out: str | Path | None = None, push_to_hub: str | No
             shutil.rmtree(stage, ignore_errors=True)
         if target is None:
             shutil.rmtree(stage_root, ignore_errors=True)
+        elif made is not None and not target.exists():  # the folders made for an export that did not happen
+            shutil.rmtree(made, ignore_errors=True)
     return {"out": str(target) if target else None, "files": files, "card": str(target / CARD) if target else None,
             "auto_class": item.auto_class, "repo": push_to_hub, "url": url}  # fmt: skip
 

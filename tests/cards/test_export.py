@@ -18,7 +18,7 @@ from tests.conftest import backend_cli, free_port
 
 @pytest.fixture
 def run(detour_run_dir, isolated_runs_dir):
-    """The session's finished tiny run, copied into this test's runs folder (its card may be rewritten here)."""
+    """The finished tiny run all tests share, copied into this test's runs folder (its card may be rewritten here)."""
     d = isolated_runs_dir / detour_run_dir.name
     shutil.copytree(detour_run_dir, d)
     return d

@@ -20,7 +20,7 @@ from backend.engine.rundir import read_metrics, read_status
 
 @pytest.fixture
 def run(detour_run_dir, tmp_path):
-    """A copy of the session's finished tiny clm_detour run (its card rewritten here, never the shared one's)."""
+    """A copy of the finished tiny clm_detour run all tests share (its card rewritten here, never the shared one's)."""
     d = tmp_path / "runs" / detour_run_dir.name
     shutil.copytree(detour_run_dir, d)
     return d
