@@ -80,27 +80,31 @@ def suite_result(source: str, suite: str, tasks: list[dict], entry: dict, n_mode
     """The suite score of one model (the leaderboard's ``entry``): its interval, rank interval and tie group."""
     from huggingface_hub import EvalResult
 
-    kinds = {t.get("task") for t in tasks}
-    task = kinds.pop() if len(kinds) == 1 else "ner"
+    kinds = sorted({t.get("task") for t in tasks})
+    task = kinds[0] if kinds and kinds[0] in TASK_TYPES else "ner"  # a mixed suite: its task name says so
     ranks = entry["rank_interval"]
     rank = f"{ranks[0]}" if ranks[0] == ranks[1] else f"{ranks[0]}-{ranks[1]}"
-    args = {"units": int(entry["units"]), "rank_low": int(ranks[0]), "rank_high": int(ranks[1]), "models": n_models,
-            "tie_group": "".join(entry["groups"])}  # fmt: skip
+    args = {"units": int(entry["units"])}
+    ranked = ""
+    if n_models >= 2:  # one model alone has no rank to tell
+        args.update(
+            rank_low=int(ranks[0]), rank_high=int(ranks[1]), models=n_models, tie_group="".join(entry["groups"])
+        )
+        ranked = f"; rank {rank} of {n_models}, tie group {''.join(entry['groups'])}"
     if entry.get("ci95"):
         args.update(ci95_low=round(float(entry["ci95"][0]), 4), ci95_high=round(float(entry["ci95"][1]), 4))
     names = ", ".join(t["name"] for t in tasks)
     return EvalResult(
         task_type=TASK_TYPES.get(task, "token-classification"),
-        task_name=f"{suite} suite",
+        task_name=f"{suite} suite" + (" (NER and classification)" if len(kinds) > 1 else ""),
         dataset_type=f"suite:{suite}",
         dataset_name=f"{suite} ({len(tasks)} tasks: {names})",
         dataset_split="test",
         metric_type="suite_score",
         metric_value=round(float(entry["score"]), 4),
         metric_name=(
-            f"Suite score (mean over tasks of the mean test score, points), {_ci_words(entry.get('ci95'))}; "
-            f"rank {rank} of {n_models}, tie group {''.join(entry['groups'])}"
-        ),  # fmt: skip
+            f"Suite score (mean over tasks of the mean test score, points), {_ci_words(entry.get('ci95'))}{ranked}"
+        ),
         metric_config=source,
         metric_args=args,
     )

@@ -123,3 +123,16 @@ def test_a_suite_over_three_models_prints_its_ranking_and_the_run_gets_the_suite
     mine = next(m for m in board["models"] if m["label"] == "run")
     assert score.metric_value == pytest.approx(mine["score"], abs=1e-3)
     assert [score.metric_args["rank_low"], score.metric_args["rank_high"]] == mine["rank_interval"]
+
+
+def test_a_suite_of_one_run_gives_its_score_and_interval_but_no_rank(run):
+    """A sweep measures each run on a suite alone: one model has no rank to tell, and its card says none."""
+    cell = {"mean": 45.0, "ci95": [40.0, 50.0], "n": 3, "per_seed": {"0": 44.0, "1": 45.0, "2": 46.0}}
+    rep = {"suite": "bio", "out": "/x/suites/r", "cells": {"run|ncbi": cell}, "leaderboard": None,
+           "tasks": [{"name": "ncbi", "task": "ner", "metric": "f1", "data": "/d/ncbi"}],
+           "models": [{"label": "run", "identity": {"path": str(run / "final")}}]}  # fmt: skip
+    assert record_suite(rep) == []
+    score = next(
+        r for r in ModelCard.load(run / "final" / "README.md").data.eval_results if r.metric_type == "suite_score"
+    )
+    assert score.metric_value == 45.0 and "rank" not in score.metric_name and "models" not in score.metric_args
