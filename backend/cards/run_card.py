@@ -10,6 +10,7 @@ import json
 import time
 from pathlib import Path
 
+from backend import objectives
 from backend.cards import CARD, LIBRARY, TAG
 from backend.cards.card_file import make_card, read_card, write_card
 from backend.cards.lineage import UNKNOWN, base_of
@@ -70,14 +71,23 @@ def _command(argv: list | None) -> str:
     return " ".join(argv) or "python -m backend train"
 
 
-def _masking(p: dict) -> str:
-    parts = []
-    if p.get("mlm_probability"):
-        parts.append(f"{100 * p['mlm_probability']:g}% masked")
-    for key, word in (("causal_share", "causal"), ("prefix_share", "prefix")):
-        if p.get(key):
-            parts.append(f"{100 * p[key]:g}% {word}")
-    return ", ".join(parts) or "–"
+def _objective(p: dict) -> str:
+    """A phase's objective as the registry words it with the settings the phase recorded ("CLM", "MLM 15%")."""
+    try:
+        spec = objectives.get(p["objective"])
+    except KeyError:  # an objective this version no longer has: its name as recorded
+        return str(p["objective"])
+    given = {k: p[k] for k in objectives.setting_names() if p.get(k) is not None}
+    try:
+        return spec.text({**spec.defaults(), **given})
+    except (KeyError, TypeError):  # a setting the row did not record
+        return spec.title
+
+
+def _detour(phases: list[dict]) -> bool:
+    """A causal phase followed by a bidirectional one: the recipe this lab is named for."""
+    kinds = [p.get("attention") for p in phases]
+    return "causal" in kinds and "bidirectional" in kinds[kinds.index("causal") :]
 
 
 def _facts(run_dir: Path) -> dict:
@@ -122,10 +132,9 @@ def build_run_card(run_dir: str | Path, results: list | None = None):
     corpus_words, corpus = _corpus(cfg, f["info"])
     phases = timeline(f["rows"], st)
     model_type = f["model"].get("model_type") or "encoder"
-    objectives = {p["objective"] for p in phases}
     tags = [TAG, model_type, f"recipe-{cfg['recipe']}",
             "continued-pretraining" if base.name else "pretrained-from-scratch",
-            *(["causal-lm-detour"] if "clm" in objectives and "mlm" in objectives else [])]  # fmt: skip
+            *(["causal-lm-detour"] if _detour(phases) else [])]  # fmt: skip
     data = ModelCardData(
         base_model=base.name,
         library_name=LIBRARY,
@@ -175,14 +184,14 @@ def build_run_card(run_dir: str | Path, results: list | None = None):
         "",
         "## Recipe timeline",
         "",
-        "| phase | objective | attention | masking | steps | tokens | held-out MLM loss at its end | "
+        "| phase | objective | attention | steps | tokens | held-out MLM loss at its end | "
         "held-out CLM loss at its end |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|",
     ]
     for p in phases:
         end = p["end_eval"]
         lines.append(
-            f"| {p['phase']} | {p['objective']} | {p.get('attention', '?')} | {_masking(p)} | {p['steps']:,} | "
+            f"| {p['phase']} | {_objective(p)} | {p.get('attention', '?')} | {p['steps']:,} | "
             f"{p['tokens']:,} | {_loss(end, 'eval_mlm_loss')} | {_loss(end, 'eval_clm_loss')} |"
         )
     lines += [

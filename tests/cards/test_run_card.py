@@ -46,9 +46,9 @@ def test_the_body_is_the_run_directorys_own_numbers(run):
     st = read_status(run)
     evals = [r for r in rows if r["type"] == "eval"]
     main_end = next(r for r in evals if r["step"] == 4)  # the CLM phase's last held-out evaluation
-    assert (f"| main | clm | causal | – | 4 | 1,024 | {main_end['eval_mlm_loss']:.3f} | "
+    assert (f"| main | CLM | causal | 4 | 1,024 | {main_end['eval_mlm_loss']:.3f} | "
             f"{main_end['eval_clm_loss']:.3f} |") in text  # fmt: skip
-    assert (f"| decay | mlm | bidirectional | 15% masked | 4 | 1,024 | {evals[-1]['eval_mlm_loss']:.3f} | "
+    assert (f"| decay | MLM 15% | bidirectional | 4 | 1,024 | {evals[-1]['eval_mlm_loss']:.3f} | "
             f"{evals[-1]['eval_clm_loss']:.3f} |") in text  # fmt: skip
     assert f"{evals[0]['eval_mlm_loss']:.3f} / {evals[0]['eval_clm_loss']:.3f} at the start" in text
     assert f"| trained | {st['tokens_seen']:,} tokens in {st['step']} optimizer steps" in text
