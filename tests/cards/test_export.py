@@ -87,6 +87,7 @@ def test_a_damaged_final_model_is_refused_by_its_seal(run, tmp_path, capsys):
     assert "no longer matches the manifest" in one_error_line(capsys) and not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow  # a fresh CLI process: the Hub client reads its settings when it is imported
 def test_a_push_is_refused_offline_in_one_line_with_nothing_written(run, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     out = tmp_path / "to-push"
@@ -97,6 +98,7 @@ def test_a_push_is_refused_offline_in_one_line_with_nothing_written(run, tmp_pat
     assert not list(tmp_path.glob(".*export*"))
 
 
+@pytest.mark.slow  # a fresh CLI process: the Hub client reads HF_ENDPOINT when it is imported
 def test_a_push_that_cannot_reach_the_hub_leaves_the_export_whole_and_says_so(run, tmp_path, monkeypatch):
     """Online, with a token, but nothing answers where the Hub should be (a port nobody listens on, on this
     machine): the local export is whole, the push is one line, and no commit was made."""
@@ -109,8 +111,7 @@ def test_a_push_that_cannot_reach_the_hub_leaves_the_export_whole_and_says_so(ru
     assert r.returncode == 2 and len(lines) == 1 and "push to someone/a-model failed" in lines[0], r.stderr
     assert f"the export in {out} is whole" in lines[0]
     assert ModelCard.load(out / "README.md").data.base_model and (out / "model.safetensors").is_file()
-    without_out = backend_cli("export", run.name, "--push-to-hub", "someone/a-model")  # staged in a temp folder
-    assert without_out.returncode == 2 and "no commit of this model was made there" in without_out.stderr
+    assert "no commit of this model was made there" in lines[0] and not list(tmp_path.glob(".*export*"))
 
 
 def test_a_push_names_a_bad_repository_before_anything(run, tmp_path, monkeypatch, capsys):
