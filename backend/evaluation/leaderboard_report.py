@@ -79,8 +79,8 @@ ROW_HEADERS = ["Rank", "Model", "Suite score", "95% CI", "Rank interval", "Tie g
 
 
 def leaderboard_figure(lb: dict):
-    """Each model's suite score with its 95% interval, best on top, coloured by its first tie group and labelled
-    with its rank interval and groups."""
+    """Each model's suite score with its 95% interval, best on top, coloured by its first tie group; its rank
+    interval and groups in its axis label (text beside the points would cross the intervals)."""
     import plotly.graph_objects as go
 
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
@@ -90,24 +90,17 @@ def leaderboard_figure(lb: dict):
     for m in ms:
         ci = m["ci95"]
         color = palette[letters.index(m["groups"][0]) % len(palette)] if m["groups"] else "#444"
+        name = f"{m['label']} · ranks {_ranks(m['rank_interval'])} · group {''.join(m['groups'])}"
+        bars = {"type": "data", "array": [ci[1] - m["score"]], "arrayminus": [m["score"] - ci[0]], "visible": True}
         fig.add_trace(
             go.Scatter(
                 x=[m["score"]],
-                y=[m["label"]],
-                mode="markers+text",
+                y=[name],
+                mode="markers",
                 marker={"size": 12, "color": color},
-                text=[f"  ranks {_ranks(m['rank_interval'])} · group {''.join(m['groups'])}"],
-                textposition="top center",
-                error_x={
-                    "type": "data",
-                    "array": [ci[1] - m["score"]],
-                    "arrayminus": [m["score"] - ci[0]],
-                    "visible": True,
-                }
-                if ci
-                else None,  # fmt: skip
+                error_x=bars if ci else None,
                 name=m["label"],
-                hovertemplate=f"{m['label']}: %{{x:.2f}} {_ci(ci)}<extra></extra>",
+                hovertemplate=f"{m['label']}: %{{x:.2f}} {_ci(ci, m.get('ci95_clipped'))}<extra></extra>",
             )
         )
     fig.update_layout(
