@@ -1,12 +1,13 @@
 """Runs tab: every run on disk with status and progress; live curves polled from the run directories by a timer;
-log tail; Cancel / Resume through ``backend.runs.jobs``. Nothing here trains: it only reads run directories."""
+log tail; Cancel / Resume through ``backend.runs.jobs``; Export of a finished run (``export_panel``). Nothing here
+trains: it only reads run directories."""
 
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
 
-from app import run_folder, throughput_panel, timeline_editor, warn
+from app import export_panel, run_folder, throughput_panel, timeline_editor, warn
 from app.figure_cache import FileKeyed
 from app.throughput_panel import panel_markdown
 from backend.analysis import plots
@@ -353,6 +354,7 @@ def build(ctx) -> dict:
             cancel_btn = gr.Button("Cancel", variant="stop")
             resume_btn = gr.Button("Resume")
             action_msg = gr.Markdown("")
+    export_panel.build(log_run)  # the picked finished run as a folder with its model card
     panel = throughput_panel.build(log_run)  # the doctor's diagnosis of the run picked here, following it
     known = gr.State({})  # empty: the first tick of every page sends the run names and curves as they are now
     action = gr.State(None)  # the run the message under Cancel/Resume speaks of, and the state it left it in

@@ -1,6 +1,7 @@
 """Reports tab, "Task suites": pick a suite (configs/suites), pick models, run ``python -m backend evaluate --suite``
 detached (output to ``<evals>/suites/<name>/suite.log``, so closing the browser never stops it), and read its
-progress line with the ETA and, once written, the suite report (table, aggregate panel, verdict, delta figure).
+progress line with the ETA and, once written, the suite report (table, aggregate panel, verdict, delta figure) and,
+over three or more models, its leaderboard (table and figure: scores, rank intervals, tie groups).
 
 The handlers are plain functions (tested without a browser); ``build()`` only wires them. The evaluation itself is
 the CLI's: the same backend function, the same folder layout, resumable by running it again."""
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from backend.core.errors import DetourError
 from backend.core.paths import is_plain_name
+from backend.evaluation.leaderboard_report import ROW_HEADERS
 
 LOG = "suite.log"
 MODEL_WORD = re.compile(r"\S+ \(cached, [^)]*\)|[^\s,]+")  # a picker's label pasted whole is one model
@@ -113,6 +115,23 @@ def suite_models(models_text: str) -> list[str]:
     return models
 
 
+def default_labels(models_text: str, models: list[str]) -> list[str]:
+    """What the report calls each model when no labels are typed: a run by its name (typed as ``../runs/X`` too),
+    a picker's label by its hub id, any other folder as it was typed; never the absolute path it resolved to. [] when
+    two would read alike (the evaluation then names them as it does)."""
+    from app import looks_like_path, model_name
+    from backend.core.catalogue import run_owning
+
+    out = []
+    for typed, passed in zip(MODEL_WORD.findall(models_text or ""), models, strict=True):
+        run = run_owning(passed) if looks_like_path(typed) else None
+        if run is not None and Path(passed).absolute() in (run, run / "final"):
+            out.append(run.name)
+        else:
+            out.append(model_name(typed).rstrip("/") if looks_like_path(typed) else passed)
+    return out if len(set(out)) == len(out) else []
+
+
 def start_suite(suite: str, models_text: str, labels_text: str, name: str, caps: dict | None = None) -> str:
     """Check everything a run needs (the suite file key by key, each model), then start it detached. Returns the
     run's name; raises DetourError with one line otherwise."""
@@ -126,6 +145,7 @@ def start_suite(suite: str, models_text: str, labels_text: str, name: str, caps:
     labels = [x for x in re.split(r"[\s,]+", labels_text or "") if x]
     if labels and len(labels) != len(models):
         raise DetourError(f"labels: give one per model ({len(models)}) or none")
+    labels = labels or default_labels(models_text, models)
     name = (name or spec["name"]).strip()
     if not is_plain_name(name):
         raise DetourError(f"name '{name}': use letters, digits, '_', '-' or '.'")
@@ -151,11 +171,13 @@ def _last_progress(log: Path) -> str:
 
 
 def suite_view(name: str | None) -> dict:
-    """``{status, report, figure}`` of suite run ``name``: the latest progress line (task, run, epoch, suite ETA),
-    the suite report's Markdown once written, and its first per-task delta figure."""
+    """``{status, report, figure, board, board_figure}`` of suite run ``name``: the latest progress line (task, run,
+    epoch, suite ETA), the suite report's Markdown once written, its first per-task delta figure, and its
+    leaderboard's rows and figure (None with fewer than three models)."""
+    from backend.evaluation.leaderboard_report import leaderboard_figure, leaderboard_rows
     from backend.evaluation.suite_report import delta_figure
 
-    view = {"status": "", "report": "", "figure": None}
+    view = {"status": "", "report": "", "figure": None, "board": None, "board_figure": None}
     if not name:
         return view
     if not is_plain_name(name):
@@ -175,6 +197,9 @@ def suite_view(name: str | None) -> dict:
             rep = json.loads((out / "suite.json").read_text(encoding="utf-8"))
             if isinstance(rep, dict) and rep.get("comparisons"):
                 view["figure"] = delta_figure(rep["comparisons"][0])
+            if isinstance(rep, dict) and rep.get("leaderboard"):
+                view["board"] = leaderboard_rows(rep["leaderboard"])
+                view["board_figure"] = leaderboard_figure(rep["leaderboard"])
     except (DetourError, OSError, ValueError) as exc:  # never fatal to the page
         view["report"] = f"⚠ {' '.join(str(exc).split())}"
     return view
@@ -198,7 +223,17 @@ def listing(name: str | None) -> list:
     values = [v for _, v in choices]
     value = name if name in values else (values[0] if values else None)
     v = suite_view(value)
-    return [gr.update(choices=choices, value=value), v["status"], v["report"], v["figure"], report_mtime(value)]
+    return [gr.update(choices=choices, value=value), v["status"], v["report"], v["figure"], *board_updates(v),
+            report_mtime(value)]  # fmt: skip
+
+
+def board_updates(v: dict) -> list:
+    """The leaderboard's table and figure, shown only where the suite ranks three or more models."""
+    import gradio as gr
+
+    shown = v["board"] is not None
+    return [gr.update(value=v["board"] if shown else None, visible=shown),
+            gr.update(value=v["board_figure"], visible=shown)]  # fmt: skip
 
 
 def build(refresh=None) -> dict:
@@ -236,6 +271,11 @@ def build(refresh=None) -> dict:
                            elem_id="suite-runs", allow_custom_value=True)  # fmt: skip
         v0 = suite_view(runs[0] if runs else None)
         status = gr.Markdown(v0["status"], elem_id="suite-status")
+        board = gr.Dataframe(value=v0["board"], headers=ROW_HEADERS, interactive=False, visible=v0["board"] is not None,
+                             label="Leaderboard: models sharing a tie group cannot be told apart (95%, all pairs "
+                             "together)", elem_id="suite-board")  # fmt: skip
+        board_fig = gr.Plot(value=v0["board_figure"], visible=v0["board"] is not None, show_label=False,
+                            elem_id="suite-board-fig")  # fmt: skip
         report = gr.Markdown(v0["report"], elem_id="suite-report")
         fig = gr.Plot(value=v0["figure"], label="Δ per task (95% CI)", elem_id="suite-fig")
         seen = gr.State(report_mtime(runs[0] if runs else None))  # suite.json's time when the figure was drawn
@@ -243,34 +283,35 @@ def build(refresh=None) -> dict:
 
     def show(n):
         v = suite_view(n)
-        return v["status"], v["report"], v["figure"]
+        return v["status"], v["report"], v["figure"], *board_updates(v)
 
     def run(s, m, lab, n, sd, ep, mt, me):
         caps = {"seeds": sd, "epochs": ep, "max_train_examples": mt, "max_eval_examples": me}
         try:
             started = start_suite(s, m, lab, n, caps)
         except DetourError as exc:
-            return f"**Not started:** {exc}", gr.skip(), gr.skip(), gr.skip(), gr.skip()
-        v = suite_view(started)
+            return f"**Not started:** {exc}", *(gr.skip(),) * 6
         listed = gr.update(choices=suite_run_choices(), value=started)
-        return f"Started `{started}` in `{suites_root() / started}`.", listed, v["status"], v["report"], v["figure"]
+        return f"Started `{started}` in `{suites_root() / started}`.", listed, *show(started)
 
-    pick.change(lambda n: (*show(n), report_mtime(n)), inputs=[pick], outputs=[status, report, fig, seen],
-                show_progress="hidden")  # fmt: skip
+    pick.change(lambda n: (*show(n), report_mtime(n)), inputs=[pick], outputs=[status, report, fig, board, board_fig,
+                seen], show_progress="hidden")  # fmt: skip
     suite.change(default_name, inputs=[suite], outputs=[name], show_progress="hidden")  # the folder follows it
     run_btn.click(run, inputs=[suite, models, labels, name, seeds, epochs, max_train, max_eval],
-                  outputs=[msg, pick, status, report, fig], api_name="suite_run")  # fmt: skip
+                  outputs=[msg, pick, status, report, fig, board, board_fig], api_name="suite_run")  # fmt: skip
 
     def poll(n, drawn):
-        """Status and report every tick; the figure again only when suite.json was (re)written."""
+        """Status and report every tick; the figures and the leaderboard again only when suite.json was
+        (re)written."""
         v = suite_view(n)
         now = report_mtime(n)
         if now != drawn:
-            return v["status"], v["report"], v["figure"], now
-        return v["status"], v["report"], gr.skip(), gr.skip()
+            return v["status"], v["report"], v["figure"], *board_updates(v), now
+        return v["status"], v["report"], *(gr.skip(),) * 4
 
-    timer.tick(poll, inputs=[pick, seen], outputs=[status, report, fig, seen], show_progress="hidden", queue=False,
-               api_visibility="private")  # fmt: skip
-    keep_fresh(listing, [pick, status, report, fig, seen], inputs=[pick], button=refresh)
+    timer.tick(poll, inputs=[pick, seen], outputs=[status, report, fig, board, board_fig, seen],
+               show_progress="hidden", queue=False, api_visibility="private")  # fmt: skip
+    keep_fresh(listing, [pick, status, report, fig, board, board_fig, seen], inputs=[pick], button=refresh)
     return {"suite": suite, "models": models, "run": run_btn, "status": status, "report": report, "pick": pick,
-            "name": name, "figure": fig, "listing": listing, "poll": poll}  # fmt: skip
+            "name": name, "figure": fig, "board": board, "board_figure": board_fig, "listing": listing,
+            "poll": poll}  # fmt: skip

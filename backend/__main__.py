@@ -18,6 +18,7 @@ COMMANDS = {
     "fill-mask": "Top-k predictions for a masked sentence, one or more models.",
     "explain": "What the objectives do: attention masks, per-token loss, a run's checkpoints.",
     "doctor": "Where a run's time goes: tokens/s, MFU, the time split, ETA and findings with their fixes.",
+    "export": "A finished run or fine-tuned model as a folder with its model card; optionally pushed to the Hub.",
     "queue": "Run queued runs one after another (started detached by the app).",
     "sweep": "A grid of matched runs over config keys x seeds, with a report (CIs, paired verdicts).",
     "replicate": "Mini replication of the paper's three findings, with a report.",

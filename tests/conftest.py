@@ -17,6 +17,7 @@ import torch  # noqa: E402
 from backend.core.paths import (  # noqa: E402
     BUNDLED_TOKENIZER_DIR,
     EVALS_ENV,
+    EXPORTS_ENV,
     REPORTS_ENV,
     SWEEPS_ENV,
     UPLOADS_ENV,
@@ -97,7 +98,13 @@ def isolated_runs_dir(tmp_path, monkeypatch) -> Path:
 def isolated_output_dirs(tmp_path, monkeypatch) -> None:
     """Reports, evaluations, uploads and sweeps under the test's tmp dir too: a test that writes one without asking
     for its own folder (the suite panel's did) would otherwise write into the checkout and fail the next run."""
-    for env, name in ((REPORTS_ENV, "reports"), (EVALS_ENV, "evals"), (UPLOADS_ENV, "uploads"), (SWEEPS_ENV, "sweeps")):
+    for env, name in (
+        (REPORTS_ENV, "reports"),
+        (EVALS_ENV, "evals"),
+        (UPLOADS_ENV, "uploads"),
+        (SWEEPS_ENV, "sweeps"),
+        (EXPORTS_ENV, "exports"),
+    ):
         monkeypatch.setenv(env, str(tmp_path / name))
 
 

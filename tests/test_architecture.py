@@ -13,6 +13,7 @@ LAYERS = {  # package -> layer; an import may go sideways within a package or do
     "backend.core": 0,
     "backend.engine": 1,
     "backend.reporting": 1,  # figure files and the HTML page every report writes
+    "backend.cards": 1.5,  # model cards and export: from run directories; runs and evaluations write them
     "backend.detour": 2,
     "backend.objectives": 0.5,  # what each objective declares (torch only): the config checks read it
     "backend.presets": 0.5,  # the named recipes as data (YAML): the schema lists them

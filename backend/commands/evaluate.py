@@ -180,6 +180,10 @@ def _run_suite(args) -> int:
     print()
     print((out / "suite.md").read_text())
     print(f"suite report: {out}/suite.md, suite.html, suite.json; figures in {out}/figures")
+    if rep.get("leaderboard"):
+        from backend.evaluation.leaderboard_report import summary_lines
+
+        print("\n".join(summary_lines(rep["leaderboard"])))
     if rep["figures"].get("png_error"):
         print(f"note: {rep['figures']['png_error']}")
     failed = sum(len(c["stability"]["failed"]) + len(c["stability"]["diverged"]) for c in rep["cells"].values())

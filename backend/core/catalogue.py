@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.core.errors import DetourError
-from backend.core.paths import evals_dir, reports_dir, runs_dir, sweeps_dir, uploads_dir
+from backend.core.paths import evals_dir, exports_dir, reports_dir, runs_dir, sweeps_dir, uploads_dir
 
 MARKER = ".detour-artifact.json"  # {"kind": ..., "name": ...}: written into a folder when a command claims it
 
@@ -68,6 +68,8 @@ KINDS: dict[str, Kind] = {
         Kind("report", "a replication (or the hybrid-splits study) with its report", "folder", reports_dir,
              "reports/<preset>/ or any --out (settings.json, report.md|html|json)", ("settings.json",)),
         Kind("upload", "a corpus or config uploaded in the app", "file", uploads_dir, "uploads/<file>"),
+        Kind("export", "a finished model as a self-contained Hub folder: weights, tokenizer, README.md model card",
+             "folder", exports_dir, "exports/<run> from the app, any new --out from the CLI (never rewritten)"),
     )
 }  # fmt: skip
 
@@ -227,6 +229,23 @@ def claim_folder(path: str | Path, kind: str, name: str | None = None, flag: str
     return p
 
 
+def check_new_folder(path: str | Path, kind: str = "export", flag: str = "--out") -> Path:
+    """``path`` (absolute) when a folder that is never rewritten (an export) may be made there: new, or an empty
+    folder; not a link, not a file, and not inside another artifact (a run, or a folder a command claimed, or an
+    artifact in the lab's own folders). ``OutTaken`` in one line otherwise; writes nothing."""
+    p = check_out_folder(path, kind, flag=flag)  # a link, a file, a run's folder, a folder holding anything
+    lab = [r.resolve() for r in roots()]
+    for parent in p.parents:
+        found = read_marker(parent)
+        held = found["kind"] if found else None
+        if held is None and any(parent.resolve().is_relative_to(r) and parent.resolve() != r for r in lab):
+            held = kind_of(parent)  # in the lab's folders an artifact is known by its files too
+        if held is not None:
+            alt = first_free(parent.parent / f"{parent.name}-{kind}")
+            raise _refuse(flag, p, f"is inside {_a(held)} ({parent}: {KINDS[held].what})", alt)
+    return p
+
+
 def check_out_file(path: str | Path, kind: str = "cka", flag: str = "--out") -> Path:
     """``path`` (absolute) when a file artifact of ``kind`` may be written there: a new file, or one the same kind
     wrote (rewritten); not a folder, not a link, not inside a run's folder. ``OutTaken`` otherwise."""
@@ -310,5 +329,5 @@ def sweep_run_roots() -> list[Path]:
 
 def roots() -> list[Path]:
     """The folders the lab writes its artifacts into: runs, sweeps (and so their runs), evaluations (and so suite
-    evaluations), reports, uploads."""
-    return [runs_dir(), sweeps_dir(), evals_dir(), reports_dir(), uploads_dir()]
+    evaluations), reports, uploads, exports."""
+    return [runs_dir(), sweeps_dir(), evals_dir(), reports_dir(), uploads_dir(), exports_dir()]

@@ -31,3 +31,8 @@ class NonFiniteError(DetourError):
     """Training met NaN or infinity (loss, gradient norm, held-out loss, weights). The run stops as ``failed``
     before anything computed from it is saved; the message names the step, the values and the last good
     checkpoint to resume from."""
+
+
+class ExportError(DetourError):
+    """A model that cannot be exported or pushed (not a finished run or a kept fine-tuned model, a push offline or
+    without a token): said before anything is written, locally or on the Hub."""

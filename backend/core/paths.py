@@ -29,6 +29,7 @@ RUNS_ENV, REPORTS_ENV, EVALS_ENV, UPLOADS_ENV = (
 )
 CACHE_ENV = "DETOUR_CACHE_DIR"
 SWEEPS_ENV = "DETOUR_SWEEPS_DIR"
+EXPORTS_ENV = "DETOUR_EXPORTS_DIR"
 MAX_NAME_LEN = 100
 NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{MAX_NAME_LEN - 1}}}")  # a run or report name: one plain folder
 
@@ -55,6 +56,11 @@ def evals_dir() -> Path:
 def sweeps_dir() -> Path:
     """Root of sweep folders (``DETOUR_SWEEPS_DIR``; default ``<repo>/sweeps``)."""
     return _root(SWEEPS_ENV, "sweeps")
+
+
+def exports_dir() -> Path:
+    """Where the app exports models (``python -m backend export --out`` may write anywhere new)."""
+    return _root(EXPORTS_ENV, "exports")
 
 
 def uploads_dir() -> Path:

@@ -22,6 +22,7 @@ import torch
 from backend import objectives
 from backend.core import atomic
 from backend.core.errors import DataError
+from backend.core.machine import cpu_name
 from backend.detour.encoder_lm import IGNORE, EncoderLM
 from backend.detour.recipe import (
     Phase,
@@ -299,11 +300,14 @@ def _log_train(s: _State, phase: Phase, done: int, lr: float) -> None:
 
 
 def _emit_machine(s: _State) -> None:
-    """What the doctor needs to judge the rates: device, precision, the peak and FLOPs per token per objective."""
+    """What the doctor needs to judge the rates: device, precision, the peak and FLOPs per token per objective; and
+    which CPU (and GPU) it ran on, for the model card."""
+    gpu = torch.cuda.get_device_name(s.device) if s.device.type == "cuda" else None
     s.emit({"type": "machine", "step": s.tokens_last // s.tps, "device": str(s.device), "world": s.world,
             "precision": s.precision, "peak_flops": s.peak[0], "peak_source": s.peak[1], "flops_per_token": s.flops,
             "parameters": sum(p.numel() for p in s.hf.parameters()), "threads": torch.get_num_threads(),
-            "bf16_supported": s.device.type == "cuda" and torch.cuda.is_bf16_supported()})  # fmt: skip
+            "bf16_supported": s.device.type == "cuda" and torch.cuda.is_bf16_supported(), "cpu": cpu_name(),
+            "gpu": gpu})  # fmt: skip
 
 
 def _record_rate(s: _State, phase: Phase) -> None:

@@ -28,6 +28,7 @@ from backend.engine.rundir import list_checkpoints
 
 MANIFEST = "manifest.json"
 COMPLETE = "COMPLETE"  # written after the manifest: a folder without it is ignored
+CARD = "README.md"  # a run's model card lies beside the seal, never in it: evaluations add results to it later
 BACKGROUND = True  # False: every checkpoint is written before training goes on (bench/bench_checkpoint.py compares)
 
 
@@ -43,7 +44,7 @@ def write_manifest(ckpt: Path) -> None:
     files = {
         str(p.relative_to(ckpt)): {"size": p.stat().st_size, "sha256": _sha256(p)}
         for p in sorted(ckpt.rglob("*"))
-        if p.is_file() and p.name not in (MANIFEST, COMPLETE)
+        if p.is_file() and str(p.relative_to(ckpt)) not in (MANIFEST, COMPLETE, CARD)
     }
     atomic.write_json(ckpt / MANIFEST, files)
 

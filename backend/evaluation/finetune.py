@@ -1,7 +1,7 @@
 """One (model, seed) fine-tune: a new task head on the encoder, AdamW + linear schedule with warmup, dev scored
 every epoch, the best epoch (by the dev metric, ties broken by dev loss) restored and scored on test, and the
-fine-tuned model saved with its tokenizer, ``label_map.json`` and ``metrics.json`` (written last, atomically,
-so a folder with ``metrics.json`` is complete).
+fine-tuned model saved with its tokenizer, ``label_map.json``, its model card ``README.md`` and ``metrics.json``
+(written last, atomically, so a folder with ``metrics.json`` is complete).
 
 Plain PyTorch loop through Accelerate, in the precision the runner resolved (``backend.engine.precision``).
 A step whose loss or gradient norm is not finite is skipped (no optimizer or LR update, gradients dropped) and
@@ -181,6 +181,18 @@ class SkippedSteps:
         }
 
 
+def _write_card(folder: Path, metrics: dict, label_map: dict) -> None:
+    """The fine-tuned model's README.md, in the folder before it is renamed into place. A card that cannot be
+    written does not cost the fine-tune: the evaluation writes every kept model's card again when it finishes, and
+    says which one it could not."""
+    from backend.cards.finetuned_card import write_finetuned_card
+
+    try:
+        write_finetuned_card(folder, metrics, label_map, metrics.get("evaluation") or "evaluation")
+    except Exception:  # noqa: BLE001 - whatever went wrong, the fine-tuned model and its scores are kept
+        pass
+
+
 def train_step(accelerator, model, optimizer, scheduler, batch, grad_clip: float) -> tuple[float, str | None, float]:
     """One optimizer step -> (loss, the reason it was skipped or None, the value that made it skip).
 
@@ -355,6 +367,8 @@ def finetune(
                     unwrapped.save_pretrained(tmp)
                     task.tokenizer.save_pretrained(tmp)
             atomic.write_json(tmp / "label_map.json", task.label_map())
+            if keep_model:
+                _write_card(tmp, metrics, task.label_map())
             atomic.write_json(tmp / "metrics.json", metrics)
             atomic.replace_dir(tmp, out_dir)
         except BaseException:

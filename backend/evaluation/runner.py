@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from backend.cards.results import eval_id
 from backend.core.errors import ConfigError, DetourError
 from backend.core.paths import DEMO_NER_DIR, evals_dir
 from backend.engine import trackers
@@ -24,6 +25,7 @@ from backend.evaluation.datafiles import subsample
 from backend.evaluation.finetune import effective_max_len, finetune, resolve_hparams
 from backend.evaluation.identity import model_identity, recorded_identity, refuse_relabel
 from backend.evaluation.merge import merge_previous
+from backend.evaluation.model_cards import record_evaluation
 from backend.evaluation.report import refresh, write_results
 
 if TYPE_CHECKING:
@@ -132,6 +134,7 @@ def evaluate_models(
     keep_models: bool = True,
     precision: str = "auto",
     report_to: list[str] | str | None = None,
+    card_runs: bool = True,
     **hparams,
 ) -> dict:
     """Fine-tune every model with every seed on ``task`` and compare them. Returns the results dict (also written
@@ -140,7 +143,9 @@ def evaluate_models(
     ``precision``: auto | fp32 | bf16 | fp16, resolved as ``train.precision`` is (``resolve_precision``: auto is bf16
     on a CUDA GPU with bf16 and on CPUs where bf16 is really faster, else fp32); recorded as
     ``precision: {requested, resolved, why}`` in results.json and every metrics.json. ``report_to``:
-    experiment trackers (``logging.report_to``'s names) that get each seed's scores and the summary.
+    experiment trackers (``logging.report_to``'s names) that get each seed's scores and the summary. When it
+    finishes, the model cards get its results (``model_cards.record_evaluation``): each kept fine-tuned model's,
+    and, with ``card_runs`` (a suite records its own), each measured run's ``final/README.md``.
 
     ``progress(event)`` gets dicts with ``event`` (start | step | epoch | run_done | run_failed | run_resumed |
     done), ``model``, ``seed``, ``run`` (1-based) / ``runs``, ``fraction`` (0-1 overall), ``elapsed_s``,
@@ -189,6 +194,8 @@ def evaluate_models(
         raise
     n_failed = len(results["failures"])
     _finish(results, "complete" if not n_failed else "complete_with_failures", out_dir)
+    for warning in record_evaluation(results, out_dir, runs=card_runs):
+        meter.report("warning", f"warning: {warning}", meter.total_units)
     trackers.log_eval_summary(runner.accelerator, results)
     meter.report(
         "done",
@@ -518,6 +525,7 @@ class _Runner:
             "identity": self.identities[job.model],
             "data": self.data_desc,
             "data_fingerprint": self.fingerprint,
+            "evaluation": eval_id(job.seed_dir.parent.parent.parent),  # what the model's card calls its evaluation
         }
         return finetune(
             task_obj,

@@ -186,7 +186,9 @@ def evaluate_suite(
     """Every task of ``suite`` with every model and seed (``runner.evaluate_models`` per task into
     ``OUT/tasks/<name>``), then the suite report (``OUT/suite.json|md|html``, figures). ``overrides``: settings
     that replace the suite's for every task (seeds, epochs, example caps, ... : quick checks). ``kwargs``:
-    evaluate_models' other arguments (precision, keep_models, trust_remote_code, report_to)."""
+    evaluate_models' other arguments (precision, keep_models, trust_remote_code, report_to). When it finishes, each
+    run it measured gets the suite's results in its model card (``model_cards.record_suite``)."""
+    from backend.evaluation.model_cards import record_suite
     from backend.evaluation.runner import _output_dir, check_output_dir, evaluate_models
     from backend.evaluation.suite_report import write_suite_report
 
@@ -210,11 +212,15 @@ def evaluate_suite(
             out / "tasks" / t["name"],
             labels=labels,
             progress=meter,
+            card_runs=False,  # the suite adds its own results to the runs' cards, task by task and pooled
             **t["columns"],
             **kwargs,
             **t["settings"],
         )
-    return write_suite_report(out, spec)
+    rep = write_suite_report(out, spec)
+    for warning in record_suite(rep):
+        print(f"warning: {warning}", flush=True)
+    return rep
 
 
 def _override(t: dict, overrides: dict, path: str) -> dict:

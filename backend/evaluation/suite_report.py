@@ -3,8 +3,10 @@ with the average column and the best of each column in bold; per model and task 
 stability; each model against the first (the reference) the paired delta per task with its CI and wins, and the
 aggregate panel (mean delta with the one rule's interval and verdict, ``delta_verdict.py``; IQM and P(improvement)
 with stratified bootstrap CIs, descriptive: ``aggregate.py``), the tasks left out because they measure nothing, and
-which seed level's variance the counts do not measure; a per-task delta figure. Written as suite.json, suite.md,
-suite.html and figures/deltas.html|png; every model named with its identity (resolved path, weights sha256).
+which seed level's variance the counts do not measure; a per-task delta figure; over three or more models the
+leaderboard (suite scores, rank intervals, tie groups: ``ranking.py``) and its figure. Written as suite.json,
+suite.md, suite.html and figures/deltas-N.html|png, leaderboard.html|png; every model named with its identity
+(resolved path, weights sha256).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from pathlib import Path
 from backend.core import atomic
 from backend.evaluation.aggregate import compare, stability, t_summary
 from backend.evaluation.identity import recorded_identity, short
+from backend.evaluation.leaderboard_report import MIN_MODELS, leaderboard_figure, leaderboard_md
+from backend.evaluation.ranking import leaderboard
 from backend.evaluation.report import METRIC_NAMES
 from backend.reporting import figure_style  # noqa: F401  (the lab's template: plotly's default once imported)
 
@@ -42,7 +46,7 @@ def scores_by_task(results: dict[str, dict]) -> dict[str, dict[str, dict[int, fl
 
 
 def _task_meta(name: str, res: dict) -> dict:
-    keep = ("task", "data", "seeds", "data_sizes", "status")
+    keep = ("task", "data", "data_fingerprint", "seeds", "data_sizes", "status")
     return {"name": name, "metric": res["primary_metric"], **{k: res.get(k) for k in keep}}
 
 
@@ -56,6 +60,14 @@ def clip_to_scale(ci: list[float] | None) -> tuple[list[float] | None, bool]:
         return ci, False
     lo, hi = max(ci[0], SCALE[0]), min(ci[1], SCALE[1])
     return [lo, hi], (lo, hi) != (ci[0], ci[1])
+
+
+def on_scale(board: dict) -> dict:
+    """A leaderboard whose suite-score intervals are clipped to [0, 100] and marked, as every score interval of the
+    report is."""
+    for m in board["models"]:
+        m["ci95"], m["ci95_clipped"] = clip_to_scale(m["ci95"])
+    return board
 
 
 def constant_models(results: dict[str, dict]) -> dict[str, set[str]]:
@@ -123,6 +135,7 @@ def build_suite_report(out: str | Path, spec: dict) -> dict:
         "average": avg,
         "best": best,
         "comparisons": comps,
+        "leaderboard": on_scale(leaderboard(scores, labels)) if len(labels) >= MIN_MODELS else None,
         "units": "test metric in points (F1 and accuracy in percent)",
     }
 
@@ -172,6 +185,8 @@ def render_markdown(rep: dict) -> str:
         "",
     ]
     lines += table_md(rep, [m["label"] for m in rep["models"]], tasks, metric)
+    if rep.get("leaderboard"):
+        lines += leaderboard_md(rep["leaderboard"])
     lines += ["", "## Per model and task: 95% CI over seeds and fine-tuning stability", ""]
     lines += ["| Model | Task | n | Mean | 95% CI (t) | sd | range | failed | diverged | constant answer |",
               "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -316,6 +331,8 @@ def write_suite_report(out: str | Path, spec: dict, png: bool = True) -> dict:
     out = Path(out)
     rep = build_suite_report(out, spec)
     figs = {f"deltas-{i + 1}": delta_figure(c) for i, c in enumerate(rep["comparisons"])}
+    if rep.get("leaderboard"):
+        figs = {"leaderboard": leaderboard_figure(rep["leaderboard"]), **figs}
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
     rep["figures"] = {"html": [], "png": [], "png_error": None}

@@ -198,6 +198,19 @@ def _config_to_train(run_dir: Path, resume: bool, rank0: bool) -> dict:
     )
 
 
+def _write_card(run_dir: Path, log) -> None:
+    """final/README.md, the model card, once the run is done (its wall time is then known). A card that cannot be
+    written never fails a finished run: the warning says so, and ``export`` writes it again."""
+    from backend.cards.run_card import write_run_card
+
+    try:
+        log(f"model card: {write_run_card(run_dir)}")
+    except Exception as exc:  # noqa: BLE001 - the model is whole and sealed; only its card is missing
+        log(traceback.format_exc(), terminal=False)
+        log(f"warning: the model card was not written ({type(exc).__name__}: {exc}); python -m backend export "
+            f"{run_dir.name} --out DIR writes it")  # fmt: skip
+
+
 def train_run(run_dir: str | Path, resume: bool = False) -> dict:
     """Train one prepared run directory; status.json records running/done/failed/cancelled."""
     from backend.detour.trainer import run_training
@@ -308,6 +321,8 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
         except OSError as exc:
             st = {**end, "error": f"{error}; and status.json could not record it: {faults.user_message(exc) or exc}"}
         log(f"run {run_dir.name}: {state}" + (f" ({error})" if error else ""))
+        if state == "done":
+            _write_card(run_dir, log)
     else:
         st = end
     reserve.release()

@@ -118,7 +118,7 @@ def test_sweep_report_into_a_link_to_a_sweep_is_refused(tmp_path, capsys):
 
 
 def test_catalogue_describes_every_kind():
-    assert set(catalogue.KINDS) == {"run", "pair", "sweep", "suite", "evaluation", "cka", "report", "upload"}
+    assert set(catalogue.KINDS) == {"run", "pair", "sweep", "suite", "evaluation", "cka", "report", "upload", "export"}
     for k in catalogue.KINDS.values():
         assert k.what and k.naming and k.shape in ("folder", "file", "derived")
         assert k.root is None or k.root().is_absolute()

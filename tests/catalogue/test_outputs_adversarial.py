@@ -50,6 +50,9 @@ def make_kind(kind: str, d: Path) -> Path:
     elif kind == "report":
         atomic.write_json(d / "settings.json", {"preset": "quick"})
         (d / "report.md").write_text("# Replication\n")
+    elif kind == "export":
+        (d / "README.md").write_text("---\nlicense: unknown\n---\n# a model\n")
+        atomic.write_json(d / "config.json", {"model_type": "modernbert"})
     return d
 
 
@@ -86,6 +89,7 @@ COMMANDS = {  # name -> (its kind, argv with OUT)
     "replicate --out": ("report", ["replicate", "--preset", "quick", "--plan", "--out", "OUT"]),
     "replicate --study hybrid-splits --out": (
         "report", ["replicate", "--study", "hybrid-splits", "--preset", "quick", "--plan", "--out", "OUT"]),
+    "export --out": ("export", ["export", "some-run", "--out", "OUT"]),
 }  # fmt: skip
 OTHER_KINDS = ("run", "sweep", "evaluation", "suite", "report", "cka")
 

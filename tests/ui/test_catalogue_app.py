@@ -142,10 +142,11 @@ def test_the_suite_figure_follows_a_report_written_while_the_page_is_open(tmp_pa
     assert len(ticks) == 1  # the poll draws the figure too, not only a re-selection of the run
     out = catalogue.claim_folder(catalogue.suites_dir() / "s1", "suite", "s1")
     atomic.write_json(out / "suite.json", {"suite": "s1", "comparisons": []})
-    status, report, figure, seen = ticks[0].fn("s1", None)  # suite.json appeared since the figure was drawn
+    status, report, figure, board, board_fig, seen = ticks[0].fn("s1", None)  # suite.json appeared since drawn
     assert seen == (out / "suite.json").stat().st_mtime
-    again = ticks[0].fn("s1", seen)  # unchanged: the figure is left as drawn
-    assert again[3] is not None and type(again[2]).__name__ == "dict" and again[2].get("__type__") == "update"
+    assert board["visible"] is False and board_fig["visible"] is False  # no leaderboard: fewer than three models
+    again = ticks[0].fn("s1", seen)  # unchanged: the figures are left as drawn
+    assert again[5] is not None and type(again[2]).__name__ == "dict" and again[2].get("__type__") == "update"
 
 
 def test_a_served_report_copy_never_writes_through_a_planted_link(tmp_path, monkeypatch):
