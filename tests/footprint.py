@@ -1,8 +1,8 @@
 """The suite leaves the machine as it found it: neither the user's cache folder (token stores, measured rates) nor
 the checkout (``runs/.app.lock``, an empty ``uploads/``) may change while it runs. ``start`` takes a listing of both
 (every file's size and modification time, every folder) before the first test; ``finish`` compares after the last one
-and fails the session naming what changed. Under pytest-xdist the controller takes both listings, around all
-workers."""
+and fails the session naming what changed. Files git tracks are left out of the checkout's comparison (an edit made
+by hand meanwhile is no test's doing). Under pytest-xdist the controller takes both listings, around all workers."""
 
 from __future__ import annotations
 
@@ -49,13 +49,24 @@ def listing(root: Path) -> dict[str, tuple]:
     return out
 
 
+def tracked() -> set[str]:
+    """The checkout's files git tracks (edited by hand while the suite runs, they are no test's doing), or none."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    return {p for p in out.stdout.decode("utf-8", "replace").split("\0") if p}
+
+
 def _controller(config) -> bool:
     return not hasattr(config, "workerinput")
 
 
 def start(config, cache: Path) -> None:
     if _controller(config):
-        _BEFORE.update(checkout=listing(REPO_ROOT), cache=listing(cache))
+        _BEFORE.update(checkout=listing(REPO_ROOT), cache=listing(cache), tracked=tracked())
 
 
 def changes(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
@@ -70,7 +81,8 @@ def finish(session, cache: Path, session_dir: Path) -> None:
     shutil.rmtree(session_dir, ignore_errors=True)
     if not _controller(session.config) or not _BEFORE:
         return
-    found = [(REPO_ROOT, changes(_BEFORE["checkout"], listing(REPO_ROOT))),
+    keep = lambda d: {p: v for p, v in d.items() if p not in _BEFORE["tracked"]}  # noqa: E731
+    found = [(REPO_ROOT, changes(keep(_BEFORE["checkout"]), keep(listing(REPO_ROOT)))),
              (cache, changes(_BEFORE["cache"], listing(cache)))]  # fmt: skip
     found = [(where, c) for where, c in found if c]
     if not found:
