@@ -1,8 +1,11 @@
 """Reports tab: the study reports found under ``reports/`` (``python -m backend replicate``), each shown as its
-plain-language summary, tables and figures, with report.html / report.json to download; and buttons that launch the
+plain-language summary, tables and figures, with report.html / report.json to download; buttons that launch the
 detour study's quick preset and the second paper's study as detached processes (each in its own session, output to
-``<report>/replicate.log``, never a pipe), so closing the browser or restarting the app never stops them. A timer
-polls the status and log.
+``<report>/replicate.log``, never a pipe), so closing the browser or restarting the app never stops them; Stop and
+Resume for the selected study (``replication.study_run``: the same functions as ``replicate --stop`` and a rerun of
+its command). The app launches into the folders the command line uses (``study_folder``), so each sees and resumes
+the other's studies. A timer polls the status and log; beside the buttons, the quick study's time and the smallest
+difference it can detect.
 
 The handlers are plain functions (tested without a browser); ``build(ctx)`` only wires them."""
 
@@ -13,7 +16,7 @@ from pathlib import Path
 
 from backend.core.errors import DetourError
 from backend.core.paths import confined, is_plain_name, read_text_confined, reports_dir, tail_text
-from backend.replication.replicate import LOG_NAME
+from backend.replication.study_run import LOCK, LOG_NAME
 
 POLL_S = 3.0
 LOG_LINES = 40
@@ -68,28 +71,37 @@ def _tail(path: Path, n: int = LOG_LINES) -> str:
     return "\n".join([ln for ln in lines if ln.strip()][-n:])
 
 
-def _sweep_status(name: str, d: Path) -> str:
-    """A study on sweeps: its state is its sweep's (how many runs are in each state), whether its process is still
-    running, and whether the report is written."""
-    from backend.replication.budget_study import running_pid
+def _counts(d: Path) -> str:
+    """'runs: 3 done, 2 running, 40 queued' over the study's sweeps, or ''."""
+    from backend.replication.study_run import sweep_dirs
     from backend.sweeps.manifest import sweep_status
 
-    pid = running_pid(d)
-    running = f" · running (pid {pid})" if pid else ""
-    if not (d / "sweep" / "sweep.json").exists():
-        return f"**{name}**: study{running} · preparing its data, no run queued yet"
-    try:
-        counts = sweep_status(d / "sweep")["counts"]
-    except DetourError as exc:
-        return f"**{name}**: {exc}"
-    runs = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-    written = "report written" if (d / "report.md").exists() else "no report yet"
-    return f"**{name}**: study on a sweep{running} · runs: {runs} · {written}"
+    total: dict[str, int] = {}
+    for sd in sweep_dirs(d):
+        try:
+            for state, n in sweep_status(sd)["counts"].items():
+                total[state] = total.get(state, 0) + n
+        except (DetourError, OSError, ValueError, KeyError):
+            continue
+    return "runs: " + ", ".join(f"{n} {state}" for state, n in sorted(total.items())) if total else ""
+
+
+def study_state(d: Path) -> dict:
+    """The study's state as the tab shows it: ``status.json`` (a dead process's 'running' reads failed), else, for a
+    study written before it had one, its lock and sweep."""
+    from backend.replication.study_run import read_status, running_pid
+
+    st = read_status(d)
+    if st.get("state") == "none" and ((d / "sweep" / "sweep.json").exists() or (d / LOCK).exists()):
+        pid = running_pid(d)
+        st = {"state": "running", "pid": pid} if pid else {"state": "finished" if (d / "report.md").exists() else
+                                                                    "stopped"}  # fmt: skip
+    return st
 
 
 def status_text(name: str | None) -> tuple[str, str]:
     """(status Markdown, log tail) of a report folder."""
-    from backend.replication.replicate import read_markers, read_state
+    from backend.core import atomic
 
     if not (name or "").strip():
         return "No report selected. Launch the quick preset, or run `python -m backend replicate`.", ""
@@ -97,20 +109,61 @@ def status_text(name: str | None) -> tuple[str, str]:
         d = report_dir(name)
     except DetourError as exc:
         return f"**{exc}**", ""
-    if not (d / "status.json").exists() and ((d / "sweep" / "sweep.json").exists() or (d / "study.lock").exists()):
-        return _sweep_status(name, d), _tail(d / LOG_NAME)
-    st = read_state(d)
+    st = study_state(d)
     state = st.get("state", "none")
-    done = len([k for k in read_markers(d) if not k.endswith(".failed")])
-    total = st.get("steps_total") or "?"
+    settings = atomic.read_json(d / "settings.json")
     parts = [f"**{name}**: {state}"]
+    if isinstance(settings, dict) and settings and not settings.get("study"):
+        parts.append("a report of the retired one-task pipeline (its report stays readable; it is not rerun)")
     if state == "running":
-        parts.append(f"step {st.get('current_step') or '…'} ({done}/{total} steps done, pid {st.get('pid')})")
-    elif state != "none":
-        parts.append(f"{done}/{total} steps done")
+        step = st.get("current_step")
+        total = st.get("steps_total")
+        at = f"step {step} ({st.get('steps_done') or 0}/{total} done)" if step and total else "preparing"
+        parts.append(f"{at}, pid {st.get('pid')}")
+    if counts := _counts(d):
+        parts.append(counts)
+    if state in ("done", "finished") or (d / "report.md").exists():
+        parts.append("report written" if (d / "report.md").exists() else "no report yet")
     if st.get("error"):
-        parts.append(f"error: {st['error']}")
+        parts.append(f"{'note' if state == 'cancelled' else 'error'}: {st['error']}")
     return " · ".join(parts), _tail(d / LOG_NAME)
+
+
+def controls(name: str | None) -> tuple[bool, bool]:
+    """(Stop shown, Resume shown) for the selected report: Stop while its study runs or its runs still train,
+    Resume once it was stopped or failed and records how to resume."""
+    from backend.core import atomic
+
+    if not (name or "").strip():
+        return False, False
+    try:
+        d = report_dir(name)
+    except DetourError:
+        return False, False
+    st = study_state(d)
+    busy = "queued" in _counts(d) or "running" in _counts(d)
+    raw = atomic.read_json(d / "status.json")
+    resumable = isinstance(raw, dict) and bool(raw.get("resume_argv"))
+    return st.get("state") == "running" or busy, st.get("state") in ("cancelled", "failed") and resumable and not busy
+
+
+def stop_study(name: str | None) -> str:
+    """Stop the selected study (``study_run.stop``: its process signalled, its runs cancelled); one line."""
+    from backend.replication.study_run import stop
+
+    msgs = stop(report_dir(name))
+    return f"Stopping `{name}`: " + "; ".join(msgs[:3]) + (f" (and {len(msgs) - 3} more)" if len(msgs) > 3 else "")
+
+
+def resume_study(name: str | None) -> str:
+    """Resume the selected study with the command that ran it (what rerunning it in a terminal does)."""
+    from backend.replication.study_run import live_pid, resume_argv, start_detached
+
+    d = report_dir(name)
+    if pid := live_pid(d):
+        raise DetourError(f"'{name}' is already running (pid {pid})")
+    proc = start_detached(d, resume_argv(d))
+    return f"Resumed `{name}` (pid {proc.pid}): finished runs and fine-tunes are kept."
 
 
 def _served_copy(path: Path, name: str) -> str:
@@ -127,10 +180,21 @@ def _served_copy(path: Path, name: str) -> str:
     return str(dst)
 
 
+def load_figure(d: Path, name: str):
+    """A report's saved figure (``figures/<name>.json``: the studies' chart, an older report's figures), or None."""
+    import plotly.io as pio
+
+    p = d / "figures" / f"{name}.json"
+    if not p.exists():
+        return None
+    try:
+        return pio.from_json(read_text_confined(p, root=d))  # a link out of the report folder: refused
+    except (ValueError, OSError):
+        return None
+
+
 def load_view(name: str | None) -> dict:
     """Everything the tab shows for one report: summary Markdown, figures by name, downloadable files, status."""
-    from backend.replication.report import load_figure
-
     status, log = status_text(name)
     view = {"summary": "", "figures": {k: None for k, _ in FIGURES}, "files": [], "status": status, "log": log}
     if not (name or "").strip():
@@ -154,50 +218,32 @@ def load_view(name: str | None) -> dict:
     return view
 
 
-QUICK = "detour-quick"  # the detour study's quick preset, where the CLI puts it by default too
+def launch(study: str = "detour", preset: str = "quick") -> tuple[str, str]:
+    """Start ``python -m backend replicate [--study hybrid-splits] --preset P`` detached into the folder the command
+    line uses for it (``<reports>/detour-<preset>``, ``<reports>/hybrid-<preset>``). Returns (message, name).
 
-
-def launch_quick(name: str = QUICK, extra_args: list[str] | None = None) -> tuple[str, str]:
-    """Start ``python -m backend replicate --preset quick --out <reports>/<name>`` (the detour study on sweeps and
-    the suite) detached. Returns (message, name).
-
-    Refuses while that folder's study is still running; a finished or interrupted one is resumed (finished runs and
+    Refuses while that folder's study is still running; a finished or stopped one is resumed (finished runs and
     fine-tunes are kept). The model and data are checked first, so a missing base model is said here, not in a
     log."""
-    from backend.replication.budget_study import resolve_budget_study, running_pid
-    from backend.replication.replicate import start_detached
+    from backend.replication.study_run import live_pid, start_detached, study_folder
 
-    name = (name or QUICK).strip()
-    if not is_plain_name(name):
-        raise DetourError(f"report name '{name}': use letters, digits, '_', '-' or '.'")
-    out = reports_dir() / name
-    if pid := running_pid(out):
-        raise DetourError(f"'{name}' is already running (pid {pid}); wait for it to finish")
-    resolve_budget_study("quick")  # a clear error (base model not built, data absent) before anything starts
-    proc = start_detached(out, "quick", extra_args)
-    msg = f"Started the detour study (quick) in `{out}` (pid {proc.pid}). {time_note()} The status below updates."
-    return msg, name
+    out = study_folder(study, preset)
+    if pid := live_pid(out):
+        raise DetourError(f"'{out.name}' is already running (pid {pid}); wait for it, or Stop it")
+    if study == "detour":
+        from backend.replication.budget_study import resolve_budget_study
 
+        resolve_budget_study(preset)  # a clear error (base model not built, data absent) before anything starts
+        proc = start_detached(out, ["--preset", preset])
+        return (f"Started the detour study ({preset}) in `{out}` (pid {proc.pid}). {time_note()} The status below "
+                "updates.", out.name)  # fmt: skip
+    from backend.replication.hybrid import estimate_text, hybrid_estimate, resolve_hybrid
 
-def launch_hybrid(preset: str = "quick") -> tuple[str, str]:
-    """Start ``python -m backend replicate --study hybrid-splits --preset P`` (the second paper's study) detached
-    into ``<reports>/hybrid-<preset>``; a finished or interrupted one resumes. Returns (message, name)."""
-    from backend.replication.hybrid import resolve_hybrid
-    from backend.replication.replicate import read_state, start_detached
-
-    name = f"hybrid-{preset}"
-    out = reports_dir() / name
-    if read_state(out).get("state") == "running":
-        raise DetourError(f"'{name}' is already running (pid {read_state(out).get('pid')}); wait for it to finish")
     resolve_hybrid(preset)  # data absent: said here, not in a log
-    proc = start_detached(out, preset, ["--study", "hybrid-splits"])
-    from backend.replication.hybrid import estimate_text, hybrid_estimate
-
+    proc = start_detached(out, ["--study", "hybrid-splits", "--preset", preset])
     when = estimate_text(hybrid_estimate(preset))
-    return (
-        f"Started the second paper's study ({preset}) in `{out}` (pid {proc.pid}). {when} The status below updates.",
-        name,
-    )
+    return (f"Started the second paper's study ({preset}) in `{out}` (pid {proc.pid}). {when} The status below "
+            "updates.", out.name)  # fmt: skip
 
 
 def quick_measurement() -> dict:
@@ -226,7 +272,11 @@ def quick_measurement() -> dict:
         p = bs.plan(bs.resolve_budget_study("quick"))
     except DetourError:  # no base model, no data: the launch says so; the button has no time to give
         return {"seconds": None, "how": "estimated", "load": None, "cpus": None, "rate": None}
-    return {"seconds": p["total_s"], "how": "estimated", "load": None, "cpus": None, "rate": p["rate"]}
+    from backend.engine.rates import describe
+
+    return {"seconds": p["total_s"], "how": "estimated", "load": None, "cpus": None, "rate": p["rate"],
+            "rate_source": describe(p["rate_pick"]) if p["rate_pick"] else None,
+            "finetune_source": p["finetune_text"]}  # fmt: skip
 
 
 def quick_duration() -> tuple[float | None, str]:
@@ -257,11 +307,43 @@ def time_note() -> str:
             under = f" under a machine load of {m['load']:.1f}{cpus}"
         return f"The last quick detour study here took {int(seconds) // 60} min {int(seconds) % 60:02d} s{under}."
     if m.get("rate"):
-        return (f"The plan estimates {_minutes(seconds)}: training at this machine's last measured "
-                f"{m['rate']:,.0f} tokens/s for the base, fine-tuning at the plan's rates (`python -m backend "
-                "replicate --plan` prints the breakdown).")  # fmt: skip
+        return (f"The plan estimates {_minutes(seconds)}: training at {m['rate']:,.0f} tokens/s for the base "
+                f"({m['rate_source']}), fine-tuning at {m['finetune_source']} (`python -m backend replicate "
+                "--plan` prints the breakdown).")  # fmt: skip
     return ("No training rate for the base is measured on this machine yet, so the quick study's time is not "
             "estimated (`python -m backend replicate --plan` prints its runs and fine-tunes).")  # fmt: skip
+
+
+_POWER: dict = {}
+
+
+def power_note() -> str:
+    """The quick study's smallest detectable difference and where its variance was measured (``replicate --plan``
+    says it in full), read again at most once a minute (it reads the earlier studies' results)."""
+    import time
+
+    if _POWER.get("at", 0) > time.time() - 60 and _POWER.get("root") == str(reports_dir()):
+        return _POWER["text"]
+    from backend.replication import budget_study as bs
+    from backend.replication.study_power import detour_power, pilot_command
+
+    try:
+        p = detour_power(bs.resolve_budget_study("quick"))
+    except DetourError:
+        return ""
+    d = p["design"]
+    at = f"{d['pretraining_seeds']} pretraining seeds x {d['finetune_seeds']} fine-tuning seed(s) x {d['tasks']} tasks"
+    if p["mde"] is None:
+        text = (f"**Detectable difference:** not measured at the quick preset's settings yet; "
+                f"`{pilot_command('detour', 'quick')}` measures it.")  # fmt: skip
+    else:
+        src = ", ".join(f"`{x}`" for x in p["sources"])
+        text = (f"**Detectable difference:** ±{p['mde']:.1f} points (80% power, 95% level) at {at}, from the seed "
+                f"noise measured in {src}; the paper's gains are +0.3 to +2.8 points. To detect 1 point would take "
+                f"{p['take']['pretraining_seeds'] or 'over 10,000'} pretraining seeds at these settings "
+                "(`replicate --plan` lists the other ways).")  # fmt: skip
+    _POWER.update(at=time.time(), root=str(reports_dir()), text=text)
+    return text
 
 
 def hybrid_time_note() -> str:
@@ -281,10 +363,10 @@ def hybrid_button_label() -> str:
 
 EMPTY = (
     "**No report yet.** A report is a small replication of the paper on this machine: from the bundled base it "
-    "trains MLM, the CLM detour, a seed-noise control and two freeze interventions over three token budgets and "
-    "three seeds, fine-tunes each on a biomedical NER suite, compares their layers (CKA), and says in plain words "
-    "whether each finding replicated and from how many tokens the detour pays (if it does within them). Make one "
-    "with **{button}** above, or from a terminal: `python -m backend replicate`."
+    "trains MLM, the CLM detour, a seed-noise control and two freeze interventions over two token budgets and "
+    "five pretraining seeds, fine-tunes each on a biomedical NER suite, compares their layers (CKA), and says in "
+    "plain words whether each finding replicated and from how many tokens the detour pays (if it does within "
+    "them). Make one with **{button}** above, or from a terminal: `python -m backend replicate`."
 )
 
 
@@ -326,6 +408,10 @@ def build(ctx) -> dict:
     empty = gr.Markdown(EMPTY.format(button=button), visible=not names, elem_id="rep-empty")
     with gr.Column(visible=bool(names)) as view_col:
         status = gr.Markdown(v0["status"], elem_id="rep-status")
+        can_stop, can_resume = controls(first)
+        with gr.Row():
+            stop_btn = gr.Button("Stop", variant="stop", visible=can_stop, elem_id="rep-stop", scale=0, min_width=120)
+            resume_btn = gr.Button("Resume", visible=can_resume, elem_id="rep-resume", scale=0, min_width=120)
         with gr.Accordion("Log (replicate.log, tail)", open=False):
             log_box = gr.Code(value=v0["log"], lines=14, interactive=False, elem_id="rep-log")
         files = gr.File(
@@ -349,6 +435,7 @@ def build(ctx) -> dict:
         v = load_view(name)
         state = {"name": name, "report_mtime": _mtime(name)}
         figs = [gr.update(value=v["figures"][k], visible=v["figures"][k] is not None) for k, _ in FIGURES]
+        can_stop, can_resume = controls(name)
         return [
             v["status"],
             v["log"],
@@ -356,36 +443,54 @@ def build(ctx) -> dict:
             v["summary"],
             *figs,
             state,
+            gr.update(visible=can_stop),
+            gr.update(visible=can_resume),
             gr.update(visible=bool(name)),
             gr.update(visible=not name),
         ]
 
-    view_outs = [status, log_box, files, summary, *plots, seen, view_col, empty]
+    view_outs = [status, log_box, files, summary, *plots, seen, stop_btn, resume_btn, view_col, empty]
 
     def poll(name, state):
-        """Status and log every tick; the whole view again only when the report file changed."""
+        """Status, log and the Stop / Resume buttons every tick; the whole view again only when the report file
+        changed."""
         st, log = status_text(name)
         if name and state.get("name") == name and _mtime(name) != state.get("report_mtime"):
             return show(name)
-        return [st, log, *([gr.skip()] * (len(view_outs) - 2))]
+        can_stop, can_resume = controls(name)
+        skips = [gr.skip()] * (len(view_outs) - 6)
+        return [st, log, *skips, gr.update(visible=can_stop), gr.update(visible=can_resume), gr.skip(), gr.skip()]
 
     def listing(name):
         names_now = list_reports()
         value = name if name in names_now else (names_now[0] if names_now else None)
         return [gr.update(choices=names_now, value=value, visible=bool(names_now)), *show(value)]
 
-    def launch(study: str = "detour"):
+    def start(study: str = "detour"):
         try:
-            msg, name = launch_quick("quick") if study == "detour" else launch_hybrid("quick")
+            msg, name = launch(study, "quick")
         except DetourError as exc:
             return [f"**Not started:** {exc}", gr.skip(), *([gr.skip()] * len(view_outs))]
         names_now = list_reports()
         return [msg, gr.update(choices=names_now, value=name, visible=True), *show(name)]
 
+    def act(fn, name):
+        """Stop or Resume the selected study: its message, and the view as it now stands."""
+        try:
+            msg = fn(name)
+        except DetourError as exc:
+            return [f"**Not done:** {exc}", *([gr.skip()] * len(view_outs))]
+        return [msg, *show(name)]
+
     pick.change(show, inputs=[pick], outputs=view_outs, show_progress="hidden", api_name="report_view")
     keep_fresh(listing, [pick, *view_outs], inputs=[pick], button=refresh_btn)
-    launch_btn.click(launch, outputs=[launch_msg, pick, *view_outs], api_name="replicate_quick")
-    hybrid_btn.click(lambda: launch("hybrid"), outputs=[launch_msg, pick, *view_outs], api_name="replicate_hybrid")
+    launch_btn.click(start, outputs=[launch_msg, pick, *view_outs], api_name="replicate_quick")
+    hybrid_btn.click(lambda: start("hybrid-splits"), outputs=[launch_msg, pick, *view_outs],
+                     api_name="replicate_hybrid")  # fmt: skip
+    stop_btn.click(lambda name: act(stop_study, name), inputs=[pick], outputs=[launch_msg, *view_outs],
+                   api_name="study_stop")  # fmt: skip
+    resume_btn.click(lambda name: act(resume_study, name), inputs=[pick], outputs=[launch_msg, *view_outs],
+                     api_name="study_resume")  # fmt: skip
 
     def times():
         """The button's time and its note read again: a quick replication that finished after the page was built
@@ -409,6 +514,8 @@ def build(ctx) -> dict:
         "timer": timer,
         "launch": launch_btn,
         "hybrid": hybrid_btn,
+        "stop": stop_btn,
+        "resume": resume_btn,
         "empty": empty,
         "view": view_col,
         "listing": listing,
@@ -419,9 +526,9 @@ def build(ctx) -> dict:
 
 def _time_text() -> str:
     return (
-        f"{time_note()} The quick preset shows the study at a CPU's scale; `--preset standard` (CPU) and "
-        "`--preset gpu` give numbers to read (`python -m backend replicate --preset standard --plan` estimates its "
-        f"time). The second paper's study: {hybrid_time_note()}"
+        f"{time_note()} {power_note()} The quick preset shows the study at a CPU's scale; `--preset standard` (CPU) "
+        "and `--preset gpu` give numbers to read (`python -m backend replicate --preset standard --plan` gives their "
+        f"time and power). The second paper's study: {hybrid_time_note()}"
     )
 
 

@@ -64,7 +64,7 @@ LONGEST_FIRST = (
     "sweeps/test_sweep_e2e.py",
     "ui/test_sweeps_browser.py",
     "bench/test_bench_gpu_smoke.py",
-    "replication/test_replicate.py",
+    "replication/test_study_stop.py",
 )
 
 

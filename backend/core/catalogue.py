@@ -65,8 +65,8 @@ KINDS: dict[str, Kind] = {
         Kind("evaluation", "models fine-tuned x seeds on one task, compared pairwise", "folder", evals_dir,
              "evals/<timestamp>/ or any --out (results.json, results.md, models/)", ("results.json",)),
         Kind("cka", "a CKA, trajectory or weight-change result", "file", None, "any --out FILE.json (cka.json)"),
-        Kind("report", "a replication (or the hybrid-splits study) with its report", "folder", reports_dir,
-             "reports/<preset>/ or any --out (settings.json, report.md|html|json)", ("settings.json",)),
+        Kind("report", "a study (the detour study or the hybrid-splits study) with its report", "folder", reports_dir,
+             "reports/<name>/ or any --out path (settings.json, report.md|html|json)", ("settings.json",)),
         Kind("upload", "a corpus or config uploaded in the app", "file", uploads_dir, "uploads/<file>"),
     )
 }  # fmt: skip

@@ -36,8 +36,14 @@ from pathlib import Path
 from backend.core import atomic
 from backend.core.errors import ConfigError
 from backend.core.paths import DEFAULT_MODEL
-from backend.replication.plan import ReplicationError, _resolve_data, _resolve_model, layer_range, layer_thirds
-from backend.replication.verdicts import PAPER
+from backend.replication.inputs import (
+    ReplicationError,
+    check_cka,
+    layer_range,
+    layer_thirds,
+    resolve_base,
+    resolve_data,
+)
 
 SUITE = "configs/suites/bio-ner.yaml"
 ARMS = {  # arm -> its name in the report; the order is the sweep's
@@ -50,6 +56,12 @@ ARMS = {  # arm -> its name in the report; the order is the sweep's
 PAIR_ARMS = ("mlm", "clm_detour")  # --no-interventions: the comparison alone
 CKA_MEASURES = ["debiased", "linear"]  # debiased: the lab's default; linear: the paper's numbers
 
+PAPER = {  # what the paper found on the low layers and the freezes (../shared/RECIPE.md), beside this study's numbers
+    "cka": "divergence ratio r_l = div(CLM, MLM) / div(MLM seed B, MLM seed A) of 5-44x in layers 0-7 of 22; "
+    "control CKA at layer 0 ~ 0.9968; the change persists through the MLM decay",
+    "freeze": "22-layer French base (+2.8 pp detour gain): freezing layers 0-7 during CLM eliminated the gain, "
+    "freezing layers 8-14 preserved it",
+}
 PAPER_DELTAS = [  # the paper's per-language ranges of the detour's gain per task (../shared/RECIPE.md)
     {"language": "French", "tasks": "8 biomedical tasks (9 seeds)", "delta_pp": "+1.2 to +2.8", "wins": "8 of 8",
      "scale": "10B-50B tokens, 150M-350M parameters"},
@@ -59,46 +71,62 @@ PAPER_DELTAS = [  # the paper's per-language ranges of the detour's gain per tas
 
 # Budgets are main-phase tokens per run (the decay adds decay_fraction of it); ``finetune`` replaces the suite's
 # fine-tuning settings for every task (seeds, epochs, example caps).
+#
+# What each choice buys, by the variance the quick studies measured (bench/results/crossover, `replicate --plan`):
+# the verdict is a t over pretraining seeds, so 3 seeds (2 degrees of freedom) pay a heavy price: the quick preset
+# detected +-14.8 points at 3 seeds and 3 budgets; at 5 seeds and 2 budgets, for about the same time, +-7.6. More
+# fine-tuning seeds and evaluation sentences shrink only the per-task share (about half of it evaluation noise at 80
+# sentences), which at a CPU's cost buys less than a pretraining seed; on a GPU, where a fine-tune costs little,
+# whole test splits and two fine-tuning seeds are worth it.
 BUDGET_PRESETS: dict[str, dict] = {
     "quick": {
-        "description": "CPU demo, sized for a shared 2-core machine: the bundled base at 2.6k-26k tokens (64-token "
-        "sequences), 3 pretraining seeds, the suite on 128 training sentences per task, 2 epochs, 1 fine-tuning "
+        "description": "CPU demo, sized for a shared 2-core machine: the bundled base at 2.6k and 26k tokens (64-token "
+        "sequences), 5 pretraining seeds, the suite on 128 training sentences per task, 2 epochs, 1 fine-tuning "
         "seed. Far too small to conclude anything about the paper.",
-        "budgets": [2_560, 8_192, 25_600],
-        "seeds": 3,
+        "budgets": [2_560, 25_600],
+        "seeds": 5,
         "train": {"seq_len": 64, "batch_size": 4, "lr": 3.0e-4, "precision": "auto", "decay_fraction": 0.10},
         "logging": {"log_every": 5, "eval_every": 1000, "eval_batches": 4, "checkpoint_every": 1000},
-        "finetune": {"seeds": 1, "epochs": 2, "lr": 1.0e-3, "max_len": 64, "max_train_examples": 128,
-                     "max_eval_examples": 80},  # fmt: skip
+        "finetune": {
+            "seeds": 1,
+            "epochs": 2,
+            "lr": 1.0e-3,
+            "max_len": 64,
+            "max_train_examples": 128,
+            "max_eval_examples": 80,
+        },  # fmt: skip  (the settings the published quick studies measured)
         "max_concurrent": 2,
         "cka": {"n_texts": 64, "max_len": 64, "measures": CKA_MEASURES},
     },
     "standard": {
-        "description": "CPU study: the bundled base at 20k-200k tokens, 3 pretraining seeds, the suite on 300 "
-        "training sentences per task, 2 epochs, 3 fine-tuning seeds.",
+        "description": "CPU study: the bundled base at 20k-200k tokens, 8 pretraining seeds, the suite on 300 "
+        "training sentences per task, 2 epochs, 1 fine-tuning seed (8 x 1 fine-tunes per arm and budget cost less than "
+        "3 x 3 and detect about half the difference).",
         "budgets": [20_480, 65_536, 204_800],
-        "seeds": 3,
+        "seeds": 8,
         "train": {"seq_len": 128, "batch_size": 8, "lr": 3.0e-4, "precision": "auto", "decay_fraction": 0.10},
         "logging": {"log_every": 10, "eval_every": 100, "eval_batches": 8, "checkpoint_every": 1000},
-        "finetune": {"seeds": 3, "epochs": 2, "max_train_examples": 300, "max_eval_examples": 200},
+        "finetune": {"seeds": 1, "epochs": 2, "max_train_examples": 300, "max_eval_examples": 200},
         "max_concurrent": 2,
         "cka": {"n_texts": 200, "max_len": 128, "measures": CKA_MEASURES},
     },
     "gpu": {
-        "description": "One CUDA GPU, bf16: the bundled base at 1M-100M tokens, 3 pretraining seeds, the suite on "
-        "1000 training sentences per task, 3 epochs, 3 fine-tuning seeds; weights dropped after measuring.",
+        "description": "One CUDA GPU, bf16: the bundled base at 1M-100M tokens, 5 pretraining seeds, the suite on "
+        "1000 training sentences per task, 3 epochs, 2 fine-tuning seeds, scored on whole dev and test splits (cheap "
+        "on a GPU); weights dropped after measuring.",
         "budgets": [1_000_000, 10_000_000, 100_000_000],
-        "seeds": 3,
+        "seeds": 5,
         "train": {"seq_len": 256, "batch_size": 32, "lr": 1.0e-3, "precision": "bf16", "decay_fraction": 0.10},
         "logging": {"log_every": 50, "eval_every": 500, "eval_batches": 16, "checkpoint_every": 2000},
-        "finetune": {"seeds": 3, "epochs": 3, "max_train_examples": 1000, "max_eval_examples": 500},
+        "finetune": {"seeds": 2, "epochs": 3, "max_train_examples": 1000, "max_eval_examples": None},
         "max_concurrent": 1,
         "drop_weights": True,
         "cka": {"n_texts": 500, "max_len": 128, "measures": CKA_MEASURES},
     },
     "paper": {
         "description": "The paper's token range (0.1B-10B per run) and the suite's full protocol (its own settings); "
-        "pass the paper's size of base with --model. Days on a GPU node; --plan says how long here.",
+        "pass the paper's size of base with --model. Days on a GPU node (each 10B-token run is most of it, so 3 "
+        "pretraining seeds; --pretrain-seeds 5 roughly halves the detectable difference); --plan says how long here.",
         "budgets": [100_000_000, 1_000_000_000, 10_000_000_000],
         "seeds": 3,
         "train": {"seq_len": 1024, "batch_size": 64, "lr": 5.0e-4, "precision": "bf16", "decay_fraction": 0.10},
@@ -155,16 +183,14 @@ def resolve_budget_study(
             raise ConfigError("--measure-jobs", measure_jobs, "a whole number of runs fine-tuned at once, at least 1")
         s["measure_jobs"] = measure_jobs
     s.setdefault("drop_weights", False)
-    from backend.replication.plan import _check_cka
-
     s["cka"] = {"n_texts": 200, "max_len": 128, **(s.get("cka") or {})}
     if cka:
         s["cka"]["measures"] = [cka]
     for measure in s["cka"]["measures"]:
-        _check_cka({**s["cka"], "measure": measure})
+        check_cka({**s["cka"], "measure": measure})
     s["suite"] = load_suite(suite or SUITE)["path"]  # every key of the file checked now, not after training
-    s["corpus"] = str(_resolve_data(corpus or "shared:craft_pmc_oa_text", "corpus", "--corpus"))
-    s["model"], n_layers = _resolve_model(model or DEFAULT_MODEL)
+    s["corpus"] = str(resolve_data(corpus or "shared:craft_pmc_oa_text", "corpus", "--corpus"))
+    s["model"], n_layers = resolve_base(model or DEFAULT_MODEL)
     s["interventions"] = s.get("interventions", True) if interventions is None else bool(interventions)
     s["arms"] = list(ARMS) if s["interventions"] else list(PAIR_ARMS)
     if s["interventions"]:
@@ -261,8 +287,12 @@ def manifest(s: dict, executor: str = "queue") -> dict:
         seeds=s["seeds"],
         name="detour-budgets",
         reference="mlm",
-        evaluation={"suite": s["suite"], "hparams": s["finetune"], "drop_weights": s["drop_weights"],
-                    **cka_evaluation(s)},  # fmt: skip
+        evaluation={
+            "suite": s["suite"],
+            "hparams": s["finetune"],
+            "drop_weights": s["drop_weights"],
+            **cka_evaluation(s),
+        },  # fmt: skip
         executor=executor,
         max_concurrent=s["max_concurrent"],
         arms=arms,
@@ -290,75 +320,64 @@ def prepare_data(s: dict, out: Path) -> None:
 # ------------------------------------------------------------------------------------------------ the plan
 
 
-def n_finetunes(s: dict, runs: int) -> int:
-    from backend.evaluation.suite import load_suite
+def n_params(s: dict) -> int:
+    """The base's parameter count (built on the meta device: no weights read), once per base."""
+    from backend.engine.models import model_config_of
+    from backend.runs.doctor import parameter_count
 
-    tasks = load_suite(s["suite"])["tasks"]
-    per_run = sum(int(s["finetune"].get("seeds") or len(t["seeds"])) for t in tasks)
-    return runs * per_run
+    if s["model"] not in _N_PARAMS:
+        _N_PARAMS[s["model"]] = parameter_count(model_config_of({"name": s["model"]}))
+    return _N_PARAMS[s["model"]]
 
 
-def finetune_seconds(s: dict, device: str) -> float:
-    """One fine-tune at the replication plan's fitted CPU rates (33 training sentences/s, 83 evaluated/s on the
-    6-layer base); a GPU is taken as 10x that. A guide, not a measurement."""
-    from backend.evaluation.suite import load_suite
-
-    tasks = load_suite(s["suite"])["tasks"]
-    per = []
-    for t in tasks:
-        hp = {**t["hparams"], **{k: v for k, v in s["finetune"].items() if k != "seeds"}}
-        n_train, n_eval = hp.get("max_train_examples") or 5400, hp.get("max_eval_examples") or 940
-        per.append(1 + hp["epochs"] * (0.03 * n_train + 0.012 * n_eval) + 0.012 * n_eval)
-    secs = sum(per) / len(per)
-    return secs / 10 if device == "cuda" else secs
+_N_PARAMS: dict[str, int] = {}
 
 
 def plan(s: dict, device: str | None = None) -> dict:
-    """Tokens, runs and fine-tunes of the study and the time they take here: training at this machine's last
-    measured rate for the base at the preset's precision (None, and said, before one was measured)."""
+    """Tokens, runs and fine-tunes of the study and the time they take here (``study_time``): training at the rate
+    this machine measured for the base at the preset's precision, sequence length and batch (None, and said, before
+    one was measured), fine-tuning at the seconds per fine-tune measured here at these settings (else fitted)."""
     import torch
 
-    from backend.engine.models import model_config_of
     from backend.engine.precision import resolve_precision
-    from backend.engine.throughput import last_rate
-    from backend.runs.doctor import parameter_count
+    from backend.replication import study_time
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     n_arms = len(s.get("arms") or PAIR_ARMS)
     runs = n_arms * len(s["budgets"]) * s["seeds"]
     tokens = sum(n_arms * s["seeds"] * b * (1 + s["train"]["decay_fraction"]) for b in s["budgets"])
-    fts = n_finetunes(s, runs)
-    rate = precision = None
+    tasks = study_time.suite_tasks(s["suite"], s["finetune"])
+    fts = runs * sum(t["seeds"] for t in tasks)
     try:
         precision = resolve_precision(s["train"]["precision"], device)[0]
-        found = last_rate(parameter_count(model_config_of({"name": s["model"]})), precision, device)
-        rate = found["tokens_per_s"] if found else None
-    except Exception:  # e.g. bf16 asked on a CPU: no rate, and the plan says so
-        found = rate = None
+    except Exception:  # noqa: BLE001 - e.g. bf16 asked on a CPU: no rate, and the plan says so
+        precision = None
     slots = max(1, int(s["max_concurrent"])) if device == "cpu" else 1
-    # Runs side by side add up only where the rate was one run on part of the cores (its threads recorded with it);
-    # a rate measured on every core is the machine's whole throughput, shared by the runs.
-    threads = int((found or {}).get("threads") or (os.cpu_count() or 1))
-    together = max(1, min(slots, (os.cpu_count() or 1) // max(1, threads)))
-    ft_s = fts * finetune_seconds(s, device) / max(1, int(s.get("measure_jobs") or 1))  # --measure-jobs at once
-    train_s = (tokens / (rate * together) + 8 * runs / together) if rate else None
-    total = (train_s + ft_s) if train_s is not None else None
+    t = s["train"]
+    tr = study_time.training(n_params(s), precision, device, t["seq_len"], t["batch_size"], tokens, runs, slots)
+    ft = study_time.finetune_seconds(tasks, n_params(s), device)
+    ft_s = fts * ft["seconds"] / max(1, int(s.get("measure_jobs") or 1))  # --measure-jobs at once
+    total = (tr["train_s"] + ft_s) if tr["train_s"] is not None else None
     return {"preset": s["preset"], "device": device, "precision": precision, "runs": runs, "tokens": int(tokens),
-            "finetunes": fts, "rate": rate, "train_s": train_s, "finetune_s": ft_s, "total_s": total,
-            "slots": slots, "together": together}  # fmt: skip
+            "finetunes": fts, "rate": tr["rate"], "rate_pick": tr["pick"], "train_s": tr["train_s"],
+            "start_text": tr["start_text"], "finetune_s": ft_s, "finetune_text": ft["text"], "total_s": total,
+            "slots": slots, "together": tr["together"]}  # fmt: skip
 
 
 def plan_text(p: dict) -> str:
+    """The plan's size and time in one paragraph, each part with what it stands on."""
     from backend.engine.progress import hms
+    from backend.engine.rates import describe
 
     head = (f"{p['preset']}: {p['runs']} runs, {p['tokens']:,} training tokens, {p['finetunes']} fine-tunes "
             f"({p['device']}, {p['precision'] or 'precision not available here'})")  # fmt: skip
     if p["rate"] is None:
-        return (f"{head}; training rate not measured yet on this machine for this base and precision, so no time "
-                f"is estimated (fine-tuning alone ~{hms(p['finetune_s'])})")  # fmt: skip
+        return (f"{head}; no training rate measured on this machine yet for this base and precision, so no time "
+                f"is estimated (fine-tuning alone ~{hms(p['finetune_s'])}: {p['finetune_text']})")  # fmt: skip
     side = f" per run, {p['together']} side by side" if p.get("together", 1) > 1 else ""
-    return (f"{head}; ~{hms(p['total_s'])} (training {hms(p['train_s'])} at this machine's last measured "
-            f"{p['rate']:,.0f} tokens/s{side}, fine-tuning ~{hms(p['finetune_s'])} at the plan's rates)")  # fmt: skip
+    return (f"{head}; ~{hms(p['total_s'])}: training {hms(p['train_s'])} at {p['rate']:,.0f} tokens/s{side} "
+            f"({describe(p['rate_pick'])}; {p['start_text']}), fine-tuning and CKA ~{hms(p['finetune_s'])} "
+            f"({p['finetune_text']})")  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ run and report
@@ -373,33 +392,26 @@ def load_now() -> dict:
             time.gmtime())}  # fmt: skip
 
 
-def run_study(s: dict, out: Path, executor: str = "queue", command: list[str] | None = None,
-              log: Callable[[str], None] = print) -> dict:  # fmt: skip
-    """Run (or resume) the study into ``out`` and write its report; returns the report. One process at a time: a
-    second one is refused while the first holds ``out/study.lock``."""
+STEPS = ["data", "train", "measure", "report"]  # what status.json counts
 
-    from backend.core.process import FileLock
+
+def run_study(s: dict, out: Path, executor: str = "queue", command: list[str] | None = None,
+              log: Callable[[str], None] | None = None, resume: list[str] | None = None) -> dict:  # fmt: skip
+    """Run (or resume) the study into ``out`` and write its report; returns the report. One process at a time
+    (``study_run.running``: a second one is refused while the first holds ``out/study.lock``); a signal stops it
+    with its runs cancelled (``StudyStopped``). ``resume``: the ``replicate`` arguments that resume it."""
+    from backend.replication.study_run import running, study_log
 
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // max(1, s["max_concurrent"]))))
     out = Path(out).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
-    with FileLock(out / LOCK, f"the study in {out}", "{what} is already running (pid {pid}); wait for it to finish"):
-        return _run_study(s, out, executor, command, log)
+    log = log or study_log(out)
+    with running(out, "detour", STEPS, resume, log) as run:
+        return _run_study(s, out, executor, command, run)
 
 
-LOCK = "study.lock"  # held by the process running the study: the Reports tab and a second launch read it
-
-
-def running_pid(out: Path) -> int | None:
-    """The pid of the process running the study in ``out`` (its lock is held; -1 when its pid is unreadable), else
-    None. A probe only: the lock is never taken, so a study starting meanwhile is never refused because of it."""
-    from backend.core.process import holder_pid, is_held
-
-    lock = Path(out) / LOCK
-    return (holder_pid(lock) or -1) if is_held(lock) else None
-
-
-def _run_study(s: dict, out: Path, executor: str, command: list[str] | None, log: Callable[[str], None]) -> dict:
+def _run_study(s: dict, out: Path, executor: str, command: list[str] | None, run) -> dict:
+    from backend.replication import study_time
     from backend.replication.budget_report import machine
     from backend.sweeps import sweep
 
@@ -409,14 +421,24 @@ def _run_study(s: dict, out: Path, executor: str, command: list[str] | None, log
                                "pick another --out")  # fmt: skip
     atomic.write_json(out / "settings.json", s)
     t0, load0 = time.time(), load_now()
+    run.stage("data", "the corpus split into training, held-out and CKA texts (by whole documents)")
     if s.get("cka"):
         prepare_data(s, out)
         atomic.write_json(out / "settings.json", s)
     m = manifest(s, executor)
+    n = sum(len(c["runs"]) for c in m["cells"])
+    run.stage("train", f"{n} runs on the sweep in {out / 'sweep'}")
     sweep.launch(m, out / "sweep")
-    sweep.wait(out / "sweep", progress=lambda st: log(f"   sweep: {sweep._counts_line(st['counts'])}"))
+    sweep.wait(out / "sweep", progress=lambda st: run.log(f"   sweep: {sweep._counts_line(st['counts'])}"))
+    run.check(out / "sweep")
     t_train = time.time() - t0
-    sweep.finish(out / "sweep", log, jobs=int(s.get("measure_jobs") or 1))
+    study_time.record_trained(n_params(s), study_time.device(), out / "sweep", t0)
+    t_measure = run.stage("measure", "every run fine-tuned on the suite and compared with MLM layer by layer")
+    jobs = int(s.get("measure_jobs") or 1)
+    sweep.finish(out / "sweep", run.log, jobs=jobs)
+    tasks = study_time.suite_tasks(s["suite"], s["finetune"])
+    study_time.record_measure_rate(n_params(s), out / "sweep", time.time() - t_measure, jobs, tasks)
+    run.stage("report", "the report")
     timing = {"wall_s": time.time() - t0, "train_wall_s": t_train, "load_start": load0, "load_end": load_now(),
               "machine": machine(), "cpus": os.cpu_count(), "command": command}  # fmt: skip
     prev = atomic.read_json(out / "timing.json") or {}
@@ -482,8 +504,12 @@ def render(rep: dict) -> str:
         lines += findings_table(rep["findings"])
     lines += ["## Where the sign changes" if len(s["budgets"]) > 1 else "## Each arm against MLM", ""]
     lines += budget_sections(rep)
-    lines += ["## The paper, beside", "",
-              "| language | tasks | detour - MLM per task (pp) | tasks won | scale |", "|---|---|---|---|---|"]
+    lines += [
+        "## The paper, beside",
+        "",
+        "| language | tasks | detour - MLM per task (pp) | tasks won | scale |",
+        "|---|---|---|---|---|",
+    ]
     lines += [f"| {p['language']} | {p['tasks']} | {p['delta_pp']} | {p['wins']} | {p['scale']} |"
               for p in rep["paper"]]  # fmt: skip
     lines += ["", f"Low layers: {PAPER['cka']}.", "", f"Freezes: {PAPER['freeze']}.", "",

@@ -81,13 +81,6 @@ def test_the_button_shows_a_study_that_finished_after_build_with_its_machine_loa
     assert label["value"] in empty["value"]
 
 
-def test_a_step_marker_records_the_machine_load():
-    from backend.replication.replicate import machine_load
-
-    m = machine_load()
-    assert m["cpus"] and m["cpus"] >= 1 and m["load_1m"] is not None and m["load_1m"] >= 0
-
-
 def test_the_quick_studys_time_uses_this_machines_rate(tmp_path, monkeypatch):
     """Before a quick study finished here, the button's time is its runs' tokens at this machine's measured
     training rate for the base (as the Launch form's estimate) plus the fine-tunes at the plan's rates."""
@@ -95,10 +88,9 @@ def test_the_quick_studys_time_uses_this_machines_rate(tmp_path, monkeypatch):
 
     from backend.engine.models import model_config_of
     from backend.engine.precision import resolve_precision
-    from backend.engine.throughput import record_rate
     from backend.replication import budget_study as bs
     from backend.runs.doctor import parameter_count
-    from tests.conftest import require_shared
+    from tests.conftest import measured_rate, require_shared
 
     for name in ("craft_pmc_oa_text", "ncbi_disease", "anatem", "bc2gm"):
         require_shared(name)
@@ -107,33 +99,36 @@ def test_the_quick_studys_time_uses_this_machines_rate(tmp_path, monkeypatch):
     assert reports_tab.quick_measurement()["seconds"] is None  # nothing measured here yet
     n = parameter_count(model_config_of({"name": s["model"]}))
     assert not torch.cuda.is_available()
-    record_rate(n, resolve_precision(s["train"]["precision"], "cpu")[0], "cpu", "clm", 460.0)
+    prec, t = resolve_precision(s["train"]["precision"], "cpu")[0], s["train"]
+    measured_rate(n, prec, "cpu", "clm", 460.0, t["seq_len"], t["batch_size"])
     m = reports_tab.quick_measurement()
     assert m["how"] == "estimated" and m["rate"] == 460.0
     assert m["seconds"] == pytest.approx(bs.plan(s)["total_s"]) and m["seconds"] > bs.plan(s)["finetune_s"]
     assert "460 tokens/s" in reports_tab.time_note()
 
 
-def test_the_second_studys_time_is_this_machines_not_a_fixed_string(reports_root):
+def test_the_second_studys_time_is_this_machines_not_a_fixed_string(reports_root, tmp_path, monkeypatch):
     """Issue 32: the second study's button said "~15 min" whatever this machine does. Its time is now its training
     tokens over this machine's measured rate for an encoder of its size (as the Launch form's estimate), or it says
     that no rate is measured here yet."""
-    from backend.engine.throughput import record_rate
-    from backend.replication.hybrid import hybrid_estimate
+    from backend.replication.hybrid import HYBRID_PRESETS, hybrid_estimate
+    from tests.conftest import measured_rate
 
     est = hybrid_estimate("quick")
     assert est["rate"] is None and est["total_s"] is None  # a fresh cache: nothing measured for this size
     assert reports_tab.hybrid_button_label() == "Run the second paper's study (quick, time not measured here yet)"
     assert "No training rate is measured on this machine yet" in reports_tab.hybrid_time_note()
     labels = []
-    for rate in (400.0, 4000.0):
-        record_rate(est["n_params"], est["precision"], est["device"], "mlm", rate)
+    for rate in (400.0, 4000.0):  # a slow machine, then a fast one (each its own rate book)
+        monkeypatch.setenv("DETOUR_CACHE_DIR", str(tmp_path / f"cache-{rate:.0f}"))
+        t = HYBRID_PRESETS["quick"]["train"]
+        measured_rate(est["n_params"], est["precision"], est["device"], "mlm", rate, t["seq_len"], t["batch_size"])
         again = hybrid_estimate("quick")
         minutes = max(1, round(again["total_s"] / 60))
         assert again["rate"] == rate and again["total_s"] > again["train_tokens"] / rate
         label = reports_tab.hybrid_button_label()  # what the button shows on each page load (and Refresh)
         assert label == f"Run the second paper's study (quick, ~{minutes} min)"
-        assert f"last measured {rate:,.0f} tokens/s" in reports_tab.hybrid_time_note()
+        assert f"at {rate:,.0f} tokens/s (the 1 calm rate" in reports_tab.hybrid_time_note()
         labels.append(label)
     assert labels[0] != labels[1]  # a slower machine, a longer time
 
@@ -151,5 +146,5 @@ def test_a_budget_study_folder_is_listed_and_its_report_shown(reports_root):
     view = reports_tab.load_view("budgets")
     assert "The sign changes between 2.56k and 25.6k tokens" in view["summary"]
     assert any(f.endswith("report.json") for f in view["files"])
-    assert "study on a sweep" in view["status"] and "report written" in view["status"]
+    assert ": finished" in view["status"] and "report written" in view["status"]
     assert view["figures"]["crossover"] is not None  # the chart against tokens, drawn in the tab
