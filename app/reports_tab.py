@@ -403,7 +403,7 @@ def build(ctx) -> dict:
         refresh_btn = gr.Button("Refresh", scale=1, min_width=120)
         launch_btn = gr.Button(button, variant="primary", scale=2, elem_id="rep-launch")
         hybrid_btn = gr.Button(hybrid_button_label(), scale=2, elem_id="rep-launch-hybrid")
-    time_md = gr.Markdown(_time_text(), elem_id="rep-time")
+    time_md = gr.Markdown(_time_text(power=False), elem_id="rep-time")  # its power follows on page load
     launch_msg = gr.Markdown("", elem_id="rep-launch-msg")
     empty = gr.Markdown(EMPTY.format(button=button), visible=not names, elem_id="rep-empty")
     with gr.Column(visible=bool(names)) as view_col:
@@ -524,11 +524,14 @@ def build(ctx) -> dict:
     }
 
 
-def _time_text() -> str:
+def _time_text(power: bool = True) -> str:
+    """The quick study's time and (once the page has loaded: it reads the earlier studies) its detectable
+    difference, with where the presets go further."""
+    said = power_note() if power else ""
     return (
-        f"{time_note()} {power_note()} The quick preset shows the study at a CPU's scale; `--preset standard` (CPU) "
-        "and `--preset gpu` give numbers to read (`python -m backend replicate --preset standard --plan` gives their "
-        f"time and power). The second paper's study: {hybrid_time_note()}"
+        f"{time_note()} {said} The quick preset shows the study at a CPU's scale; `--preset standard` (CPU) and "
+        "`--preset gpu` give numbers to read (`python -m backend replicate --preset standard --plan` gives their time "
+        f"and power). The second paper's study: {hybrid_time_note()}"
     )
 
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 from functools import lru_cache
 
 
-@lru_cache(maxsize=64)
-def ner_test_sample(data: str, cap: int | None) -> tuple[int, float] | None:
-    """(sentences scored, gold entities per sentence) of the test split of the NER data at ``data`` under ``cap``
-    (``max_eval_examples``), or None where it cannot be read here (a hub id offline, a missing folder)."""
+@lru_cache(maxsize=32)
+def _entities_per_sentence(data: str) -> tuple[int, ...] | None:
+    """Gold entities in each test sentence of the NER data at ``data`` (read once per process), or None."""
     from pathlib import Path
 
     from backend.core.errors import DetourError
-    from backend.evaluation.datafiles import find_split_files, subsample
+    from backend.evaluation.datafiles import find_split_files
     from backend.evaluation.iob import NER_EXTENSIONS, load_ner_data, read_iob_file
 
     try:  # a local folder: its test file alone (the training split is the largest and not needed)
@@ -22,11 +21,19 @@ def ner_test_sample(data: str, cap: int | None) -> tuple[int, float] | None:
                 else load_ner_data(data).test)  # fmt: skip
     except (DetourError, OSError, ValueError):
         return None
-    idx = subsample(len(test), cap)
-    if not idx:
+    return tuple(sum(1 for tag in tags if tag.startswith("B-")) for tags in test.tags)
+
+
+def ner_test_sample(data: str, cap: int | None) -> tuple[int, float] | None:
+    """(sentences scored, gold entities per sentence) of the test split of the NER data at ``data`` under ``cap``
+    (``max_eval_examples``), or None where it cannot be read here (a hub id offline, a missing folder)."""
+    from backend.evaluation.datafiles import subsample
+
+    counts = _entities_per_sentence(data)
+    if not counts:
         return None
-    entities = sum(1 for i in idx for tag in test.tags[i] if tag.startswith("B-"))
-    return len(idx), entities / len(idx)
+    idx = subsample(len(counts), cap)
+    return len(idx), sum(counts[i] for i in idx) / len(idx)
 
 
 def task_samples(tasks: list[dict]) -> dict[str, tuple[int, float]]:

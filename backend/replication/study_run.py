@@ -91,17 +91,31 @@ def read_status(out: Path) -> dict:
     return st
 
 
-def _busy_runs(out: Path) -> int:
+def _busy(sweep_dir: Path) -> int:
+    """How many runs of the sweep in ``sweep_dir`` are queued or running."""
     from backend.sweeps.manifest import sweep_status
 
-    n = 0
+    try:
+        counts = sweep_status(sweep_dir)["counts"]
+    except (DetourError, OSError, ValueError, KeyError):
+        return 0
+    return counts.get("queued", 0) + counts.get("running", 0)
+
+
+def _busy_runs(out: Path) -> int:
+    return sum(_busy(d) for d in sweep_dirs(out))
+
+
+def _cancel_busy(out: Path) -> list[str]:
+    """Cancel the queued and running runs of each of the study's sweeps that has any (a finished sweep stays as it
+    is, not marked cancelled); one line per run."""
+    from backend.sweeps import sweep
+
+    msgs = []
     for d in sweep_dirs(out):
-        try:
-            counts = sweep_status(d)["counts"]
-        except (DetourError, OSError, ValueError, KeyError):
-            continue
-        n += counts.get("queued", 0) + counts.get("running", 0)
-    return n
+        if _busy(d):
+            msgs += [m for m in sweep.cancel(d) if "only queued or running runs" not in m]
+    return msgs
 
 
 def start_detached(out: Path, argv_tail: list[str]) -> object:
@@ -131,7 +145,6 @@ def stop(out: Path) -> list[str]:
     or running run of its sweeps cancelled here as well. One line per thing done; ``DetourError`` when nothing of it
     runs."""
     from backend.core.process import is_process
-    from backend.sweeps import sweep
 
     out = Path(out)
     st = atomic.read_json(out / STATUS) or {}
@@ -142,9 +155,7 @@ def stop(out: Path) -> list[str]:
             os.kill(int(st["pid"]), signal.SIGTERM)
         msgs.append(f"sent SIGTERM to the study's process (pid {st['pid']}): it cancels its runs and stops")
     busy = _busy_runs(out)
-    for d in sweep_dirs(out):
-        if busy:
-            msgs += sweep.cancel(d)
+    msgs += _cancel_busy(out)  # the process does it too; done here as well, so a stuck or gone one stops them
     if not live and not busy:
         raise DetourError(f"{out.name}: not running (its state: {read_status(out).get('state')}); nothing to stop")
     if not live and isinstance(st, dict) and st:  # nobody else will say it: the runs were cancelled here
@@ -255,17 +266,14 @@ def running(out: Path, study: str, steps: list[str], argv: list[str] | None,
 def _cancel_on_stop(run: StudyRun, why: str) -> None:
     """Cancel every queued and running run of the study's sweeps, further signals ignored meanwhile (a second Ctrl-C
     must not leave half of them queued; ``_signals_stop`` puts the handlers back), then write 'cancelled'."""
-    from backend.sweeps import sweep
-
     if threading.current_thread() is threading.main_thread():
         for s in (signal.SIGTERM, signal.SIGINT):
             signal.signal(s, signal.SIG_IGN)
-    n = 0
-    for d in sweep_dirs(run.out):
-        try:
-            n += len(sweep.cancel(d))
-        except DetourError as exc:
-            run.log(f"could not cancel {d.name}: {exc}")
+    try:
+        n = len(_cancel_busy(run.out))
+    except DetourError as exc:
+        n = 0
+        run.log(f"could not cancel every run: {exc}")
     resume = "rerun the same command, or Resume in the Reports tab"
     run.write(state="cancelled", finished_at=time.time(), error=f"stopped ({why}); {resume}")
     run.log(

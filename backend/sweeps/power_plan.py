@@ -112,6 +112,7 @@ def take(c: power.Components, p: int, t: int, f: int, n_eval: dict, tasks: list[
         "finetune_seeds_3_whole": power.smallest(lambda n: power.detectable(c, n, t, max(f, 3), whole), target, pre),
         "whole_sentences": whole,
         "tasks": power.smallest(lambda n: power.detectable(c, pre, n, f, n_eval), target, t, limit=1000),
+        "finetune_seeds": power.smallest(lambda n: power.detectable(c, pre, t, n, whole), target, f, limit=1000),
         "floor": power.floor(c, pre),
         "at_whole": power.detectable(c, pre, t, f, whole),
     }
@@ -149,10 +150,12 @@ def text(p: dict, pilot: str | None = None) -> str:
     mde = "no interval at all (one checkpoint and one fine-tuning seed)" if math.isinf(p["mde"]) else \
         f"±{p['mde']:.1f} points"  # fmt: skip
     apart = "" if c.finetune_measured else "; fine-tuning variance not measured apart: one fine-tuning seed"
+    shares = c.finetune_at(p["n_eval"])
+    ev = sum(shares.values()) / len(shares) - c.finetune
     parts = [f"Smallest detectable difference (80% power, 95% level, the report's rule): {mde} at {at}, "
              f"{sentences(p['n_eval'])} test sentences; seed noise {how} (variance per pretraining seed "
-             f"{c.pretraining:.1f}, per task and pretraining seed {c.task:.1f}, per fine-tune {c.finetune:.1f} "
-             f"points^2 + the evaluation sample's share{apart}).",
+             f"{c.pretraining:.1f}, per task and pretraining seed {c.task:.1f}, per fine-tune {c.finetune:.1f} + "
+             f"{ev:.1f} for the evaluation sample at these sentences, points^2{apart}).",
              "The paper's gains are +0.3 to +0.8 (English) and +1.2 to +2.8 points (French)."]  # fmt: skip
     target = p["target"]
     ways = []
@@ -161,11 +164,16 @@ def text(p: dict, pilot: str | None = None) -> str:
     if tk["finetune_seeds_3_whole"]:
         ways.append(f"{tk['finetune_seeds_3_whole']} pretraining seeds with {max(d['finetune_seeds'], 3)} fine-tuning "
                     f"seeds and whole test splits ({sentences(tk['whole_sentences'])})")  # fmt: skip
-    if tk["tasks"]:
-        ways.append(f"{tk['tasks']} tasks like these at {max(d['pretraining_seeds'], 2)} pretraining seeds")
+    pre = max(d["pretraining_seeds"], 2)
+    if tk["finetune_seeds"]:
+        ways.append(f"{tk['finetune_seeds']} fine-tuning seeds on whole test splits at {pre} pretraining seeds")
     else:
-        ways.append(f"no number of tasks at {max(d['pretraining_seeds'], 2)} pretraining seeds (the pretraining "
-                    f"variance alone sets a floor of ±{tk['floor']:.1f} points)")  # fmt: skip
+        ways.append(f"no number of fine-tuning seeds or test sentences at {pre} pretraining seeds")
+    if tk["tasks"]:
+        ways.append(f"{tk['tasks']} tasks like these at {pre} pretraining seeds")
+    else:
+        ways.append(f"no number of tasks at {pre} pretraining seeds (the pretraining variance alone sets a floor of "
+                    f"±{tk['floor']:.1f} points)")  # fmt: skip
     parts.append(f"To detect {target:g} point: " + "; or ".join(ways) + f". Whole test splits alone: "
                  f"±{tk['at_whole']:.1f} points.")  # fmt: skip
     return " ".join(parts)

@@ -148,3 +148,38 @@ def test_a_budget_study_folder_is_listed_and_its_report_shown(reports_root):
     assert any(f.endswith("report.json") for f in view["files"])
     assert ": finished" in view["status"] and "report written" in view["status"]
     assert view["figures"]["crossover"] is not None  # the chart against tokens, drawn in the tab
+
+
+def test_stop_shows_while_a_study_runs_and_resume_once_it_stopped(reports_root):
+    """The Stop button is there while the selected study runs (its process proven alive), Resume once it was stopped
+    and recorded how to resume; neither for a finished report."""
+    import os
+
+    from backend.core.process import identity
+
+    d = reports_root / "s"
+    d.mkdir(parents=True)
+    (d / "settings.json").write_text(json.dumps({"study": "detour-budgets"}))
+    running = {"state": "running", "pid": os.getpid(), "pid_identity": identity(), "resume_argv": ["--out", str(d)]}
+    (d / "status.json").write_text(json.dumps(running))
+    _, parts = build()
+    assert parts["stop"].visible and not parts["resume"].visible
+    (d / "status.json").write_text(json.dumps({**running, "state": "cancelled", "error": "stopped (SIGTERM)"}))
+    view = parts["listing"]("s")[1:]
+    assert view[-4]["visible"] is False and view[-3]["visible"] is True  # Stop hidden, Resume shown
+    assert "**s**: cancelled" in view[0] and "note: stopped (SIGTERM)" in view[0]
+    (d / "status.json").write_text(json.dumps({**running, "state": "done"}))
+    assert reports_tab.controls("s") == (False, False)
+
+
+def test_the_quick_studys_detectable_difference_is_shown_beside_its_button(reports_root):
+    """On page load the note beside the button gives the quick study's detectable difference and where its seed
+    noise was measured (the studies published with the code), and what 1 point would take."""
+    from tests.conftest import require_shared
+
+    for name in ("craft_pmc_oa_text", "ncbi_disease", "anatem", "bc2gm"):
+        require_shared(name)
+    _, parts = build()
+    note = parts["times"]()[1]
+    assert "**Detectable difference:** ±7.6 points (80% power, 95% level) at 5 pretraining seeds" in note
+    assert "`bench/results/crossover/detour-study" in note and "To detect 1 point would take 163" in note
