@@ -127,3 +127,33 @@ def test_stop_on_a_study_that_is_not_running_says_so_in_one_line(tmp_path, monke
     assert main(["replicate", "--stop", "--out", "done-study"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "done-study: not running (its state: done); nothing to stop" in err[0]
+
+
+def test_ctrl_c_in_a_running_study_cancels_its_queued_runs_and_says_so(tmp_path, tiny_modernbert_dir):
+    """SIGINT (Ctrl-C) to the process running a study: its queued runs are cancelled (none is left for a worker to
+    train), status.json says 'cancelled' with how to resume, and the signal handlers are put back."""
+    import os
+    import signal
+
+    from backend.sweeps import sweep
+    from backend.sweeps.manifest import write_manifest
+    from tests.conftest import tiny_config_file
+
+    out = tmp_path / "study"
+    cfg = tiny_config_file(tmp_path / "c.yaml", tiny_modernbert_dir, "c")
+    m = sweep.plan_sweep(cfg, grid=["recipe=mlm,clm_detour"], seeds=2)
+    (out / "sweep").mkdir(parents=True)
+    write_manifest(out / "sweep", {**m, "state": "running"})
+    sweep._queue_missing(out / "sweep", m)  # four runs queued, no worker started
+    assert set(sweep.cell_states(out / "sweep").values()) == {"queued"}
+    before = signal.getsignal(signal.SIGINT)
+    lines = []
+    with pytest.raises(study_run.StudyStopped, match="SIGINT"):
+        with study_run.running(out, "detour", ["train"], ["--out", str(out)], lines.append):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler raises here
+    assert set(sweep.cell_states(out / "sweep").values()) == {"cancelled"}
+    st = study_run.read_status(out)
+    assert st["state"] == "cancelled" and "rerun the same command" in st["error"] and st["resume_argv"]
+    assert any("4 queued or running runs cancelled" in ln for ln in lines)
+    assert signal.getsignal(signal.SIGINT) is before and study_run.running_pid(out) is None

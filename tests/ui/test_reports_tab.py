@@ -183,3 +183,23 @@ def test_the_quick_studys_detectable_difference_is_shown_beside_its_button(repor
     note = parts["times"]()[1]
     assert "**Detectable difference:** ±7.6 points (80% power, 95% level) at 5 pretraining seeds" in note
     assert "`bench/results/crossover/detour-study" in note and "To detect 1 point would take 163" in note
+
+
+def test_a_report_of_the_retired_one_task_pipeline_stays_readable(reports_root):
+    """Its files stay as they are: the tab lists it, shows its summary and figures, and says what it is; the command
+    line does not rebuild it."""
+    import plotly.graph_objects as go
+
+    from backend.__main__ import main
+
+    d = reports_root / "quick"
+    (d / "figures").mkdir(parents=True)
+    (d / "settings.json").write_text(json.dumps({"preset": "quick", "version": 1, "ner_data": "x", "eval": {}}))
+    (d / "status.json").write_text(json.dumps({"state": "done", "steps_total": 11, "preset": "quick"}))
+    (d / "report.md").write_text("# Mini replication\n\n## Findings\n")
+    (d / "figures" / "f1.json").write_text(go.Figure(go.Bar(y=[60.9, 61.7])).to_json())
+    view = reports_tab.load_view("quick")
+    assert "## Findings" in view["summary"] and view["figures"]["f1"] is not None
+    assert "a report of the retired one-task pipeline (its report stays readable" in view["status"]
+    assert main(["replicate", "--out", "quick", "--report-only"]) == 2
+    assert (d / "report.md").read_text() == "# Mini replication\n\n## Findings\n"
