@@ -14,12 +14,30 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from app.study_notes import (  # noqa: F401  (the tab's handlers, tested through it)
+    EMPTY,
+    _time_text,
+    button_label,
+    hybrid_button_label,
+    hybrid_time_note,
+    power_note,
+    quick_duration,
+    quick_measurement,
+    time_note,
+)
+from app.study_status import (  # noqa: F401
+    controls,
+    list_reports,
+    report_dir,
+    resume_study,
+    status_text,
+    stop_study,
+    study_state,
+)
 from backend.core.errors import DetourError
-from backend.core.paths import confined, is_plain_name, read_text_confined, reports_dir, tail_text
-from backend.replication.study_run import LOCK, LOG_NAME
+from backend.core.paths import confined, read_text_confined
 
 POLL_S = 3.0
-LOG_LINES = 40
 FIGURES = [
     ("crossover", "Against tokens: each arm's suite delta against MLM, P(improvement), held-out losses"),
     ("f1", "NER F1 per model (mean ± std, each seed)"),
@@ -30,140 +48,6 @@ FIGURES = [
     ("loss_curves", "Held-out MLM loss"),
     ("train_loss", "Training loss"),
 ]
-
-
-def list_reports() -> list[str]:
-    """Replication folders under the reports root (newest first): those with a settings, status or report file."""
-    root = reports_dir()
-    if not root.is_dir():
-        return []
-    found = []
-    for d in root.iterdir():
-        if d.is_dir() and not d.name.startswith(".") and is_plain_name(d.name):
-            marks = [d / n for n in ("report.json", "status.json", "settings.json", LOG_NAME)]
-            times = [p.stat().st_mtime for p in marks if p.exists()]
-            if times:
-                found.append((max(times), d.name))
-    return [n for _, n in sorted(found, reverse=True)]
-
-
-def report_dir(name: str | None) -> Path:
-    """The folder of report ``name``: a plain name under the reports root, never a path."""
-    name = (name or "").strip()
-    if not is_plain_name(name):
-        raise DetourError(f"report '{name}': give the name of a folder under {reports_dir()}")
-    d = reports_dir() / name
-    if not d.is_dir():
-        raise DetourError(f"report '{name}': no such folder under {reports_dir()}")
-    if not d.resolve().is_relative_to(reports_dir()):  # a link out of the reports folder is not read
-        raise DetourError(f"report '{name}': links to {d.resolve()}, outside {reports_dir()}; it is not read")
-    return d
-
-
-def _tail(path: Path, n: int = LOG_LINES) -> str:
-    try:
-        raw = tail_text(path)  # a log that links out of the report folder is refused, never shown
-    except DetourError as exc:
-        return str(exc)
-    except OSError:
-        return ""
-    lines = [ln.rstrip("\r").rsplit("\r", 1)[-1] for ln in raw.split("\n")]  # progress bars: their last state
-    return "\n".join([ln for ln in lines if ln.strip()][-n:])
-
-
-def _counts(d: Path) -> str:
-    """'runs: 3 done, 2 running, 40 queued' over the study's sweeps, or ''."""
-    from backend.replication.study_run import sweep_dirs
-    from backend.sweeps.manifest import sweep_status
-
-    total: dict[str, int] = {}
-    for sd in sweep_dirs(d):
-        try:
-            for state, n in sweep_status(sd)["counts"].items():
-                total[state] = total.get(state, 0) + n
-        except (DetourError, OSError, ValueError, KeyError):
-            continue
-    return "runs: " + ", ".join(f"{n} {state}" for state, n in sorted(total.items())) if total else ""
-
-
-def study_state(d: Path) -> dict:
-    """The study's state as the tab shows it: ``status.json`` (a dead process's 'running' reads failed), else, for a
-    study written before it had one, its lock and sweep."""
-    from backend.replication.study_run import read_status, running_pid
-
-    st = read_status(d)
-    if st.get("state") == "none" and ((d / "sweep" / "sweep.json").exists() or (d / LOCK).exists()):
-        pid = running_pid(d)
-        st = {"state": "running", "pid": pid} if pid else {"state": "finished" if (d / "report.md").exists() else
-                                                                    "stopped"}  # fmt: skip
-    return st
-
-
-def status_text(name: str | None) -> tuple[str, str]:
-    """(status Markdown, log tail) of a report folder."""
-    from backend.core import atomic
-
-    if not (name or "").strip():
-        return "No report selected. Launch the quick preset, or run `python -m backend replicate`.", ""
-    try:
-        d = report_dir(name)
-    except DetourError as exc:
-        return f"**{exc}**", ""
-    st = study_state(d)
-    state = st.get("state", "none")
-    settings = atomic.read_json(d / "settings.json")
-    parts = [f"**{name}**: {state}"]
-    if isinstance(settings, dict) and settings and not settings.get("study"):
-        parts.append("a report of the retired one-task pipeline (its report stays readable; it is not rerun)")
-    if state == "running":
-        step = st.get("current_step")
-        total = st.get("steps_total")
-        at = f"step {step} ({st.get('steps_done') or 0}/{total} done)" if step and total else "preparing"
-        parts.append(f"{at}, pid {st.get('pid')}")
-    if counts := _counts(d):
-        parts.append(counts)
-    if state in ("done", "finished") or (d / "report.md").exists():
-        parts.append("report written" if (d / "report.md").exists() else "no report yet")
-    if st.get("error"):
-        parts.append(f"{'note' if state == 'cancelled' else 'error'}: {st['error']}")
-    return " · ".join(parts), _tail(d / LOG_NAME)
-
-
-def controls(name: str | None) -> tuple[bool, bool]:
-    """(Stop shown, Resume shown) for the selected report: Stop while its study runs or its runs still train,
-    Resume once it was stopped or failed and records how to resume."""
-    from backend.core import atomic
-
-    if not (name or "").strip():
-        return False, False
-    try:
-        d = report_dir(name)
-    except DetourError:
-        return False, False
-    st = study_state(d)
-    busy = "queued" in _counts(d) or "running" in _counts(d)
-    raw = atomic.read_json(d / "status.json")
-    resumable = isinstance(raw, dict) and bool(raw.get("resume_argv"))
-    return st.get("state") == "running" or busy, st.get("state") in ("cancelled", "failed") and resumable and not busy
-
-
-def stop_study(name: str | None) -> str:
-    """Stop the selected study (``study_run.stop``: its process signalled, its runs cancelled); one line."""
-    from backend.replication.study_run import stop
-
-    msgs = stop(report_dir(name))
-    return f"Stopping `{name}`: " + "; ".join(msgs[:3]) + (f" (and {len(msgs) - 3} more)" if len(msgs) > 3 else "")
-
-
-def resume_study(name: str | None) -> str:
-    """Resume the selected study with the command that ran it (what rerunning it in a terminal does)."""
-    from backend.replication.study_run import live_pid, resume_argv, start_detached
-
-    d = report_dir(name)
-    if pid := live_pid(d):
-        raise DetourError(f"'{name}' is already running (pid {pid})")
-    proc = start_detached(d, resume_argv(d))
-    return f"Resumed `{name}` (pid {proc.pid}): finished runs and fine-tunes are kept."
 
 
 def _served_copy(path: Path, name: str) -> str:
@@ -244,130 +128,6 @@ def launch(study: str = "detour", preset: str = "quick") -> tuple[str, str]:
     when = estimate_text(hybrid_estimate(preset))
     return (f"Started the second paper's study ({preset}) in `{out}` (pid {proc.pid}). {when} The status below "
             "updates.", out.name)  # fmt: skip
-
-
-def quick_measurement() -> dict:
-    """The detour study's quick preset time: ``{"seconds", "how", "load", "cpus", "rate"}``. ``how`` is "measured"
-    (the wall time of the newest finished quick study on this machine, with the mean of its load at start and end)
-    or "estimated" (its runs at this machine's last measured training rate plus the fine-tunes at the plan's rates;
-    ``seconds`` None before a rate is measured here, or when its data is absent)."""
-    from backend.core import atomic
-    from backend.replication import budget_study as bs
-
-    default = bs.BUDGET_PRESETS["quick"]
-    for name in list_reports():
-        d = reports_dir() / name
-        s, tm = atomic.read_json(d / "settings.json"), atomic.read_json(d / "timing.json")
-        ok = isinstance(s, dict) and isinstance(tm, dict) and s.get("study") == "detour-budgets"
-        # only a study the button would launch: the quick preset as it is (not its budgets, seeds or arms changed)
-        same = ok and all(s.get(k) == default[k] for k in ("budgets", "seeds", "finetune", "train"))
-        if same and s.get("preset") == "quick" and s.get("arms") == list(bs.ARMS) and tm.get("wall_s") \
-                and (d / "report.md").exists():  # fmt: skip
-            loads = [(tm.get(k) or {}).get("load_1m") for k in ("load_start", "load_end")]
-            loads = [x for x in loads if x is not None]
-            load = sum(loads) / len(loads) if loads else None
-            return {"seconds": float(tm["wall_s"]), "how": "measured", "load": load, "cpus": tm.get("cpus"),
-                    "rate": None}  # fmt: skip
-    try:
-        p = bs.plan(bs.resolve_budget_study("quick"))
-    except DetourError:  # no base model, no data: the launch says so; the button has no time to give
-        return {"seconds": None, "how": "estimated", "load": None, "cpus": None, "rate": None}
-    from backend.engine.rates import describe
-
-    return {"seconds": p["total_s"], "how": "estimated", "load": None, "cpus": None, "rate": p["rate"],
-            "rate_source": describe(p["rate_pick"]) if p["rate_pick"] else None,
-            "finetune_source": p["finetune_text"]}  # fmt: skip
-
-
-def quick_duration() -> tuple[float | None, str]:
-    """(seconds or None, "measured" | "estimated") for the quick preset (``quick_measurement``)."""
-    m = quick_measurement()
-    return m["seconds"], m["how"]
-
-
-def _minutes(seconds: float | None) -> str:
-    return "time not measured here yet" if seconds is None else f"~{max(1, round(seconds / 60))} min"
-
-
-def button_label() -> str:
-    """The launch button: the last measured time of the quick study here, else its estimate at this machine's
-    training rate, else that none is measured yet."""
-    return f"Run the detour study (quick, {_minutes(quick_duration()[0])})"
-
-
-def time_note() -> str:
-    """Where the launch button's time comes from, in one sentence, with the machine load it was measured under."""
-    m = quick_measurement()
-    seconds = m["seconds"]
-    if m["how"] == "measured":
-        if m["load"] is None:
-            under = " (the machine load was not recorded)"
-        else:
-            cpus = f" on {m['cpus']} CPUs" if m["cpus"] else ""
-            under = f" under a machine load of {m['load']:.1f}{cpus}"
-        return f"The last quick detour study here took {int(seconds) // 60} min {int(seconds) % 60:02d} s{under}."
-    if m.get("rate"):
-        return (f"The plan estimates {_minutes(seconds)}: training at {m['rate']:,.0f} tokens/s for the base "
-                f"({m['rate_source']}), fine-tuning at {m['finetune_source']} (`python -m backend replicate "
-                "--plan` prints the breakdown).")  # fmt: skip
-    return ("No training rate for the base is measured on this machine yet, so the quick study's time is not "
-            "estimated (`python -m backend replicate --plan` prints its runs and fine-tunes).")  # fmt: skip
-
-
-_POWER: dict = {}
-
-
-def power_note() -> str:
-    """The quick study's smallest detectable difference and where its variance was measured (``replicate --plan``
-    says it in full), read again at most once a minute (it reads the earlier studies' results)."""
-    import time
-
-    if _POWER.get("at", 0) > time.time() - 60 and _POWER.get("root") == str(reports_dir()):
-        return _POWER["text"]
-    from backend.replication import budget_study as bs
-    from backend.replication.study_power import detour_power, pilot_command
-
-    try:
-        p = detour_power(bs.resolve_budget_study("quick"))
-    except DetourError:
-        return ""
-    d = p["design"]
-    at = f"{d['pretraining_seeds']} pretraining seeds x {d['finetune_seeds']} fine-tuning seed(s) x {d['tasks']} tasks"
-    if p["mde"] is None:
-        text = (f"**Detectable difference:** not measured at the quick preset's settings yet; "
-                f"`{pilot_command('detour', 'quick')}` measures it.")  # fmt: skip
-    else:
-        src = ", ".join(f"`{x}`" for x in p["sources"])
-        text = (f"**Detectable difference:** ±{p['mde']:.1f} points (80% power, 95% level) at {at}, from the seed "
-                f"noise measured in {src}; the paper's gains are +0.3 to +2.8 points. To detect 1 point would take "
-                f"{p['take']['pretraining_seeds'] or 'over 10,000'} pretraining seeds at these settings "
-                "(`replicate --plan` lists the other ways).")  # fmt: skip
-    _POWER.update(at=time.time(), root=str(reports_dir()), text=text)
-    return text
-
-
-def hybrid_time_note() -> str:
-    from backend.replication.hybrid import estimate_text, hybrid_estimate
-
-    return estimate_text(hybrid_estimate("quick"))
-
-
-def hybrid_button_label() -> str:
-    """The second study's button: its time from this machine's measured rate (``hybrid_estimate``), or none."""
-    from backend.replication.hybrid import hybrid_estimate
-
-    est = hybrid_estimate("quick")
-    when = f"~{max(1, round(est['total_s'] / 60))} min" if est["total_s"] else "time not measured here yet"
-    return f"Run the second paper's study (quick, {when})"
-
-
-EMPTY = (
-    "**No report yet.** A report is a small replication of the paper on this machine: from the bundled base it "
-    "trains MLM, the CLM detour, a seed-noise control and two freeze interventions over two token budgets and "
-    "five pretraining seeds, fine-tunes each on a biomedical NER suite, compares their layers (CKA), and says in "
-    "plain words whether each finding replicated and from how many tokens the detour pays (if it does within "
-    "them). Make one with **{button}** above, or from a terminal: `python -m backend replicate`."
-)
 
 
 # --- UI -----------------------------------------------------------------------------------------
@@ -522,17 +282,6 @@ def build(ctx) -> dict:
         "times": times,
         "suites": suites,
     }
-
-
-def _time_text(power: bool = True) -> str:
-    """The quick study's time and (once the page has loaded: it reads the earlier studies) its detectable
-    difference, with where the presets go further."""
-    said = power_note() if power else ""
-    return (
-        f"{time_note()} {said} The quick preset shows the study at a CPU's scale; `--preset standard` (CPU) and "
-        "`--preset gpu` give numbers to read (`python -m backend replicate --preset standard --plan` gives their time "
-        f"and power). The second paper's study: {hybrid_time_note()}"
-    )
 
 
 def _mtime(name: str | None) -> float | None:

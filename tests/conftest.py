@@ -31,11 +31,15 @@ from tests import footprint  # noqa: E402
 # or session fixture runs before the per-test fixtures below, and a process a test starts inherits this environment.
 # The per-test fixtures narrow each root to the test's own folder. ``footprint`` fails the session if the user's
 # cache folder or the checkout changed anyway.
+# A process a test starts (an xdist worker, a script that imports this file) inherits the roots already chosen for it.
 USER_CACHE = footprint.user_cache(os.environ.get(CACHE_ENV))
-SESSION_ROOT = footprint.session_root()
-for _env, _name in ((RUNS_ENV, "runs"), (REPORTS_ENV, "reports"), (EVALS_ENV, "evals"), (UPLOADS_ENV, "uploads"),
-                    (SWEEPS_ENV, "sweeps"), (CACHE_ENV, "cache")):  # fmt: skip
-    os.environ[_env] = str(SESSION_ROOT / _name)
+SESSION_ROOT = None
+if footprint.SESSION_ENV not in os.environ:
+    SESSION_ROOT = footprint.session_root()
+    os.environ[footprint.SESSION_ENV] = str(SESSION_ROOT)
+    for _env, _name in ((RUNS_ENV, "runs"), (REPORTS_ENV, "reports"), (EVALS_ENV, "evals"),
+                        (UPLOADS_ENV, "uploads"), (SWEEPS_ENV, "sweeps"), (CACHE_ENV, "cache")):  # fmt: skip
+        os.environ[_env] = str(SESSION_ROOT / _name)
 from backend.engine.models import build_from_scratch  # noqa: E402
 from tests.local_servers import free_port  # noqa: E402, F401 - the tests import it from here
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from backend.core.paths import REPO_ROOT
 
+SESSION_ENV = "DETOUR_TEST_SESSION_ROOT"  # set by the process that chose the session's roots (its children keep them)
 SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".hypothesis"}
 _BEFORE: dict = {}
 
@@ -76,9 +77,11 @@ def changes(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
     return added + gone + changed
 
 
-def finish(session, cache: Path, session_dir: Path) -> None:
-    """Compare, fail the session on any change (naming it), and remove the session's temporary folder."""
-    shutil.rmtree(session_dir, ignore_errors=True)
+def finish(session, cache: Path, session_dir: Path | None) -> None:
+    """Compare, fail the session on any change (naming it), and remove the session's temporary folder (in the process
+    that made it)."""
+    if session_dir is not None:
+        shutil.rmtree(session_dir, ignore_errors=True)
     if not _controller(session.config) or not _BEFORE:
         return
     keep = lambda d: {p: v for p, v in d.items() if p not in _BEFORE["tracked"]}  # noqa: E731

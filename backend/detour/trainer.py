@@ -192,15 +192,8 @@ class _State:
         self.flops = {
             p.name: throughput.flops_per_token(config, seq, p.spec.predicted_share(p.settings)) for p in self.phases
         }  # per phase: mask rates differ
-        self.meter = rates.PhaseRates(
-            sum(p.numel() for p in self.hf.parameters()),
-            self.precision,
-            self.device.type,
-            seq,
-            self.bs,
-            self.world,
-            torch.get_num_threads(),
-        )
+        self.meter = rates.PhaseRates(sum(p.numel() for p in self.hf.parameters()), self.precision, self.device.type,
+                                      seq, self.bs, self.world, torch.get_num_threads())  # fmt: skip
         self.evaluated = [o for o in objectives.all_objectives()
                           if o.always_evaluated or o.name in {p.objective for p in self.phases}]  # fmt: skip
 
@@ -287,8 +280,9 @@ def _enter_phase(s: _State, phase: Phase, step: int, first_step: bool) -> list[t
 def _log_train(s: _State, phase: Phase, done: int, lr: float) -> None:
     acc = s.log_acc
     now = time.time()
-    rate = (done * s.tps - s.tokens_last) / max(now - s.t_last, 1e-9)
-    s.meter.add(phase.objective, done * s.tps - s.tokens_last, now - s.t_last, (done * s.tps - s.tokens_last) // s.tps)
+    tokens = done * s.tps - s.tokens_last
+    rate = tokens / max(now - s.t_last, 1e-9)
+    s.meter.add(phase.objective, tokens, now - s.t_last, tokens // s.tps)
     s.t_last, s.tokens_last = now, done * s.tps
     split = s.split.take()
     mfu, s.peak = throughput.bounded_mfu(

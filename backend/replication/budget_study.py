@@ -36,107 +36,26 @@ from pathlib import Path
 from backend.core import atomic
 from backend.core.errors import ConfigError
 from backend.core.paths import DEFAULT_MODEL
-from backend.replication.inputs import (
+from backend.replication.budget_report import load_now
+from backend.replication.detour_presets import (  # noqa: F401  (the study's definition, read from here too)
+    ARMS,
+    BUDGET_PRESETS,
+    CKA_MEASURES,
+    PAIR_ARMS,
+    PAPER,
+    PAPER_DELTAS,
+    SUITE,
+)
+from backend.replication.inputs import (  # noqa: F401  (parse_budgets: the command line reads it from here)
     ReplicationError,
+    check_budgets,
     check_cka,
     layer_range,
     layer_thirds,
+    parse_budgets,
     resolve_base,
     resolve_data,
 )
-
-SUITE = "configs/suites/bio-ner.yaml"
-ARMS = {  # arm -> its name in the report; the order is the sweep's
-    "mlm": "MLM",
-    "clm_detour": "CLM detour",
-    "mlm-control": "MLM, another seed (control)",
-    "freeze-low": "CLM detour, low third frozen",
-    "freeze-mid": "CLM detour, mid third frozen",
-}
-PAIR_ARMS = ("mlm", "clm_detour")  # --no-interventions: the comparison alone
-CKA_MEASURES = ["debiased", "linear"]  # debiased: the lab's default; linear: the paper's numbers
-
-PAPER = {  # what the paper found on the low layers and the freezes (../shared/RECIPE.md), beside this study's numbers
-    "cka": "divergence ratio r_l = div(CLM, MLM) / div(MLM seed B, MLM seed A) of 5-44x in layers 0-7 of 22; "
-    "control CKA at layer 0 ~ 0.9968; the change persists through the MLM decay",
-    "freeze": "22-layer French base (+2.8 pp detour gain): freezing layers 0-7 during CLM eliminated the gain, "
-    "freezing layers 8-14 preserved it",
-}
-PAPER_DELTAS = [  # the paper's per-language ranges of the detour's gain per task (../shared/RECIPE.md)
-    {"language": "French", "tasks": "8 biomedical tasks (9 seeds)", "delta_pp": "+1.2 to +2.8", "wins": "8 of 8",
-     "scale": "10B-50B tokens, 150M-350M parameters"},
-    {"language": "English", "tasks": "11 biomedical tasks (5 seeds)", "delta_pp": "+0.3 to +0.8", "wins": "-",
-     "scale": "10B-50B tokens, 150M-350M parameters"},
-]  # fmt: skip
-
-# Budgets are main-phase tokens per run (the decay adds decay_fraction of it); ``finetune`` replaces the suite's
-# fine-tuning settings for every task (seeds, epochs, example caps).
-#
-# What each choice buys, by the variance the quick studies measured (bench/results/crossover, `replicate --plan`):
-# the verdict is a t over pretraining seeds, so 3 seeds (2 degrees of freedom) pay a heavy price: the quick preset
-# detected +-14.8 points at 3 seeds and 3 budgets; at 5 seeds and 2 budgets, for about the same time, +-7.6. More
-# fine-tuning seeds and evaluation sentences shrink only the per-task share (about half of it evaluation noise at 80
-# sentences), which at a CPU's cost buys less than a pretraining seed; on a GPU, where a fine-tune costs little,
-# whole test splits and two fine-tuning seeds are worth it.
-BUDGET_PRESETS: dict[str, dict] = {
-    "quick": {
-        "description": "CPU demo, sized for a shared 2-core machine: the bundled base at 2.6k and 26k tokens (64-token "
-        "sequences), 5 pretraining seeds, the suite on 128 training sentences per task, 2 epochs, 1 fine-tuning "
-        "seed. Far too small to conclude anything about the paper.",
-        "budgets": [2_560, 25_600],
-        "seeds": 5,
-        "train": {"seq_len": 64, "batch_size": 4, "lr": 3.0e-4, "precision": "auto", "decay_fraction": 0.10},
-        "logging": {"log_every": 5, "eval_every": 1000, "eval_batches": 4, "checkpoint_every": 1000},
-        "finetune": {
-            "seeds": 1,
-            "epochs": 2,
-            "lr": 1.0e-3,
-            "max_len": 64,
-            "max_train_examples": 128,
-            "max_eval_examples": 80,
-        },  # fmt: skip  (the settings the published quick studies measured)
-        "max_concurrent": 2,
-        "cka": {"n_texts": 64, "max_len": 64, "measures": CKA_MEASURES},
-    },
-    "standard": {
-        "description": "CPU study: the bundled base at 20k-200k tokens, 8 pretraining seeds, the suite on 300 "
-        "training sentences per task, 2 epochs, 1 fine-tuning seed (8 x 1 fine-tunes per arm and budget cost less than "
-        "3 x 3 and detect about half the difference).",
-        "budgets": [20_480, 65_536, 204_800],
-        "seeds": 8,
-        "train": {"seq_len": 128, "batch_size": 8, "lr": 3.0e-4, "precision": "auto", "decay_fraction": 0.10},
-        "logging": {"log_every": 10, "eval_every": 100, "eval_batches": 8, "checkpoint_every": 1000},
-        "finetune": {"seeds": 1, "epochs": 2, "max_train_examples": 300, "max_eval_examples": 200},
-        "max_concurrent": 2,
-        "cka": {"n_texts": 200, "max_len": 128, "measures": CKA_MEASURES},
-    },
-    "gpu": {
-        "description": "One CUDA GPU, bf16: the bundled base at 1M-100M tokens, 5 pretraining seeds, the suite on "
-        "1000 training sentences per task, 3 epochs, 2 fine-tuning seeds, scored on whole dev and test splits (cheap "
-        "on a GPU); weights dropped after measuring.",
-        "budgets": [1_000_000, 10_000_000, 100_000_000],
-        "seeds": 5,
-        "train": {"seq_len": 256, "batch_size": 32, "lr": 1.0e-3, "precision": "bf16", "decay_fraction": 0.10},
-        "logging": {"log_every": 50, "eval_every": 500, "eval_batches": 16, "checkpoint_every": 2000},
-        "finetune": {"seeds": 2, "epochs": 3, "max_train_examples": 1000, "max_eval_examples": None},
-        "max_concurrent": 1,
-        "drop_weights": True,
-        "cka": {"n_texts": 500, "max_len": 128, "measures": CKA_MEASURES},
-    },
-    "paper": {
-        "description": "The paper's token range (0.1B-10B per run) and the suite's full protocol (its own settings); "
-        "pass the paper's size of base with --model. Days on a GPU node (each 10B-token run is most of it, so 3 "
-        "pretraining seeds; --pretrain-seeds 5 roughly halves the detectable difference); --plan says how long here.",
-        "budgets": [100_000_000, 1_000_000_000, 10_000_000_000],
-        "seeds": 3,
-        "train": {"seq_len": 1024, "batch_size": 64, "lr": 5.0e-4, "precision": "bf16", "decay_fraction": 0.10},
-        "logging": {"log_every": 100, "eval_every": 2000, "eval_batches": 32, "checkpoint_every": 5000},
-        "finetune": {},
-        "max_concurrent": 1,
-        "drop_weights": True,
-        "cka": {"n_texts": 500, "max_len": 128, "measures": CKA_MEASURES},
-    },
-}
 
 
 def resolve_budget_study(
@@ -223,39 +142,6 @@ def arm_overrides(s: dict) -> dict[str, dict]:
         for arm, third in (("freeze-low", "low_range"), ("freeze-mid", "mid_range")):
             arms[arm] = {"recipe": "clm_detour", "phases.main.freeze.layers": s["layers"][third]}
     return {a: arms[a] for a in s.get("arms") or PAIR_ARMS}
-
-
-def check_budgets(budgets, least: int) -> list[int]:
-    """Sorted distinct whole token counts, each at least ``least`` (one optimizer step in the shortest phase)."""
-    out = []
-    for b in budgets:
-        v = float(b) if isinstance(b, str) else b
-        if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v) or v < least:
-            raise ConfigError("--budgets", b, f"whole token counts of at least {least:,} (one optimizer step in the "
-                              "decay phase, which trains decay_fraction of the budget)")  # fmt: skip
-        out.append(int(v))
-    if len(set(out)) != len(out):
-        raise ConfigError("--budgets", budgets, "each budget once")
-    return sorted(out)
-
-
-def parse_budgets(text: list[str]) -> list[int]:
-    """``['1e6', '1e7']`` or ``['1e6,1e7']`` -> ints; a clear error for anything else."""
-    out = []
-    for part in ",".join(text).split(","):
-        part = part.strip().replace("_", "")
-        if not part:
-            continue
-        try:
-            v = float(part)
-        except ValueError:
-            raise ConfigError("--budgets", part, "token counts such as 1e6 10000000 (or 1e6,1e7)") from None
-        if v != int(v) or v <= 0:
-            raise ConfigError("--budgets", part, "whole positive token counts")
-        out.append(int(v))
-    if not out:
-        raise ConfigError("--budgets", text, "at least one token count")
-    return out
 
 
 def base_config(s: dict) -> dict:
@@ -383,15 +269,6 @@ def plan_text(p: dict) -> str:
 # ------------------------------------------------------------------------------------------------ run and report
 
 
-def load_now() -> dict:
-    try:
-        one, five, fifteen = os.getloadavg()
-    except OSError:
-        one = five = fifteen = None
-    return {"load_1m": one, "load_5m": five, "load_15m": fifteen, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-            time.gmtime())}  # fmt: skip
-
-
 STEPS = ["data", "train", "measure", "report"]  # what status.json counts
 
 
@@ -448,100 +325,7 @@ def _run_study(s: dict, out: Path, executor: str, command: list[str] | None, run
 
 
 def write_report(out: Path, rebuild_sweep: bool = False) -> dict:
-    """report.md|html|json and the chart from ``out`` (settings.json, timing.json, sweep/report.json, sweep.json);
-    ``rebuild_sweep`` first writes the sweep's own report again from its small files (``--report-only``: a report
-    made by an older version then reads as this one would)."""
-    from backend.replication import budget_report
+    """The study's report from ``out`` (``detour_report.write_report``)."""
+    from backend.replication import detour_report
 
-    out = Path(out)
-    s = atomic.read_json(out / "settings.json")
-    if not s or s.get("study") != "detour-budgets":
-        raise ReplicationError(f"{out}: no detour budget study here (no settings.json of one)")
-    if not (out / "sweep" / "report.json").exists():
-        raise ReplicationError(f"{out}: the sweep has no report yet; rerun the study's command to finish it")
-    if rebuild_sweep:
-        from backend.sweeps.report import write_report as write_sweep_report
-
-        write_sweep_report(out / "sweep")
-    over = "over token budgets" if len(s["budgets"]) > 1 else f"at {s['budgets'][0]:,} tokens"
-    title = f"CLM detour vs MLM {over} ({s['preset']}, {Path(s['suite']).stem})"
-    rep = budget_report.build(out, out / "sweep", lambda v: ARMS.get(v, str(v)), "MLM", lambda arm: f"the {arm}",
-                              title)  # fmt: skip
-    rep.update({"title": title, "settings": s, "timing": atomic.read_json(out / "timing.json") or {},
-                "paper": PAPER_DELTAS})  # fmt: skip
-    if s.get("arms"):  # a study planned on the arm axis (a budget study of the MLM / detour pair alone has none)
-        from backend.replication.study_findings import findings
-
-        rep["findings"] = findings(rep, out / "sweep", s, ARMS)
-    budget_report.write(out, rep, render(rep))
-    return rep
-
-
-def render(rep: dict) -> str:
-    from backend.replication.budget_report import render as budget_sections
-    from backend.replication.crossover import tokens_text
-
-    s, tm = rep["settings"], rep["timing"]
-    ft = ", ".join(f"{k} {v}" for k, v in s["finetune"].items()) or "the suite's own settings"
-    lines = [f"# {rep['title']}", "", f"Preset `{s['preset']}` ({s['description']}) run with these settings:", "",
-             f"- base `{s['model']}`, corpus `{s['corpus']}`",
-             f"- budgets (main-phase tokens per run, +{s['train']['decay_fraction']:.0%} decay): "
-             + ", ".join(tokens_text(b) for b in s["budgets"]),
-             f"- pretraining seeds {rep['seeds']}; {s['train']['batch_size']}x{s['train']['seq_len']} tokens/step, "
-             f"lr {s['train']['lr']}, {s['train']['precision']}",
-             f"- suite `{s['suite']}`; fine-tuning: {ft}", ""]  # fmt: skip
-    if rep["not_done"]:
-        lines += [f"Not finished (left out): {', '.join(f'{r} ({st})' for r, st in rep['not_done'].items())}.", ""]
-    detour = (rep.get("statements") or {}).get(ARMS["clm_detour"])
-    if detour and len(s["budgets"]) > 1:
-        from backend.replication.study_findings import pays_from
-
-        lines += ["## From how many tokens does the detour pay on this base?", "", pays_from(detour["mean_delta"]), ""]
-    if rep.get("findings"):
-        from backend.replication.study_findings import render as findings_table
-
-        lines += ["## The paper's three findings, per budget", ""]
-        lines += findings_table(rep["findings"])
-    lines += ["## Where the sign changes" if len(s["budgets"]) > 1 else "## Each arm against MLM", ""]
-    lines += budget_sections(rep)
-    lines += [
-        "## The paper, beside",
-        "",
-        "| language | tasks | detour - MLM per task (pp) | tasks won | scale |",
-        "|---|---|---|---|---|",
-    ]
-    lines += [f"| {p['language']} | {p['tasks']} | {p['delta_pp']} | {p['wins']} | {p['scale']} |"
-              for p in rep["paper"]]  # fmt: skip
-    lines += ["", f"Low layers: {PAPER['cka']}.", "", f"Freezes: {PAPER['freeze']}.", "",
-              "The paper's per-task scores are not in the excerpt this project carries (`../shared/papers`): its "
-              "ranges per language stand here, beside this study's per-task deltas above."]  # fmt: skip
-    lines += ["", "Chart: `figures/crossover.html` (and `.png`): against tokens (log scale) the suite's mean and IQM "
-              "delta (detour - MLM, points) with 95% intervals, P(improvement) and the held-out MLM and CLM losses "
-              "of both arms. Intervals and verdicts are `backend.evaluation.aggregate.compare`'s; the per-cell "
-              "tables are in `sweep/report.md`.", ""]  # fmt: skip
-    lines += timing_lines(tm)
-    return "\n".join(lines)
-
-
-def timing_lines(tm: dict) -> list[str]:
-    """A study report's last lines: its wall time (and training's, where recorded) with the machine and its load,
-    the note on how it ran, and the command that made it."""
-    from backend.engine.progress import hms
-
-    lines: list[str] = []
-    if tm.get("wall_s"):
-        l0, l1 = tm.get("load_start") or {}, tm.get("load_end") or {}
-        train = f" ({hms(tm['train_wall_s'])} training)," if tm.get("train_wall_s") else ""
-        start, end = f"{_load(l0)} at the start ({l0.get('at')})", f"{_load(l1)} at the end ({l1.get('at')})"
-        lines += [f"Time: {hms(tm['wall_s'])} wall{train} on {tm.get('machine')}; load average (1/5/15 min) "
-                  f"{start}, {end}.", ""]  # fmt: skip
-    if tm.get("note"):
-        lines += [tm["note"], ""]
-    if tm.get("command"):
-        lines += ["Command:", "", "```", " ".join(tm["command"]), "```", ""]
-    return lines
-
-
-def _load(ld: dict) -> str:
-    vals = [ld.get(k) for k in ("load_1m", "load_5m", "load_15m")]
-    return "/".join("-" if v is None else f"{v:.2f}" for v in vals)
+    return detour_report.write_report(out, rebuild_sweep)

@@ -68,3 +68,36 @@ def check_cka(c: dict) -> None:
     if c["measure"] not in MEASURES:
         raise ConfigError("cka.measure", c["measure"], f"use one of {', '.join(MEASURES)} (linear: the paper's CKA)")
     check_n_texts(c.get("n_texts"), c["measure"], "mean", what="cka.n_texts")
+
+
+def check_budgets(budgets, least: int) -> list[int]:
+    """Sorted distinct whole token counts, each at least ``least`` (one optimizer step in the shortest phase)."""
+    out = []
+    for b in budgets:
+        v = float(b) if isinstance(b, str) else b
+        if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v) or v < least:
+            raise ConfigError("--budgets", b, f"whole token counts of at least {least:,} (one optimizer step in the "
+                              "decay phase, which trains decay_fraction of the budget)")  # fmt: skip
+        out.append(int(v))
+    if len(set(out)) != len(out):
+        raise ConfigError("--budgets", budgets, "each budget once")
+    return sorted(out)
+
+
+def parse_budgets(text: list[str]) -> list[int]:
+    """``['1e6', '1e7']`` or ``['1e6,1e7']`` -> ints; a clear error for anything else."""
+    out = []
+    for part in ",".join(text).split(","):
+        part = part.strip().replace("_", "")
+        if not part:
+            continue
+        try:
+            v = float(part)
+        except ValueError:
+            raise ConfigError("--budgets", part, "token counts such as 1e6 10000000 (or 1e6,1e7)") from None
+        if v != int(v) or v <= 0:
+            raise ConfigError("--budgets", part, "whole positive token counts")
+        out.append(int(v))
+    if not out:
+        raise ConfigError("--budgets", text, "at least one token count")
+    return out

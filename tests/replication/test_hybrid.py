@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from backend.engine.schema import BY_KEY
-from backend.replication import hybrid
+from backend.replication import hybrid, hybrid_report
 
 needs_hybrid = pytest.mark.skipif("hybrid.clm_share" not in BY_KEY, reason="recipe hybrid is not in this tree yet")
 
@@ -55,19 +55,19 @@ def test_findings_read_the_paired_verdicts():
     hybrids = ("25% CLM / 75% MLM", "50% CLM / 50% MLM", "75% CLM / 25% MLM")
     panels = {arm: [_point(t, "better", 2.0) for t in (1, 2)] for arm in hybrids}
     panels["100% CLM"] = [_point(t, "worse", -5.0) for t in (1, 2)]
-    f = hybrid.suite_findings({"panels": panels}, _cpt("inconclusive"))
+    f = hybrid_report.suite_findings({"panels": panels}, _cpt("inconclusive"))
     assert f["splits"]["verdict"] == "replicated"
     assert f["splits"]["counts"] == {"better": 6, "worse": 0, "inconclusive": 0}  # pure CLM is no hybrid
     assert {c["split"] for c in f["splits"]["comparisons"]} == {*hybrids, "100% CLM"}
     assert f["cpt"]["verdict"] == "inconclusive" and f["cpt"]["delta"]["mean"] == 0.4
     panels[hybrids[0]][0]["verdict"] = "inconclusive"
-    assert hybrid.suite_findings({"panels": panels}, None)["splits"]["verdict"] == "inconclusive"
-    assert hybrid.suite_findings({"panels": panels}, None)["cpt"]["verdict"] == "not measured"
+    assert hybrid_report.suite_findings({"panels": panels}, None)["splits"]["verdict"] == "inconclusive"
+    assert hybrid_report.suite_findings({"panels": panels}, None)["cpt"]["verdict"] == "not measured"
     for arm in hybrids:
         for p in panels[arm]:
             p["verdict"] = "worse"
-    assert hybrid.suite_findings({"panels": panels}, _cpt("better"))["splits"]["verdict"] == "not replicated"
-    assert hybrid.suite_findings({"panels": panels}, _cpt("better"))["cpt"]["verdict"] == "replicated"
+    assert hybrid_report.suite_findings({"panels": panels}, _cpt("better"))["splits"]["verdict"] == "not replicated"
+    assert hybrid_report.suite_findings({"panels": panels}, _cpt("better"))["cpt"]["verdict"] == "replicated"
 
 
 def test_one_task_is_a_suite_of_one():
