@@ -69,6 +69,7 @@ LONGEST_FIRST = (
     "ui/test_sweeps_browser.py",
     "bench/test_bench_gpu_smoke.py",
     "replication/test_study_stop.py",
+    "bench/test_bench_plan_time_smoke.py",
 )
 
 

@@ -259,7 +259,8 @@ def plan_text(p: dict) -> str:
             f"({p['device']}, {p['precision'] or 'precision not available here'})")  # fmt: skip
     if p["rate"] is None:
         return (f"{head}; no training rate measured on this machine yet for this base and precision, so no time "
-                f"is estimated (fine-tuning alone ~{hms(p['finetune_s'])}: {p['finetune_text']})")  # fmt: skip
+                f"is estimated (fine-tuning alone ~{hms(p['finetune_s'])}: {p['finetune_text']}); a run of this base "
+                f"of 20 steps or more records one (`python bench/bench_plan_time.py` trains one first)")  # fmt: skip
     side = f" per run, {p['together']} side by side" if p.get("together", 1) > 1 else ""
     return (f"{head}; ~{hms(p['total_s'])}: training {hms(p['train_s'])} at {p['rate']:,.0f} tokens/s{side} "
             f"({describe(p['rate_pick'])}; {p['start_text']}), fine-tuning and CKA ~{hms(p['finetune_s'])} "

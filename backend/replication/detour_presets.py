@@ -32,8 +32,8 @@ PAPER_DELTAS = [  # the paper's per-language ranges of the detour's gain per tas
 #
 # What each choice buys, by the variance the quick studies measured (bench/results/crossover, `replicate --plan`):
 # the verdict is a t over pretraining seeds, so 3 seeds (2 degrees of freedom) pay a heavy price: the quick preset
-# detected +-14.8 points at 3 seeds and 3 budgets; at 5 seeds and 2 budgets, for about the same time, +-7.6. More
-# fine-tuning seeds and evaluation sentences shrink only the per-task share (about half of it evaluation noise at 80
+# detected +-14.8 points at 3 seeds and 3 budgets; at 5 seeds and 2 budgets, for about 15% more time, +-7.6. More
+# fine-tuning seeds and evaluation sentences shrink only the per-task share (most of it evaluation noise at 80
 # sentences), which at a CPU's cost buys less than a pretraining seed; on a GPU, where a fine-tune costs little,
 # whole test splits and two fine-tuning seeds are worth it.
 BUDGET_PRESETS: dict[str, dict] = {
