@@ -150,10 +150,12 @@ def stop(out: Path) -> list[str]:
     st = atomic.read_json(out / STATUS) or {}
     msgs = []
     live = st.get("state") == "running" and is_process(st.get("pid"), st.get("pid_identity"))
-    if live:
+    pid = st.get("pid") if live else running_pid(out)  # else the lock holder: a study from before status.json
+    if pid and pid > 0:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(int(st["pid"]), signal.SIGTERM)
-        msgs.append(f"sent SIGTERM to the study's process (pid {st['pid']}): it cancels its runs and stops")
+            os.kill(int(pid), signal.SIGTERM)
+        live = True
+        msgs.append(f"sent SIGTERM to the study's process (pid {pid}): it cancels its runs and stops")
     busy = _busy_runs(out)
     msgs += _cancel_busy(out)  # the process does it too; done here as well, so a stuck or gone one stops them
     if not live and not busy:
