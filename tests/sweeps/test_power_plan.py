@@ -85,12 +85,13 @@ def _suite_folder(root, tasks, hparams, scores):
     return d
 
 
-def test_evaluate_suite_plan_reads_an_earlier_suite_at_the_same_settings(bio_ner, capsys, tmp_path, monkeypatch):
+def test_evaluate_suite_plan_reads_an_earlier_suite_at_the_same_settings(bio_ner, capsys):
     from backend.core import paths
     from backend.evaluation.suite import load_suite
 
+    caps = ["--seeds", "3", "--epochs", "1", "--max-train-examples", "64", "--max-eval-examples", "40"]
     argv = ["evaluate", "--suite", "configs/suites/bio-ner.yaml", "--models", "detour-tiny-en", "detour-tiny-en",
-            "--seeds", "3", "--epochs", "1", "--max-train-examples", "64", "--max-eval-examples", "40", "--plan"]  # fmt: skip
+            *caps, "--plan"]  # fmt: skip
     assert main(argv) == 0
     assert "Detectable difference: not known yet" in capsys.readouterr().out  # no suite ran here at these settings
     hp = {**load_suite("configs/suites/bio-ner.yaml")["tasks"][0]["hparams"], "epochs": 1,
@@ -99,5 +100,6 @@ def test_evaluate_suite_plan_reads_an_earlier_suite_at_the_same_settings(bio_ner
                   {"A": [0.20, 0.24, 0.18, 0.22], "B": [0.17, 0.25, 0.15, 0.21]})  # fmt: skip
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "Smallest detectable difference between two of these models" in out and "3 fine-tuning seeds x 3 tasks" in out
+    assert "Smallest detectable difference between two of these models" in out
+    assert "3 fine-tuning seeds x 3 tasks" in out
     assert "earlier" in out and "These checkpoints only: pretraining variance is not part of it" in out
