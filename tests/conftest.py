@@ -16,13 +16,31 @@ import torch  # noqa: E402
 
 from backend.core.paths import (  # noqa: E402
     BUNDLED_TOKENIZER_DIR,
+    CACHE_ENV,
     EVALS_ENV,
     EXPORTS_ENV,
     REPORTS_ENV,
+    RUNS_ENV,
     SWEEPS_ENV,
     UPLOADS_ENV,
     shared_data,
 )
+from tests import footprint  # noqa: E402
+
+# Every root folder the code writes (runs, reports, evaluations, uploads, sweeps, the cache of token stores and
+# measured rates) points into one temporary folder for the whole session, before any test or fixture runs: a module
+# or session fixture runs before the per-test fixtures below, and a process a test starts inherits this environment.
+# The per-test fixtures narrow each root to the test's own folder. ``footprint`` fails the session if the user's
+# cache folder or the checkout changed anyway.
+# A process a test starts (an xdist worker, a script that imports this file) inherits the roots already chosen for it.
+USER_CACHE = footprint.user_cache(os.environ.get(CACHE_ENV))
+SESSION_ROOT = None
+if footprint.SESSION_ENV not in os.environ:
+    SESSION_ROOT = footprint.session_root()
+    os.environ[footprint.SESSION_ENV] = str(SESSION_ROOT)
+    for _env, _name in ((RUNS_ENV, "runs"), (REPORTS_ENV, "reports"), (EVALS_ENV, "evals"),
+                        (UPLOADS_ENV, "uploads"), (SWEEPS_ENV, "sweeps"), (CACHE_ENV, "cache")):  # fmt: skip
+        os.environ[_env] = str(SESSION_ROOT / _name)
 from backend.engine.models import build_from_scratch  # noqa: E402
 from tests.local_servers import free_port  # noqa: E402, F401 - the tests import it from here
 
@@ -51,8 +69,17 @@ LONGEST_FIRST = (
     "sweeps/test_sweep_e2e.py",
     "ui/test_sweeps_browser.py",
     "bench/test_bench_gpu_smoke.py",
-    "replication/test_replicate.py",
+    "replication/test_study_stop.py",
+    "bench/test_bench_plan_time_smoke.py",
 )
+
+
+def pytest_sessionstart(session) -> None:
+    footprint.start(session.config, USER_CACHE)
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    footprint.finish(session, USER_CACHE, SESSION_ROOT)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -155,6 +182,18 @@ def tiny_train_cfg(model_dir: Path, name: str = "t", **sets) -> dict:
     }
     base.update({k.replace("__", "."): v for k, v in sets.items()})
     return load_config(None, [f"{k}={v}" for k, v in base.items()])
+
+
+def measured_rate(n_params: int, precision: str, device: str, objective: str, tokens_per_s: float,
+                  seq_len: int | None = None, batch_size: int | None = None, threads: int = 1,
+                  load: float | None = 0.5) -> dict:  # fmt: skip
+    """One training-rate measurement in this test's rate book, with the fields the training loop records (a calm
+    machine unless ``load`` says otherwise)."""
+    from backend.engine import rates
+
+    return rates.record("train", n_params=n_params, size=rates.size_key(n_params), precision=precision, device=device,
+                        objective=objective, seq_len=seq_len, batch_size=batch_size, world=1, threads=threads,
+                        steps=100, seconds=10.0, tokens_per_s=tokens_per_s, load=load)  # fmt: skip
 
 
 def train_rows(run: Path) -> dict[int, dict]:

@@ -48,6 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seeds", type=_seeds, help="number of seeds (0..N-1) or a list like 0,1,2 (default 5)")
     p.add_argument("--out", help="output folder (default evals/<timestamp>); rerun with the same folder to resume")
+    p.add_argument("--plan", action="store_true", help="with --suite: the fine-tunes, their time here and the smallest "
+                   "difference between two of the models it can detect; run nothing")  # fmt: skip
     g = p.add_argument_group("fine-tuning (defaults: the paper's protocol)")
     g.add_argument("--epochs", type=int, help="default 20 for ner, 10 for classification")
     g.add_argument("--lr", type=float, help="default by size: 1e-3 under 50M parameters, else 5e-5 (the paper's)")
@@ -95,6 +97,8 @@ def run(args) -> int:
 
     if args.labels and len(args.labels) != len(args.models):
         raise ConfigError("labels", args.labels, f"give one label per model ({len(args.models)})")
+    if args.plan and not args.suite:
+        raise ConfigError("plan", True, "--plan plans a suite: give --suite SUITE.yaml")
     if args.suite:
         return _run_suite(args)
     args.task = args.task or "ner"
@@ -165,6 +169,8 @@ def _run_suite(args) -> int:
     if args.mixed_precision is not None:
         raise ConfigError("mixed-precision", args.mixed_precision, "renamed --precision: auto | fp32 | bf16 | fp16")
     overrides = {k: getattr(args, k) for k in SETTING_FLAGS} | {"seeds": args.seeds}
+    if args.plan:
+        return _plan_suite(args, overrides)
     rep = evaluate_suite(
         args.suite,
         args.models,
@@ -190,4 +196,34 @@ def _run_suite(args) -> int:
     if failed:
         print(f"{failed} run(s) failed; see each task's results.md under {out}/tasks", flush=True)
         return 1
+    return 0
+
+
+def _plan_suite(args, overrides: dict) -> int:
+    """``--suite ... --plan``: the fine-tunes, their time here, and the smallest difference it can detect."""
+    from backend.engine.progress import hms
+    from backend.evaluation.suite import load_suite
+    from backend.evaluation.suite_power import planned_tasks, text
+
+    suite = load_suite(args.suite)
+    tasks = planned_tasks(suite, overrides)
+    n = len(args.models) * sum(t["seeds"] for t in tasks)
+    print(f"suite {suite['name']}: {len(tasks)} tasks x {len(args.models)} models; {n} fine-tunes")
+    for t in tasks:
+        st = ", ".join(f"{k} {v}" for k, v in t["settings"].items() if v is not None)
+        print(f"  {t['name']}: {t['seeds']} seeds; {st}")
+    try:
+        from backend.engine.models import model_config_of
+        from backend.replication.study_time import device, finetune_seconds
+        from backend.runs.doctor import parameter_count
+
+        size = parameter_count(model_config_of({"name": args.models[0]}))
+        ft = finetune_seconds([{**t["settings"], "epochs": t["settings"]["epochs"]} for t in tasks], size, device())
+        print(f"  time: ~{hms(n * ft['seconds'])} ({ft['text']})")
+    except Exception as exc:  # noqa: BLE001 - a model this process cannot size: the plan says so, nothing fails
+        print(f"  time: not estimated ({type(exc).__name__}: {exc})")
+    from backend.evaluation.suite_power import plan_power
+
+    command = f"python -m backend evaluate --suite {args.suite} --models A B"
+    print(f"  power: {text(plan_power(tasks), command)}")
     return 0

@@ -5,6 +5,7 @@ Examples::
     python -m backend sweep configs/pretrain_tiny_en.yaml --grid phases.main.tokens=20000,40000 \\
         --grid recipe=clm_detour,mlm --seeds 3 --wait            # -> sweeps/<name>/report.md|html|json
     python -m backend sweep ... --eval ner --eval-data ../shared/data/ncbi_disease --eval-seeds 3 --wait
+    python -m backend sweep ... --eval-suite configs/suites/bio-ner.yaml --seeds 5 --plan   # time and power, no run
     python -m backend sweep --resume sweeps/NAME --wait          # after a crash or kill: re-queue what is left
     python -m backend sweep --cancel sweeps/NAME
     python -m backend sweep --status sweeps/NAME
@@ -67,6 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--cka-measure", choices=["debiased", "linear", "procrustes"], help="similarity (default debiased CKA)"
     )
     g = p.add_mutually_exclusive_group()
+    g.add_argument("--plan", action="store_true", help="print the cells, the time here and the smallest difference the "
+                   "sweep can detect against its reference; queue nothing")  # fmt: skip
     g.add_argument("--resume", metavar="DIR", help="re-queue what the sweep in DIR left unfinished")
     g.add_argument("--cancel", metavar="DIR", help="cancel the queued and running cells of the sweep in DIR")
     g.add_argument("--status", metavar="DIR", help="print the cells and their states")
@@ -142,6 +145,9 @@ def run(args: argparse.Namespace) -> int:
         )
         out = args.out
         print(m["summary"])
+        if args.plan:
+            print_plan(m)
+            return 0
     res = sweep.run_sweep(m, out, wait_for=args.wait)
     if res["report"] is None:
         n = sum(len(c["runs"]) for c in m["cells"])
@@ -149,3 +155,47 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print_report(res["report"])
     return 0 if not res["report"]["not_done"] else 1
+
+
+def print_plan(m: dict) -> None:
+    """``--plan``: the runs, their time here and the smallest difference a cell can show against its reference."""
+    from backend.engine.models import model_config_of
+    from backend.engine.precision import resolve_precision
+    from backend.engine.progress import hms
+    from backend.engine.rates import describe
+    from backend.replication.study_time import device, finetune_seconds, training
+    from backend.runs.doctor import parameter_count
+    from backend.sweeps import power_plan, variance
+
+    runs = sum(len(c["runs"]) for c in m["cells"])
+    tokens = sum(c["tokens"] * len(c["runs"]) for c in m["cells"])
+    print(f"  {len(m['cells'])} cells x {len(m['seeds'])} seeds = {runs} runs, {tokens:,} training tokens")
+    ev, t = m["evaluation"], m["base"]["train"]
+    dev = device()
+    try:
+        size = parameter_count(model_config_of(m["base"]["model"]))
+        prec = resolve_precision(t["precision"], dev)[0]
+        tr = training(size, prec, dev, t["seq_len"], t["batch_size"], tokens, runs, m["max_concurrent"])
+    except Exception as exc:  # noqa: BLE001 - a base this process cannot size: the plan says so
+        print(f"  time: not estimated ({type(exc).__name__}: {exc})")
+        return
+    if tr["train_s"] is None:
+        print("  time: no training rate measured on this machine yet for this base and precision")
+    else:
+        print(f"  training: ~{hms(tr['train_s'])} at {tr['rate']:,.0f} tokens/s ({describe(tr['pick'])}; "
+              f"{tr['start_text']})")  # fmt: skip
+    tasks = variance.finetune_tasks(variance.suite_path(ev.get("suite")), ev.get("hparams") or {}, ev.get("task"),
+                                    ev.get("data"))  # fmt: skip
+    if not tasks:
+        print("  power: no fine-tuning asked (--eval, --eval-suite): the report compares held-out losses only")
+        return
+    from backend.replication.study_time import suite_tasks
+
+    f = int((ev.get("hparams") or {}).get("seeds") or (min(x["seeds"] for x in suite_tasks(ev["suite"], ev["hparams"]))
+                                                      if ev.get("suite") else ev["seeds"]))  # fmt: skip
+    n_ft = runs * f * len(tasks)
+    ft = finetune_seconds([{**x["settings"]} for x in tasks], size, dev)
+    print(f"  fine-tuning: ~{hms(n_ft * ft['seconds'])} ({n_ft} fine-tunes; {ft['text']})")
+    p = power_plan.plan_power(tasks, variance.model_label(m["base"]["model"]), len(m["seeds"]), f)
+    pilot = "this sweep with --seeds 3 at one value of the second axis"
+    print(f"  power (each cell against its reference): {power_plan.text(p, pilot)}")

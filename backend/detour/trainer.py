@@ -33,7 +33,7 @@ from backend.detour.recipe import (
     set_lr,
     tokens_per_step,
 )
-from backend.engine import checkpoint, compiling, divergence, finite, resume_guard, throughput, trackers
+from backend.engine import checkpoint, compiling, divergence, finite, rates, resume_guard, throughput, trackers
 from backend.engine.data import batch_indices
 from backend.engine.models import transformer_blocks
 from backend.engine.precision import from_mixed, full_state_dict, make_accelerator
@@ -104,7 +104,8 @@ def _train(s: _State, resume: bool, should_stop) -> str:
             with s.split.part("checkpoint"):
                 _save(s, done, tag=f"end-{phase.name}")
                 s.checkpoints.wait()
-            _record_rate(s, phase)
+            if s.main:  # this machine's rate for a model of this size, when the phase had enough steps
+                s.meter.record(phase.objective)
         elif done % s.log_cfg["checkpoint_every"] == 0 or stop:
             with s.split.part("checkpoint"):
                 _save(s, done)  # copied to memory now, written while training goes on
@@ -172,7 +173,6 @@ class _State:
     grad_norm: object = 0.0
     t_last: float = 0.0
     tokens_last: int = 0
-    rates: dict = field(default_factory=dict)  # objective -> this phase's logged tokens/s (the recorded rate)
     should_stop: object = None  # the stop flag (a cancel), also looked at between held-out batches
     eval_owed: bool = False  # a cancel interrupted the held-out evaluation of the step the next checkpoint holds
 
@@ -193,6 +193,8 @@ class _State:
         self.flops = {
             p.name: throughput.flops_per_token(config, seq, p.spec.predicted_share(p.settings)) for p in self.phases
         }  # per phase: mask rates differ
+        self.meter = rates.PhaseRates(sum(p.numel() for p in self.hf.parameters()), self.precision, self.device.type,
+                                      seq, self.bs, self.world, torch.get_num_threads())  # fmt: skip
         self.evaluated = [o for o in objectives.all_objectives()
                           if o.always_evaluated or o.name in {p.objective for p in self.phases}]  # fmt: skip
 
@@ -279,7 +281,9 @@ def _enter_phase(s: _State, phase: Phase, step: int, first_step: bool) -> list[t
 def _log_train(s: _State, phase: Phase, done: int, lr: float) -> None:
     acc = s.log_acc
     now = time.time()
-    rate = (done * s.tps - s.tokens_last) / max(now - s.t_last, 1e-9)
+    tokens = done * s.tps - s.tokens_last
+    rate = tokens / max(now - s.t_last, 1e-9)
+    s.meter.add(phase.objective, tokens, now - s.t_last, tokens // s.tps)
     s.t_last, s.tokens_last = now, done * s.tps
     split = s.split.take()
     mfu, s.peak = throughput.bounded_mfu(
@@ -291,7 +295,6 @@ def _log_train(s: _State, phase: Phase, done: int, lr: float) -> None:
             "peak_flops": s.peak[0], "peak_source": s.peak[1], "time_split": split})  # fmt: skip
     s.log(f"step {done}/{s.total_steps} {phase.name} ({phase.objective}): loss {acc['loss'] / acc['n']:.4f}, "
           f"{rate:,.0f} tok/s, {throughput.format_mfu(mfu, *s.peak)}; {throughput.format_split(split)}")  # fmt: skip
-    s.rates.setdefault(phase.objective, []).append(rate)
     s.log_acc, s.data_hash = {"loss": 0.0, "n": 0}, hashlib.sha1()
     if s.main:
         write_status(s.run_dir, step=done, total_steps=s.total_steps, tokens_seen=done * s.tps,
@@ -308,19 +311,6 @@ def _emit_machine(s: _State) -> None:
             "parameters": sum(p.numel() for p in s.hf.parameters()), "threads": torch.get_num_threads(),
             "bf16_supported": s.device.type == "cuda" and torch.cuda.is_bf16_supported(), "cpu": cpu_name(),
             "gpu": gpu})  # fmt: skip
-
-
-def _record_rate(s: _State, phase: Phase) -> None:
-    """This machine's rate for a model of this size (the Launch form's estimate): the phase's median logged rate,
-    the first logged interval (warm-up, compiling) left out where there are others; with the threads it ran on (a
-    study's plan adds up runs side by side only where each had part of the cores)."""
-    logged = s.rates.pop(phase.objective, [])
-    rates = logged[1:] or logged
-    if s.main and rates:
-        n = sum(p.numel() for p in s.hf.parameters())
-        throughput.record_rate(n, s.precision, s.device.type, phase.objective, sorted(rates)[len(rates) // 2],
-                               seq_len=s.train_cfg["seq_len"], world=s.world,
-                               threads=torch.get_num_threads())  # fmt: skip
 
 
 def _agree(s: _State, stop: bool) -> bool:

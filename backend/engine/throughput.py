@@ -5,8 +5,7 @@ and checkpoint (on CUDA a ``synchronize`` closes each part, since kernels run ah
 them: one sync per part and step, no profiler). ``flops_per_token`` is the model FLOPs count behind model FLOPs
 utilisation (MFU); ``peak_flops`` the yardstick for the precision in use: on CPU the matmul rates the precision
 probe measured here, on CUDA the device's published dense peak (or a measured matmul where the name is unknown).
-``record_rate`` / ``last_rate`` keep the last measured tokens/s per model size in the cache dir, so a run can be
-estimated before it is launched.
+The rates kept to time a run before it is launched are ``engine/rates.py``'s.
 """
 
 from __future__ import annotations
@@ -222,54 +221,6 @@ def format_mfu(mfu: float | None, peak_flops: float | None, source: str | None =
     if mfu > 1:
         return f"MFU unreliable (above 100%{of}: that run's peak was measured too low, under load){where}"
     return f"MFU {100 * mfu:.1f}%{of}{where}"
-
-
-# --- the last measured rate per model size (the Launch form's estimate before a run) ----------------------------
-
-
-def _rates_path():
-    return cache_dir() / "measured-rates.json"
-
-
-def size_key(n_params: int, precision: str, device: str) -> str:
-    """Model size rounded to 2 significant digits (a rate carries over between runs of one base model)."""
-    digits = max(len(str(int(n_params))) - 2, 0)
-    rounded = round(int(n_params), -digits)
-    return f"{device}|{precision}|{rounded}"
-
-
-def _read_rates() -> dict:
-    try:
-        return json.loads(_rates_path().read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-
-
-def record_rate(n_params: int, precision: str, device: str, objective: str, tokens_per_s: float, **extra) -> None:
-    """Keep this machine's newest tokens/s for a model of this size, precision, device and objective."""
-    rates = _read_rates()
-    rates.setdefault(size_key(n_params, precision, device), {})[objective] = {
-        "tokens_per_s": round(float(tokens_per_s), 1),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        **extra,
-    }
-    try:
-        _rates_path().parent.mkdir(parents=True, exist_ok=True)
-        atomic.write_json(_rates_path(), rates)
-    except OSError:
-        pass  # a read-only cache: the estimate stays unknown, training goes on
-
-
-def last_rate(n_params: int, precision: str, device: str, objective: str | None = None) -> dict | None:
-    """{'tokens_per_s', 'measured_at', 'objective', ...} last recorded for this size (the slowest objective measured
-    if None), or None. ``objective`` in the answer is the one really measured."""
-    entry = _read_rates().get(size_key(n_params, precision, device), {})
-    if objective in entry:
-        return {**entry[objective], "objective": objective}
-    if objective is None or not entry:  # the slowest objective measured: an estimate errs long, never short
-        slowest = min(entry, key=lambda k: entry[k]["tokens_per_s"]) if entry else None
-        return {**entry[slowest], "objective": slowest} if slowest else None
-    return None
 
 
 # --- the one training rate of a run (the Runs table, the doctor and its panel) -----------------------------------

@@ -1,1 +1,2 @@
-"""The mini replication of the paper: plan, steps, verdicts, figures and the self-contained report."""
+"""The studies: the detour paper's (``budget_study``) and the second paper's (``hybrid``), each a sweep of runs
+fine-tuned on a task suite, run, stopped and resumed one way (``study_run``), with their reports."""

@@ -7,7 +7,9 @@ every arm, where the sign changes (``crossover``), and the chart. Built from sma
 from __future__ import annotations
 
 import json
+import os
 import platform
+import time
 from pathlib import Path
 
 from backend.core import atomic
@@ -43,8 +45,10 @@ def collect(sweep_rep: dict, manifest: dict, arm_name) -> dict:
                 **{k: _agg(c, k) for k in AGG_KEYS},
                 "verdict": verdict_word(c),
                 "task_wins": c.get("task_wins"),
-                "per_task": {t: {k: d.get(k) for k in ("delta", "ci95", "verdict", "n")}
-                             for t, d in (c.get("per_task") or {}).items()},  # fmt: skip
+                "per_task": {
+                    t: {k: d.get(k) for k in ("delta", "ci95", "verdict", "n")}
+                    for t, d in (c.get("per_task") or {}).items()
+                },  # fmt: skip
                 "seed_levels": c.get("seed_levels"),
             }
         )
@@ -80,8 +84,6 @@ def statements(panels: dict, what=lambda arm: arm) -> dict:
 
 def machine() -> str:
     """CPU model and cores (and the GPU where there is one): the machine a measurement names."""
-    import os
-
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -190,3 +192,36 @@ def write(out: Path, rep: dict, md: str) -> None:
     atomic.write_json(out / "report.json", rep)
     atomic.write_text(out / "report.md", md)
     atomic.write_text(out / "report.html", md_to_html(md, [], rep.get("title", "budget study")))
+
+
+def load_now() -> dict:
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        one = five = fifteen = None
+    return {"load_1m": one, "load_5m": five, "load_15m": fifteen, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+            time.gmtime())}  # fmt: skip
+
+
+def timing_lines(tm: dict) -> list[str]:
+    """A study report's last lines: its wall time (and training's, where recorded) with the machine and its load,
+    the note on how it ran, and the command that made it."""
+    from backend.engine.progress import hms
+
+    lines: list[str] = []
+    if tm.get("wall_s"):
+        l0, l1 = tm.get("load_start") or {}, tm.get("load_end") or {}
+        train = f" ({hms(tm['train_wall_s'])} training)," if tm.get("train_wall_s") else ""
+        start, end = f"{_load(l0)} at the start ({l0.get('at')})", f"{_load(l1)} at the end ({l1.get('at')})"
+        lines += [f"Time: {hms(tm['wall_s'])} wall{train} on {tm.get('machine')}; load average (1/5/15 min) "
+                  f"{start}, {end}.", ""]  # fmt: skip
+    if tm.get("note"):
+        lines += [tm["note"], ""]
+    if tm.get("command"):
+        lines += ["Command:", "", "```", " ".join(tm["command"]), "```", ""]
+    return lines
+
+
+def _load(ld: dict) -> str:
+    vals = [ld.get(k) for k in ("load_1m", "load_5m", "load_15m")]
+    return "/".join("-" if v is None else f"{v:.2f}" for v in vals)

@@ -36,79 +36,26 @@ from pathlib import Path
 from backend.core import atomic
 from backend.core.errors import ConfigError
 from backend.core.paths import DEFAULT_MODEL
-from backend.replication.plan import ReplicationError, _resolve_data, _resolve_model, layer_range, layer_thirds
-from backend.replication.verdicts import PAPER
-
-SUITE = "configs/suites/bio-ner.yaml"
-ARMS = {  # arm -> its name in the report; the order is the sweep's
-    "mlm": "MLM",
-    "clm_detour": "CLM detour",
-    "mlm-control": "MLM, another seed (control)",
-    "freeze-low": "CLM detour, low third frozen",
-    "freeze-mid": "CLM detour, mid third frozen",
-}
-PAIR_ARMS = ("mlm", "clm_detour")  # --no-interventions: the comparison alone
-CKA_MEASURES = ["debiased", "linear"]  # debiased: the lab's default; linear: the paper's numbers
-
-PAPER_DELTAS = [  # the paper's per-language ranges of the detour's gain per task (../shared/RECIPE.md)
-    {"language": "French", "tasks": "8 biomedical tasks (9 seeds)", "delta_pp": "+1.2 to +2.8", "wins": "8 of 8",
-     "scale": "10B-50B tokens, 150M-350M parameters"},
-    {"language": "English", "tasks": "11 biomedical tasks (5 seeds)", "delta_pp": "+0.3 to +0.8", "wins": "-",
-     "scale": "10B-50B tokens, 150M-350M parameters"},
-]  # fmt: skip
-
-# Budgets are main-phase tokens per run (the decay adds decay_fraction of it); ``finetune`` replaces the suite's
-# fine-tuning settings for every task (seeds, epochs, example caps).
-BUDGET_PRESETS: dict[str, dict] = {
-    "quick": {
-        "description": "CPU demo, sized for a shared 2-core machine: the bundled base at 2.6k-26k tokens (64-token "
-        "sequences), 3 pretraining seeds, the suite on 128 training sentences per task, 2 epochs, 1 fine-tuning "
-        "seed. Far too small to conclude anything about the paper.",
-        "budgets": [2_560, 8_192, 25_600],
-        "seeds": 3,
-        "train": {"seq_len": 64, "batch_size": 4, "lr": 3.0e-4, "precision": "auto", "decay_fraction": 0.10},
-        "logging": {"log_every": 5, "eval_every": 1000, "eval_batches": 4, "checkpoint_every": 1000},
-        "finetune": {"seeds": 1, "epochs": 2, "lr": 1.0e-3, "max_len": 64, "max_train_examples": 128,
-                     "max_eval_examples": 80},  # fmt: skip
-        "max_concurrent": 2,
-        "cka": {"n_texts": 64, "max_len": 64, "measures": CKA_MEASURES},
-    },
-    "standard": {
-        "description": "CPU study: the bundled base at 20k-200k tokens, 3 pretraining seeds, the suite on 300 "
-        "training sentences per task, 2 epochs, 3 fine-tuning seeds.",
-        "budgets": [20_480, 65_536, 204_800],
-        "seeds": 3,
-        "train": {"seq_len": 128, "batch_size": 8, "lr": 3.0e-4, "precision": "auto", "decay_fraction": 0.10},
-        "logging": {"log_every": 10, "eval_every": 100, "eval_batches": 8, "checkpoint_every": 1000},
-        "finetune": {"seeds": 3, "epochs": 2, "max_train_examples": 300, "max_eval_examples": 200},
-        "max_concurrent": 2,
-        "cka": {"n_texts": 200, "max_len": 128, "measures": CKA_MEASURES},
-    },
-    "gpu": {
-        "description": "One CUDA GPU, bf16: the bundled base at 1M-100M tokens, 3 pretraining seeds, the suite on "
-        "1000 training sentences per task, 3 epochs, 3 fine-tuning seeds; weights dropped after measuring.",
-        "budgets": [1_000_000, 10_000_000, 100_000_000],
-        "seeds": 3,
-        "train": {"seq_len": 256, "batch_size": 32, "lr": 1.0e-3, "precision": "bf16", "decay_fraction": 0.10},
-        "logging": {"log_every": 50, "eval_every": 500, "eval_batches": 16, "checkpoint_every": 2000},
-        "finetune": {"seeds": 3, "epochs": 3, "max_train_examples": 1000, "max_eval_examples": 500},
-        "max_concurrent": 1,
-        "drop_weights": True,
-        "cka": {"n_texts": 500, "max_len": 128, "measures": CKA_MEASURES},
-    },
-    "paper": {
-        "description": "The paper's token range (0.1B-10B per run) and the suite's full protocol (its own settings); "
-        "pass the paper's size of base with --model. Days on a GPU node; --plan says how long here.",
-        "budgets": [100_000_000, 1_000_000_000, 10_000_000_000],
-        "seeds": 3,
-        "train": {"seq_len": 1024, "batch_size": 64, "lr": 5.0e-4, "precision": "bf16", "decay_fraction": 0.10},
-        "logging": {"log_every": 100, "eval_every": 2000, "eval_batches": 32, "checkpoint_every": 5000},
-        "finetune": {},
-        "max_concurrent": 1,
-        "drop_weights": True,
-        "cka": {"n_texts": 500, "max_len": 128, "measures": CKA_MEASURES},
-    },
-}
+from backend.replication.budget_report import load_now
+from backend.replication.detour_presets import (  # noqa: F401  (the study's definition, read from here too)
+    ARMS,
+    BUDGET_PRESETS,
+    CKA_MEASURES,
+    PAIR_ARMS,
+    PAPER,
+    PAPER_DELTAS,
+    SUITE,
+)
+from backend.replication.inputs import (  # noqa: F401  (parse_budgets: the command line reads it from here)
+    ReplicationError,
+    check_budgets,
+    check_cka,
+    layer_range,
+    layer_thirds,
+    parse_budgets,
+    resolve_base,
+    resolve_data,
+)
 
 
 def resolve_budget_study(
@@ -155,16 +102,14 @@ def resolve_budget_study(
             raise ConfigError("--measure-jobs", measure_jobs, "a whole number of runs fine-tuned at once, at least 1")
         s["measure_jobs"] = measure_jobs
     s.setdefault("drop_weights", False)
-    from backend.replication.plan import _check_cka
-
     s["cka"] = {"n_texts": 200, "max_len": 128, **(s.get("cka") or {})}
     if cka:
         s["cka"]["measures"] = [cka]
     for measure in s["cka"]["measures"]:
-        _check_cka({**s["cka"], "measure": measure})
+        check_cka({**s["cka"], "measure": measure})
     s["suite"] = load_suite(suite or SUITE)["path"]  # every key of the file checked now, not after training
-    s["corpus"] = str(_resolve_data(corpus or "shared:craft_pmc_oa_text", "corpus", "--corpus"))
-    s["model"], n_layers = _resolve_model(model or DEFAULT_MODEL)
+    s["corpus"] = str(resolve_data(corpus or "shared:craft_pmc_oa_text", "corpus", "--corpus"))
+    s["model"], n_layers = resolve_base(model or DEFAULT_MODEL)
     s["interventions"] = s.get("interventions", True) if interventions is None else bool(interventions)
     s["arms"] = list(ARMS) if s["interventions"] else list(PAIR_ARMS)
     if s["interventions"]:
@@ -199,39 +144,6 @@ def arm_overrides(s: dict) -> dict[str, dict]:
     return {a: arms[a] for a in s.get("arms") or PAIR_ARMS}
 
 
-def check_budgets(budgets, least: int) -> list[int]:
-    """Sorted distinct whole token counts, each at least ``least`` (one optimizer step in the shortest phase)."""
-    out = []
-    for b in budgets:
-        v = float(b) if isinstance(b, str) else b
-        if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v) or v < least:
-            raise ConfigError("--budgets", b, f"whole token counts of at least {least:,} (one optimizer step in the "
-                              "decay phase, which trains decay_fraction of the budget)")  # fmt: skip
-        out.append(int(v))
-    if len(set(out)) != len(out):
-        raise ConfigError("--budgets", budgets, "each budget once")
-    return sorted(out)
-
-
-def parse_budgets(text: list[str]) -> list[int]:
-    """``['1e6', '1e7']`` or ``['1e6,1e7']`` -> ints; a clear error for anything else."""
-    out = []
-    for part in ",".join(text).split(","):
-        part = part.strip().replace("_", "")
-        if not part:
-            continue
-        try:
-            v = float(part)
-        except ValueError:
-            raise ConfigError("--budgets", part, "token counts such as 1e6 10000000 (or 1e6,1e7)") from None
-        if v != int(v) or v <= 0:
-            raise ConfigError("--budgets", part, "whole positive token counts")
-        out.append(int(v))
-    if not out:
-        raise ConfigError("--budgets", text, "at least one token count")
-    return out
-
-
 def base_config(s: dict) -> dict:
     """With CKA, the corpus split the replication uses (whole documents held out, ``OUT/data``), so the CKA texts are
     never trained on; without, the trainer's own held-out fraction."""
@@ -261,8 +173,12 @@ def manifest(s: dict, executor: str = "queue") -> dict:
         seeds=s["seeds"],
         name="detour-budgets",
         reference="mlm",
-        evaluation={"suite": s["suite"], "hparams": s["finetune"], "drop_weights": s["drop_weights"],
-                    **cka_evaluation(s)},  # fmt: skip
+        evaluation={
+            "suite": s["suite"],
+            "hparams": s["finetune"],
+            "drop_weights": s["drop_weights"],
+            **cka_evaluation(s),
+        },  # fmt: skip
         executor=executor,
         max_concurrent=s["max_concurrent"],
         arms=arms,
@@ -290,116 +206,90 @@ def prepare_data(s: dict, out: Path) -> None:
 # ------------------------------------------------------------------------------------------------ the plan
 
 
-def n_finetunes(s: dict, runs: int) -> int:
-    from backend.evaluation.suite import load_suite
+def n_params(s: dict) -> int:
+    """The base's parameter count (built on the meta device: no weights read), once per base."""
+    from backend.engine.models import model_config_of
+    from backend.runs.doctor import parameter_count
 
-    tasks = load_suite(s["suite"])["tasks"]
-    per_run = sum(int(s["finetune"].get("seeds") or len(t["seeds"])) for t in tasks)
-    return runs * per_run
+    if s["model"] not in _N_PARAMS:
+        _N_PARAMS[s["model"]] = parameter_count(model_config_of({"name": s["model"]}))
+    return _N_PARAMS[s["model"]]
 
 
-def finetune_seconds(s: dict, device: str) -> float:
-    """One fine-tune at the replication plan's fitted CPU rates (33 training sentences/s, 83 evaluated/s on the
-    6-layer base); a GPU is taken as 10x that. A guide, not a measurement."""
-    from backend.evaluation.suite import load_suite
-
-    tasks = load_suite(s["suite"])["tasks"]
-    per = []
-    for t in tasks:
-        hp = {**t["hparams"], **{k: v for k, v in s["finetune"].items() if k != "seeds"}}
-        n_train, n_eval = hp.get("max_train_examples") or 5400, hp.get("max_eval_examples") or 940
-        per.append(1 + hp["epochs"] * (0.03 * n_train + 0.012 * n_eval) + 0.012 * n_eval)
-    secs = sum(per) / len(per)
-    return secs / 10 if device == "cuda" else secs
+_N_PARAMS: dict[str, int] = {}
 
 
 def plan(s: dict, device: str | None = None) -> dict:
-    """Tokens, runs and fine-tunes of the study and the time they take here: training at this machine's last
-    measured rate for the base at the preset's precision (None, and said, before one was measured)."""
+    """Tokens, runs and fine-tunes of the study and the time they take here (``study_time``): training at the rate
+    this machine measured for the base at the preset's precision, sequence length and batch (None, and said, before
+    one was measured), fine-tuning at the seconds per fine-tune measured here at these settings (else fitted)."""
     import torch
 
-    from backend.engine.models import model_config_of
     from backend.engine.precision import resolve_precision
-    from backend.engine.throughput import last_rate
-    from backend.runs.doctor import parameter_count
+    from backend.replication import study_time
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     n_arms = len(s.get("arms") or PAIR_ARMS)
     runs = n_arms * len(s["budgets"]) * s["seeds"]
     tokens = sum(n_arms * s["seeds"] * b * (1 + s["train"]["decay_fraction"]) for b in s["budgets"])
-    fts = n_finetunes(s, runs)
-    rate = precision = None
+    tasks = study_time.suite_tasks(s["suite"], s["finetune"])
+    fts = runs * sum(t["seeds"] for t in tasks)
     try:
         precision = resolve_precision(s["train"]["precision"], device)[0]
-        found = last_rate(parameter_count(model_config_of({"name": s["model"]})), precision, device)
-        rate = found["tokens_per_s"] if found else None
-    except Exception:  # e.g. bf16 asked on a CPU: no rate, and the plan says so
-        found = rate = None
+    except Exception:  # noqa: BLE001 - e.g. bf16 asked on a CPU: no rate, and the plan says so
+        precision = None
     slots = max(1, int(s["max_concurrent"])) if device == "cpu" else 1
-    # Runs side by side add up only where the rate was one run on part of the cores (its threads recorded with it);
-    # a rate measured on every core is the machine's whole throughput, shared by the runs.
-    threads = int((found or {}).get("threads") or (os.cpu_count() or 1))
-    together = max(1, min(slots, (os.cpu_count() or 1) // max(1, threads)))
-    ft_s = fts * finetune_seconds(s, device) / max(1, int(s.get("measure_jobs") or 1))  # --measure-jobs at once
-    train_s = (tokens / (rate * together) + 8 * runs / together) if rate else None
-    total = (train_s + ft_s) if train_s is not None else None
+    t = s["train"]
+    tr = study_time.training(n_params(s), precision, device, t["seq_len"], t["batch_size"], tokens, runs, slots)
+    ft = study_time.finetune_seconds(tasks, n_params(s), device)
+    ft_s = fts * ft["seconds"] / max(1, int(s.get("measure_jobs") or 1))  # --measure-jobs at once
+    total = (tr["train_s"] + ft_s) if tr["train_s"] is not None else None
     return {"preset": s["preset"], "device": device, "precision": precision, "runs": runs, "tokens": int(tokens),
-            "finetunes": fts, "rate": rate, "train_s": train_s, "finetune_s": ft_s, "total_s": total,
-            "slots": slots, "together": together}  # fmt: skip
+            "finetunes": fts, "rate": tr["rate"], "rate_pick": tr["pick"], "train_s": tr["train_s"],
+            "start_text": tr["start_text"], "finetune_s": ft_s, "finetune_text": ft["text"], "total_s": total,
+            "slots": slots, "together": tr["together"]}  # fmt: skip
 
 
 def plan_text(p: dict) -> str:
+    """The plan's size and time in one paragraph, each part with what it stands on."""
     from backend.engine.progress import hms
+    from backend.engine.rates import describe
 
     head = (f"{p['preset']}: {p['runs']} runs, {p['tokens']:,} training tokens, {p['finetunes']} fine-tunes "
             f"({p['device']}, {p['precision'] or 'precision not available here'})")  # fmt: skip
     if p["rate"] is None:
-        return (f"{head}; training rate not measured yet on this machine for this base and precision, so no time "
-                f"is estimated (fine-tuning alone ~{hms(p['finetune_s'])})")  # fmt: skip
+        return (f"{head}; no training rate measured on this machine yet for this base and precision, so no time "
+                f"is estimated (fine-tuning alone ~{hms(p['finetune_s'])}: {p['finetune_text']}); a run of this base "
+                f"of 20 steps or more records one (`python bench/bench_plan_time.py` trains one first)")  # fmt: skip
     side = f" per run, {p['together']} side by side" if p.get("together", 1) > 1 else ""
-    return (f"{head}; ~{hms(p['total_s'])} (training {hms(p['train_s'])} at this machine's last measured "
-            f"{p['rate']:,.0f} tokens/s{side}, fine-tuning ~{hms(p['finetune_s'])} at the plan's rates)")  # fmt: skip
+    return (f"{head}; ~{hms(p['total_s'])}: training {hms(p['train_s'])} at {p['rate']:,.0f} tokens/s{side} "
+            f"({describe(p['rate_pick'])}; {p['start_text']}), fine-tuning and CKA ~{hms(p['finetune_s'])} "
+            f"({p['finetune_text']})")  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ run and report
 
 
-def load_now() -> dict:
-    try:
-        one, five, fifteen = os.getloadavg()
-    except OSError:
-        one = five = fifteen = None
-    return {"load_1m": one, "load_5m": five, "load_15m": fifteen, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-            time.gmtime())}  # fmt: skip
+STEPS = ["data", "train", "measure", "report"]  # what status.json counts
 
 
 def run_study(s: dict, out: Path, executor: str = "queue", command: list[str] | None = None,
-              log: Callable[[str], None] = print) -> dict:  # fmt: skip
-    """Run (or resume) the study into ``out`` and write its report; returns the report. One process at a time: a
-    second one is refused while the first holds ``out/study.lock``."""
-
-    from backend.core.process import FileLock
+              log: Callable[[str], None] | None = None, resume: list[str] | None = None) -> dict:  # fmt: skip
+    """Run (or resume) the study into ``out`` and write its report; returns the report. One process at a time
+    (``study_run.running``: a second one is refused while the first holds ``out/study.lock``); a signal stops it
+    with its runs cancelled (``StudyStopped``). ``resume``: the ``replicate`` arguments that resume it."""
+    from backend.replication.study_run import running, study_log
 
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // max(1, s["max_concurrent"]))))
     out = Path(out).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
-    with FileLock(out / LOCK, f"the study in {out}", "{what} is already running (pid {pid}); wait for it to finish"):
-        return _run_study(s, out, executor, command, log)
+    log = log or study_log(out)
+    with running(out, "detour", STEPS, resume, log) as run:
+        return _run_study(s, out, executor, command, run)
 
 
-LOCK = "study.lock"  # held by the process running the study: the Reports tab and a second launch read it
-
-
-def running_pid(out: Path) -> int | None:
-    """The pid of the process running the study in ``out`` (its lock is held; -1 when its pid is unreadable), else
-    None. A probe only: the lock is never taken, so a study starting meanwhile is never refused because of it."""
-    from backend.core.process import holder_pid, is_held
-
-    lock = Path(out) / LOCK
-    return (holder_pid(lock) or -1) if is_held(lock) else None
-
-
-def _run_study(s: dict, out: Path, executor: str, command: list[str] | None, log: Callable[[str], None]) -> dict:
+def _run_study(s: dict, out: Path, executor: str, command: list[str] | None, run) -> dict:
+    from backend.replication import study_time
     from backend.replication.budget_report import machine
     from backend.sweeps import sweep
 
@@ -409,14 +299,24 @@ def _run_study(s: dict, out: Path, executor: str, command: list[str] | None, log
                                "pick another --out")  # fmt: skip
     atomic.write_json(out / "settings.json", s)
     t0, load0 = time.time(), load_now()
+    run.stage("data", "the corpus split into training, held-out and CKA texts (by whole documents)")
     if s.get("cka"):
         prepare_data(s, out)
         atomic.write_json(out / "settings.json", s)
     m = manifest(s, executor)
+    n = sum(len(c["runs"]) for c in m["cells"])
+    run.stage("train", f"{n} runs on the sweep in {out / 'sweep'}")
     sweep.launch(m, out / "sweep")
-    sweep.wait(out / "sweep", progress=lambda st: log(f"   sweep: {sweep._counts_line(st['counts'])}"))
+    sweep.wait(out / "sweep", progress=lambda st: run.log(f"   sweep: {sweep._counts_line(st['counts'])}"))
+    run.check(out / "sweep")
     t_train = time.time() - t0
-    sweep.finish(out / "sweep", log, jobs=int(s.get("measure_jobs") or 1))
+    study_time.record_trained(n_params(s), study_time.device(), out / "sweep", t0)
+    t_measure = run.stage("measure", "every run fine-tuned on the suite and compared with MLM layer by layer")
+    jobs = int(s.get("measure_jobs") or 1)
+    sweep.finish(out / "sweep", run.log, jobs=jobs)
+    tasks = study_time.suite_tasks(s["suite"], s["finetune"])
+    study_time.record_measure_rate(n_params(s), out / "sweep", time.time() - t_measure, jobs, tasks)
+    run.stage("report", "the report")
     timing = {"wall_s": time.time() - t0, "train_wall_s": t_train, "load_start": load0, "load_end": load_now(),
               "machine": machine(), "cpus": os.cpu_count(), "command": command}  # fmt: skip
     prev = atomic.read_json(out / "timing.json") or {}
@@ -426,96 +326,7 @@ def _run_study(s: dict, out: Path, executor: str, command: list[str] | None, log
 
 
 def write_report(out: Path, rebuild_sweep: bool = False) -> dict:
-    """report.md|html|json and the chart from ``out`` (settings.json, timing.json, sweep/report.json, sweep.json);
-    ``rebuild_sweep`` first writes the sweep's own report again from its small files (``--report-only``: a report
-    made by an older version then reads as this one would)."""
-    from backend.replication import budget_report
+    """The study's report from ``out`` (``detour_report.write_report``)."""
+    from backend.replication import detour_report
 
-    out = Path(out)
-    s = atomic.read_json(out / "settings.json")
-    if not s or s.get("study") != "detour-budgets":
-        raise ReplicationError(f"{out}: no detour budget study here (no settings.json of one)")
-    if not (out / "sweep" / "report.json").exists():
-        raise ReplicationError(f"{out}: the sweep has no report yet; rerun the study's command to finish it")
-    if rebuild_sweep:
-        from backend.sweeps.report import write_report as write_sweep_report
-
-        write_sweep_report(out / "sweep")
-    over = "over token budgets" if len(s["budgets"]) > 1 else f"at {s['budgets'][0]:,} tokens"
-    title = f"CLM detour vs MLM {over} ({s['preset']}, {Path(s['suite']).stem})"
-    rep = budget_report.build(out, out / "sweep", lambda v: ARMS.get(v, str(v)), "MLM", lambda arm: f"the {arm}",
-                              title)  # fmt: skip
-    rep.update({"title": title, "settings": s, "timing": atomic.read_json(out / "timing.json") or {},
-                "paper": PAPER_DELTAS})  # fmt: skip
-    if s.get("arms"):  # a study planned on the arm axis (a budget study of the MLM / detour pair alone has none)
-        from backend.replication.study_findings import findings
-
-        rep["findings"] = findings(rep, out / "sweep", s, ARMS)
-    budget_report.write(out, rep, render(rep))
-    return rep
-
-
-def render(rep: dict) -> str:
-    from backend.replication.budget_report import render as budget_sections
-    from backend.replication.crossover import tokens_text
-
-    s, tm = rep["settings"], rep["timing"]
-    ft = ", ".join(f"{k} {v}" for k, v in s["finetune"].items()) or "the suite's own settings"
-    lines = [f"# {rep['title']}", "", f"Preset `{s['preset']}` ({s['description']}) run with these settings:", "",
-             f"- base `{s['model']}`, corpus `{s['corpus']}`",
-             f"- budgets (main-phase tokens per run, +{s['train']['decay_fraction']:.0%} decay): "
-             + ", ".join(tokens_text(b) for b in s["budgets"]),
-             f"- pretraining seeds {rep['seeds']}; {s['train']['batch_size']}x{s['train']['seq_len']} tokens/step, "
-             f"lr {s['train']['lr']}, {s['train']['precision']}",
-             f"- suite `{s['suite']}`; fine-tuning: {ft}", ""]  # fmt: skip
-    if rep["not_done"]:
-        lines += [f"Not finished (left out): {', '.join(f'{r} ({st})' for r, st in rep['not_done'].items())}.", ""]
-    detour = (rep.get("statements") or {}).get(ARMS["clm_detour"])
-    if detour and len(s["budgets"]) > 1:
-        from backend.replication.study_findings import pays_from
-
-        lines += ["## From how many tokens does the detour pay on this base?", "", pays_from(detour["mean_delta"]), ""]
-    if rep.get("findings"):
-        from backend.replication.study_findings import render as findings_table
-
-        lines += ["## The paper's three findings, per budget", ""]
-        lines += findings_table(rep["findings"])
-    lines += ["## Where the sign changes" if len(s["budgets"]) > 1 else "## Each arm against MLM", ""]
-    lines += budget_sections(rep)
-    lines += ["## The paper, beside", "",
-              "| language | tasks | detour - MLM per task (pp) | tasks won | scale |", "|---|---|---|---|---|"]
-    lines += [f"| {p['language']} | {p['tasks']} | {p['delta_pp']} | {p['wins']} | {p['scale']} |"
-              for p in rep["paper"]]  # fmt: skip
-    lines += ["", f"Low layers: {PAPER['cka']}.", "", f"Freezes: {PAPER['freeze']}.", "",
-              "The paper's per-task scores are not in the excerpt this project carries (`../shared/papers`): its "
-              "ranges per language stand here, beside this study's per-task deltas above."]  # fmt: skip
-    lines += ["", "Chart: `figures/crossover.html` (and `.png`): against tokens (log scale) the suite's mean and IQM "
-              "delta (detour - MLM, points) with 95% intervals, P(improvement) and the held-out MLM and CLM losses "
-              "of both arms. Intervals and verdicts are `backend.evaluation.aggregate.compare`'s; the per-cell "
-              "tables are in `sweep/report.md`.", ""]  # fmt: skip
-    lines += timing_lines(tm)
-    return "\n".join(lines)
-
-
-def timing_lines(tm: dict) -> list[str]:
-    """A study report's last lines: its wall time (and training's, where recorded) with the machine and its load,
-    the note on how it ran, and the command that made it."""
-    from backend.engine.progress import hms
-
-    lines: list[str] = []
-    if tm.get("wall_s"):
-        l0, l1 = tm.get("load_start") or {}, tm.get("load_end") or {}
-        train = f" ({hms(tm['train_wall_s'])} training)," if tm.get("train_wall_s") else ""
-        start, end = f"{_load(l0)} at the start ({l0.get('at')})", f"{_load(l1)} at the end ({l1.get('at')})"
-        lines += [f"Time: {hms(tm['wall_s'])} wall{train} on {tm.get('machine')}; load average (1/5/15 min) "
-                  f"{start}, {end}.", ""]  # fmt: skip
-    if tm.get("note"):
-        lines += [tm["note"], ""]
-    if tm.get("command"):
-        lines += ["Command:", "", "```", " ".join(tm["command"]), "```", ""]
-    return lines
-
-
-def _load(ld: dict) -> str:
-    vals = [ld.get(k) for k in ("load_1m", "load_5m", "load_15m")]
-    return "/".join("-" if v is None else f"{v:.2f}" for v in vals)
+    return detour_report.write_report(out, rebuild_sweep)

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from backend.core import atomic
-from backend.replication.plan import ReplicationError
+from backend.replication.inputs import ReplicationError
 
 # Files beside a corpus that are not corpus text: licenses, read-mes, provenance notes.
 _META_FILE = re.compile(r"(?i)^(readme|source|sources|manifest|copying|notice)$|licen[cs]e")

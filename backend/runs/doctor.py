@@ -4,8 +4,9 @@ same dict. Everything comes from files the loop writes (metrics.jsonl's ``train`
 ``mfu``, its ``machine`` row the peak and FLOPs per token; config.yaml's ``_meta`` what this machine resolved), so
 the doctor runs anywhere the run directory is, also while the run trains.
 
-``launch_estimate`` is the same ETA before a run exists: its tokens over the rate this machine last measured for a
-model of that size (``engine/throughput.record_rate``, written at each phase end).
+``launch_estimate`` is the same ETA before a run exists: its tokens over the rate this machine measured for a model of
+that size at that sequence length and batch (``engine/rates.pick``: the median of the recent comparable ones, calm
+ones preferred; the loop records one at each phase end that had enough steps).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from backend.engine.progress import effective_rate, eta_text, hms, phase_groups, run_progress
 from backend.engine.rundir import read_config, read_metrics, read_status
-from backend.engine.throughput import PART_LABELS, PARTS, format_mfu, format_split, last_rate, shares, step_rate
+from backend.engine.throughput import PART_LABELS, PARTS, format_mfu, format_split, shares, step_rate
 
 # Thresholds of the findings: a share of the wall time above these is worth a setting.
 DATA_SHARE = 0.15
@@ -255,22 +256,25 @@ def report(d: dict) -> str:
     return "\n".join(lines)
 
 
-def launch_estimate(n_params: int, precision: str, device: str, objectives: dict[str, int]) -> str | None:
-    """'~12 min at this machine's last measured rate (4,210 tok/s MLM, 2026-11-25 06:40)', or None when this machine
-    has not trained a model of this size yet. ``objectives``: tokens per objective of the planned run(s)."""
+def launch_estimate(n_params: int, precision: str, device: str, objectives: dict[str, int], seq_len: int | None = None,
+                    batch_size: int | None = None) -> str | None:  # fmt: skip
+    """'~12 min at this machine's measured rate (4,210 tok/s MLM: median of 3 calm rates ...)', or None when this
+    machine has not trained a model of this size yet. ``objectives``: tokens per objective of the planned run(s)."""
+    from backend.engine.rates import describe, pick
+
     seconds, used = 0.0, []
     for objective, tokens in objectives.items():
-        r = last_rate(n_params, precision, device, objective) or last_rate(n_params, precision, device)
+        r = pick(n_params, precision, device, objective=objective, seq_len=seq_len, batch_size=batch_size)
+        r = r or pick(n_params, precision, device, seq_len=seq_len, batch_size=batch_size)
         if r is None:
             return None
         seconds += tokens / r["tokens_per_s"]
-        when = r["measured_at"].replace("T", " ")[:16]
-        if r.get("objective") == objective:
-            used.append(f"{r['tokens_per_s']:,.0f} tok/s {objective.upper()}, {when}")
+        if r["objective"] == objective:
+            used.append(f"{r['tokens_per_s']:,.0f} tok/s {objective.upper()}: {describe(r)}")
         else:  # never name a measurement that was not made: say whose rate stands in
-            used.append(f"{objective.upper()} not measured here, taken at {str(r.get('objective')).upper()}'s "
-                        f"{r['tokens_per_s']:,.0f} tok/s, {when}")  # fmt: skip
-    return f"~{hms(seconds)} at this machine's last measured rate ({'; '.join(used)})"
+            used.append(f"{objective.upper()} not measured here, taken at {str(r['objective']).upper()}'s "
+                        f"{r['tokens_per_s']:,.0f} tok/s: {describe(r)}")  # fmt: skip
+    return f"~{hms(seconds)} at this machine's measured rate ({'; '.join(used)})"
 
 
 def parameter_count(config) -> int:
@@ -300,7 +304,8 @@ def estimate_for_config(cfg: dict) -> str | None:
     for _, run_cfg in split_pair(cfg):
         for phase in build_phases(run_cfg):
             tokens[phase.objective] = tokens.get(phase.objective, 0) + phase.steps * tokens_per_step(run_cfg)
-    return launch_estimate(parameter_count(config), precision, device, tokens)
+    t = cfg["train"]
+    return launch_estimate(parameter_count(config), precision, device, tokens, t["seq_len"], t["batch_size"])
 
 
 def evaluation_throughput(results: dict) -> list[dict]:

@@ -185,14 +185,18 @@ def measure_all(out: Path, m: dict, log: Callable[[str], None] = print, jobs: in
     res = {}
     if jobs > 1 and len(todo) > 1:
         import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
 
         threads = os.environ.get("OMP_NUM_THREADS")
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 2) // jobs))  # the workers share the cores
+        pool = mp.get_context("spawn").Pool(jobs)
         try:
-            with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-                res = dict(pool.map(_measure_one, todo))
+            res = dict(pool.imap_unordered(_measure_one, todo))
+            pool.close()
+        except BaseException:  # a stopped study (a signal) ends its fine-tuning processes too, not after them
+            pool.terminate()
+            raise
         finally:
+            pool.join()
             if threads is None:
                 os.environ.pop("OMP_NUM_THREADS", None)
             else:

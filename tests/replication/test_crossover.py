@@ -75,7 +75,7 @@ def _constructed_sweep(out: Path, effect: dict[int, float]) -> dict:
 
     for name in ("craft_pmc_oa_text", "ncbi_disease", "anatem", "bc2gm"):
         require_shared(name)
-    s = budget_study.resolve_budget_study("quick", budgets=list(effect))
+    s = budget_study.resolve_budget_study("quick", budgets=list(effect), seeds=3)
     m = budget_study.manifest({**s, "cka": None})  # the corpus as it is: no held-out split written for a report
     write_manifest(out, m)
     for c in m["cells"]:
@@ -89,8 +89,12 @@ def _constructed_sweep(out: Path, effect: dict[int, float]) -> dict:
                 base = 30 + 5 * i + int(seed)
                 scores[task] = {"0": (base + (0.0 if arm == "mlm" else gain + jitter)) / 100}
             causal = arm not in ("mlm", "mlm-control")
-            rec = {"suite_scores": scores, "suite_metrics": dict.fromkeys(scores, "f1"),
-                   "heldout_mlm_loss": 5.0 + (0.8 if causal else 0.0), "heldout_clm_loss": 7.0 - (2 if causal else 0)}
+            rec = {
+                "suite_scores": scores,
+                "suite_metrics": dict.fromkeys(scores, "f1"),
+                "heldout_mlm_loss": 5.0 + (0.8 if causal else 0.0),
+                "heldout_clm_loss": 7.0 - (2 if causal else 0),
+            }
             div = _divergence(arm, int(seed))
             if div:
                 rec.update(cka_divergence=sum(div) / len(div), cka_measure="debiased",
@@ -160,41 +164,55 @@ def test_every_preset_plans_runs_tokens_and_fine_tunes_and_says_when_no_rate_is_
         assert p["runs"] == len(s["arms"]) * len(s["budgets"]) * s["seeds"] and len(s["arms"]) == 5
         assert p["tokens"] == int(sum(5 * s["seeds"] * b * 1.1 for b in s["budgets"]))
         assert p["finetunes"] == p["runs"] * 3 * (s["finetune"].get("seeds") or 3)
-        assert p["total_s"] is None and "not measured yet" in budget_study.plan_text(p)
+        assert p["total_s"] is None and "no training rate measured" in budget_study.plan_text(p)
+
+
+def _rate(
+    n_params: int,
+    precision: str,
+    device: str,
+    tokens_per_s: float,
+    seq_len: int,
+    batch_size: int,
+    threads: int = 1,
+    load: float = 0.5,
+    objective: str = "clm",
+) -> None:
+    """One measurement in this test's rate book, as the training loop records it."""
+    from backend.engine import rates
+
+    rates.record("train", n_params=n_params, size=rates.size_key(n_params), precision=precision, device=device,
+                 objective=objective, seq_len=seq_len, batch_size=batch_size, world=1, threads=threads, steps=100,
+                 seconds=10.0, tokens_per_s=tokens_per_s, load=load)  # fmt: skip
 
 
 def test_the_plan_times_training_at_this_machines_measured_rate():
-    from backend.engine.models import model_config_of
-    from backend.engine.throughput import record_rate
-    from backend.runs.doctor import parameter_count
     from tests.conftest import require_shared
 
     require_shared("craft_pmc_oa_text")
     s = budget_study.resolve_budget_study("gpu")
-    n = parameter_count(model_config_of({"name": s["model"]}))
-    record_rate(n, "bf16", "cuda", "clm", 500_000.0)
+    t = s["train"]
+    _rate(budget_study.n_params(s), "bf16", "cuda", 500_000.0, t["seq_len"], t["batch_size"])
     p = budget_study.plan(s, "cuda")
     assert p["rate"] == 500_000.0
     assert p["train_s"] == pytest.approx(p["tokens"] / 500_000.0 + 8 * p["runs"])
     assert p["total_s"] == pytest.approx(p["train_s"] + p["finetune_s"])
-    assert "500,000 tokens/s" in budget_study.plan_text(p)
+    assert "500,000 tokens/s" in budget_study.plan_text(p) and "the 1 calm rate" in budget_study.plan_text(p)
 
 
 def test_runs_side_by_side_add_up_only_where_each_had_part_of_the_cores(monkeypatch):
     """The quick study trains two runs at once on a 2-core CPU, one thread each: a rate recorded by a one-thread run
     counts twice, a rate recorded on both cores once (it already was the machine's whole throughput)."""
-    from backend.engine.models import model_config_of
     from backend.engine.precision import resolve_precision
-    from backend.engine.throughput import record_rate
-    from backend.runs.doctor import parameter_count
+    from backend.replication import study_time
     from tests.conftest import require_shared
 
     require_shared("craft_pmc_oa_text")
-    monkeypatch.setattr(budget_study.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(study_time.os, "cpu_count", lambda: 2)
     s = budget_study.resolve_budget_study("quick")
-    n, prec = parameter_count(model_config_of({"name": s["model"]})), resolve_precision("auto", "cpu")[0]
+    prec, t = resolve_precision("auto", "cpu")[0], s["train"]
     for threads, together in ((1, 2), (2, 1)):
-        record_rate(n, prec, "cpu", "clm", 2_000.0, threads=threads)
+        _rate(budget_study.n_params(s), prec, "cpu", 2_000.0, t["seq_len"], t["batch_size"], threads=threads)
         p = budget_study.plan(s, "cpu")
         assert p["together"] == together
         assert p["train_s"] == pytest.approx((p["tokens"] / 2_000.0 + 8 * p["runs"]) / together)
@@ -223,12 +241,12 @@ def test_the_command_line_refuses_a_bad_budget_in_one_line(capsys):
 @pytest.mark.parametrize(
     "extra, says",
     [
-        ([], "quick: 45 runs"),  # the default: every arm x 3 budgets x 3 pretraining seeds
-        (["--no-interventions"], "quick: 18 runs"),  # the MLM / detour pair alone
-        (["--single-task"], "evaluate every encoder on NER"),  # the older five-run pipeline's steps
+        ([], "quick: 50 runs"),  # the default: every arm x 2 budgets x 5 pretraining seeds
+        (["--no-interventions"], "quick: 20 runs"),  # the MLM / detour pair alone
+        (["--suite", "configs/suites/ncbi-disease.yaml"], "50 fine-tunes"),  # one task: a suite of one
     ],
 )
-def test_replicate_alone_plans_the_suite_study_and_single_task_the_older_one(capsys, extra, says):
+def test_replicate_plans_the_study_on_sweeps_with_its_suite(capsys, extra, says):
     from backend.__main__ import main
     from tests.conftest import require_shared
 
@@ -241,10 +259,7 @@ def test_replicate_alone_plans_the_suite_study_and_single_task_the_older_one(cap
 @pytest.mark.parametrize(
     "argv, says",
     [
-        (["--single-task", "--budgets", "1e4"], "--budgets: the detour study on sweeps takes it"),
-        (["--preset", "mini", "--suite", "configs/suites/bio-ner.yaml"], "--suite: the detour study on sweeps"),
-        (["--single-task", "--executor", "slurm"], "--executor: the detour study on sweeps"),
-        (["--ner-data", "x"], "--ner-data: the detour study fine-tunes on every task of a suite"),
+        (["--preset", "mini"], "--preset mini belonged to the retired one-task pipeline"),
         (["--study", "hybrid-splits", "--cka", "linear"], "--cka: the hybrid-splits study does not take it"),
         (["--study", "hybrid-splits", "--model", "x"], "--model: the hybrid-splits study does not take it"),
     ],
@@ -270,8 +285,15 @@ def test_the_default_study_runs_every_arm_end_to_end_and_keeps_only_small_files(
     for name in ("craft_pmc_oa_text", "ncbi_disease", "anatem", "bc2gm"):
         require_shared(name)
     out = tmp_path / "study"
-    small = ["train.seq_len=32", "train.batch_size=2", "finetune.max_train_examples=8", "finetune.max_eval_examples=8",
-             "finetune.max_len=32", "cka.n_texts=16", "cka.max_len=32"]  # 640 tokens: one decay step of 64
+    small = [
+        "train.seq_len=32",
+        "train.batch_size=2",
+        "finetune.max_train_examples=8",
+        "finetune.max_eval_examples=8",
+        "finetune.max_len=32",
+        "cka.n_texts=16",
+        "cka.max_len=32",
+    ]  # 640 tokens: one decay step of 64
     args = ["replicate", "--budgets", "640", "--pretrain-seeds", "1", "--seeds", "1", "--drop-weights",
             "--out", str(out)]  # fmt: skip
     args += [a for s in small for a in ("--set", s)]
@@ -301,7 +323,7 @@ def test_the_gpu_preset_plans_bf16_runs_that_drop_their_weights(tmp_path):
     m = budget_study.manifest(s)  # every run config validated, as on the GPU box
     assert m["base"]["train"]["precision"] == "bf16" and m["evaluation"]["drop_weights"]
     assert sorted({c["values"]["phases.main.tokens"] for c in m["cells"]}) == [10**6, 10**7, 10**8]
-    assert len(m["cells"]) == 15 and len(m["seeds"]) == 3 and m["reference"] == "mlm"
+    assert len(m["cells"]) == 15 and len(m["seeds"]) == 5 and m["reference"] == "mlm"
     ev = m["evaluation"]
     assert ev["cka_measures"] == ["debiased", "linear"] and Path(ev["cka_texts"]).read_text().strip()
     assert m["base"]["data"]["corpus"] == str(tmp_path / "data" / "train.txt")
@@ -322,5 +344,12 @@ def test_the_corpus_split_drops_held_out_paragraphs_that_are_training_text(tmp_p
     split_corpus(src, tmp_path / "d", 0.2, 20, 0)
     held = (tmp_path / "d" / "heldout.txt").read_text()
     assert boiler not in held and held.count("first") == 2
-    check_disjoint({"heldout_file": str(tmp_path / "d" / "heldout.txt"), "corpus": str(tmp_path / "d" / "train.txt"),
-                    "text_column": "text", "hub_split": "train", "max_documents": None})
+    check_disjoint(
+        {
+            "heldout_file": str(tmp_path / "d" / "heldout.txt"),
+            "corpus": str(tmp_path / "d" / "train.txt"),
+            "text_column": "text",
+            "hub_split": "train",
+            "max_documents": None,
+        }
+    )

@@ -94,6 +94,8 @@ def test_a_2x2_sweep_survives_kill_9_and_reports_cis_and_verdicts(tmp_path, tiny
     md = (out / "report.md").read_text()
     assert "95% CI" in md and "| reference |" in md and "alpha 0.05" in md
     assert (out / "report.html").exists() and (out / "figures" / "heldout_mlm_loss.html").exists()
+    again = sweep.finish(out, progress=lambda _: None, jobs=2)  # two measuring processes: the same cached numbers
+    assert [r["mean"] for r in again["tables"]["heldout_mlm_loss"]] == [r["mean"] for r in rows]
 
 
 def test_cancel_stops_the_rest_of_a_sweep(tmp_path, tiny_modernbert_dir):

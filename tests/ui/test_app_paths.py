@@ -79,10 +79,10 @@ def test_a_run_deleted_while_listed_is_a_missing_run_in_fill_mask_and_analyze(is
 
 
 def test_a_report_status_that_is_garbage_reads_unknown(tmp_path):
-    from backend.replication.replicate import read_state
+    from backend.replication.study_run import read_status
 
     (tmp_path / "status.json").write_text("[1, 2]")
-    assert read_state(tmp_path)["state"] == "unknown"
+    assert read_status(tmp_path)["state"] == "unknown"
 
 
 def test_a_symlink_loop_is_a_message_not_a_runtime_error(isolated_runs_dir):

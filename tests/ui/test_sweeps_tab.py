@@ -61,7 +61,7 @@ def test_the_reports_tab_does_not_start_the_hybrid_study_twice(tmp_path, monkeyp
     running = {"state": "running", "pid": os.getpid(), "pid_identity": identity()}  # this process, proven
     atomic.write_json(tmp_path / "reports" / "hybrid-quick" / "status.json", running)
     with pytest.raises(DetourError, match="already running"):
-        reports_tab.launch_hybrid("quick")
+        reports_tab.launch("hybrid-splits", "quick")
     assert reports_tab.status_text("hybrid-quick")[0].startswith("**hybrid-quick**: running")
 
 

@@ -10,10 +10,10 @@ import pytest
 
 from app import launch_tab, throughput_panel
 from backend.core import process
-from backend.engine import throughput
 from backend.engine.models import model_config_of
 from backend.runs import jobs
 from backend.runs.doctor import parameter_count
+from conftest import measured_rate
 from tests.runs.test_doctor import _row, _write_run
 from tests.ui.test_app_handlers import form
 
@@ -46,10 +46,11 @@ def test_launch_message_estimates_from_the_last_measured_rate(tiny_modernbert_di
     res = launch_tab.validate_form(form(tiny_modernbert_dir))
     assert res["ok"] and "measured rate" not in res["message"]  # this machine has not trained this size yet
     n = parameter_count(model_config_of({"name": str(tiny_modernbert_dir)}))
-    throughput.record_rate(n, "fp32", "cpu", "clm", 100.0)
-    throughput.record_rate(n, "fp32", "cpu", "mlm", 200.0)
+    cfg = launch_tab.validate_form(form(tiny_modernbert_dir, train__precision="fp32"))["cfg"]["train"]
+    measured_rate(n, "fp32", "cpu", "clm", 100.0, cfg["seq_len"], cfg["batch_size"])
+    measured_rate(n, "fp32", "cpu", "mlm", 200.0, cfg["seq_len"], cfg["batch_size"])
     res = launch_tab.validate_form(form(tiny_modernbert_dir, train__precision="fp32"))
-    assert "last measured rate (100 tok/s CLM" in res["message"] and "200 tok/s MLM" in res["message"]
+    assert "measured rate (100 tok/s CLM: the 1 calm rate" in res["message"] and "200 tok/s MLM" in res["message"]
 
 
 def test_evaluation_panel_lists_seconds_per_seed(tmp_path, monkeypatch):
