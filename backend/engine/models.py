@@ -70,11 +70,15 @@ def model_family(config) -> str | None:
 
 
 def load_tokenizer(source: ModelRef | str, trust_remote_code: bool = False):
+    """The model's own tokenizer; one shipped without a decoder gets the one its word marking implies
+    (``token_words.complete_decoder``: a WordPiece tokenizer.json without one decoded ``asp ##irin``)."""
     from transformers import AutoTokenizer
+
+    from backend.engine.token_words import complete_decoder
 
     source = resolve_tokenizer(source)
     with _loading(source, f"no usable tokenizer in {source.folder}"):
-        return AutoTokenizer.from_pretrained(source.folder, trust_remote_code=trust_remote_code)
+        return complete_decoder(AutoTokenizer.from_pretrained(source.folder, trust_remote_code=trust_remote_code))
 
 
 def _load(
