@@ -14,6 +14,7 @@ from app import (
     md_escape,
     model_choices,
     model_name,
+    model_ref,
     newest_pair,
     trained_runs,
     warn,
@@ -94,15 +95,15 @@ def compute_cka(
 
     a, b = model_name(a), model_name(b)  # the chart's names: never a picker's label
     try:
-        ma, mb = check_model_spec(a, "model A"), check_model_spec(b, "model B")
-        if ma == mb:
+        ma, mb = model_ref(a, "model A"), model_ref(b, "model B")  # once per action: the backend takes them
+        if ma.folder == mb.folder:
             raise DetourError(f"model A and model B are both '{a}': choose two different models")
         control = None
         ca_, cb_ = (ctrl_a or "").strip(), (ctrl_b or "").strip()
         if ca_ and not cb_:
             raise DetourError("control: give 'MLM seed 2' (an MLM run like B with another seed)")
         if cb_:  # the paper's control: (MLM seed 1 = B, MLM seed 2); seed 1 defaults to B
-            control = (check_model_spec(ca_ or b, "control seed 1"), check_model_spec(cb_, "control seed 2"))
+            control = (model_ref(ca_ or b, "control seed 1"), model_ref(cb_, "control seed 2"))
         m = _measure(measure)
         res = cka_between(
             ma,
@@ -304,7 +305,7 @@ def compute_weight_change(a: str, b: str) -> tuple:
 
     a, b = model_name(a), model_name(b)
     try:
-        res = weight_change_between(check_model_spec(a, "model A"), check_model_spec(b, "model B"))
+        res = weight_change_between(model_ref(a, "model A"), model_ref(b, "model B"))
     except DetourError as exc:
         return None, warn(exc)
     names = ["embeddings", *res["layer_names"], "head"]
