@@ -175,7 +175,10 @@ def _model_ids(model: dict) -> list[int]:
 
 
 def _save_model(model, out: Path, what: str) -> Path:
-    model.save_pretrained(out, safe_serialization=True)
+    from backend.engine.models import quiet_transformers
+
+    with quiet_transformers():  # no progress bar per file written
+        model.save_pretrained(out, safe_serialization=True)
     (out / "README.md").write_text(f"---\nlicense: cc0-1.0\n---\n# {what}\n\nA tiny test model (random weights).\n")
     return out
 

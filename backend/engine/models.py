@@ -128,6 +128,13 @@ def load_masked_lm(source: ModelRef | str, **kwargs):
     return _load(AutoModelForMaskedLM, source, **kwargs)
 
 
+def load_token_classifier(source: ModelRef | str, **kwargs):
+    """A token-classification model with its own head (a fine-tuned or released NER tagger)."""
+    from transformers import AutoModelForTokenClassification
+
+    return _load(AutoModelForTokenClassification, source, **kwargs)
+
+
 def load_encoder(source: ModelRef | str, **kwargs):
     """The bare encoder (hidden states for CKA)."""
     from transformers import AutoModel

@@ -9,7 +9,7 @@ import pytest
 from backend.__main__ import main as cli
 from backend.engine import model_ref
 
-ENCODER = "biolab/bert-wordpiece"
+ENCODER, TAGGER = "biolab/bert-wordpiece", "biolab/bio-ner-tagger"
 TEXT = "Aspirin reduces the risk of [MASK] in patients."
 
 
@@ -28,7 +28,7 @@ def resolutions(released_hub, monkeypatch) -> list[str]:
 
 
 def test_each_tab_resolves_each_name_once_per_action(resolutions):
-    from app import analyze_tab, detour_tab, fill_mask_tab
+    from app import analyze_tab, detour_tab, fill_mask_tab, ner_tab
 
     figs, msg = fill_mask_tab.predict(TEXT, [ENCODER], [False])
     assert figs[0] is not None and resolutions == [ENCODER], msg
@@ -41,12 +41,16 @@ def test_each_tab_resolves_each_name_once_per_action(resolutions):
     resolutions.clear()
     *_, msg = analyze_tab.compute_cka(ENCODER, "biolab/roberta-bytelevel", None, None, "demo", n_texts=8, max_len=16)
     assert msg.startswith("✓") and resolutions == [ENCODER, "biolab/roberta-bytelevel"], msg
+    resolutions.clear()
+    vals, msg = ner_tab.tag("Aspirin reduces the risk.", [TAGGER])
+    assert vals[0] is not None and resolutions == [TAGGER], msg
 
 
 def test_each_command_resolves_each_name_once(resolutions, capsys):
     for argv in (
         ["fill-mask", TEXT, "--model", ENCODER],
         ["explain", "surprise", "Aspirin helps.", "--model", ENCODER],
+        ["tag", "Aspirin helps.", "--model", TAGGER],
     ):
         resolutions.clear()
         assert cli(argv) == 0, capsys.readouterr().err
