@@ -113,6 +113,21 @@ def suite_models(models_text: str) -> list[str]:
     return models
 
 
+def suite_labels(models_text: str, labels_text: str, n: int) -> list[str]:
+    """The Labels box -> ``evaluate --labels``: as given (one per model), or, left empty where a model was typed as
+    a path, each model named as typed (``../runs/x``, as the command line names it; the absolute path it is passed
+    as named it otherwise). Empty where every model is a name: the evaluation names them so itself."""
+    from app import looks_like_path, model_name
+
+    labels = [x for x in re.split(r"[\s,]+", labels_text or "") if x]
+    if labels and len(labels) != n:
+        raise DetourError(f"labels: give one per model ({n}) or none")
+    typed = MODEL_WORD.findall(models_text or "")
+    if not labels and any(looks_like_path(m) for m in typed):
+        labels = [model_name(m) for m in typed]
+    return labels
+
+
 def start_suite(suite: str, models_text: str, labels_text: str, name: str, caps: dict | None = None) -> str:
     """Check everything a run needs (the suite file key by key, each model), then start it detached. Returns the
     run's name; raises DetourError with one line otherwise."""
@@ -123,9 +138,7 @@ def start_suite(suite: str, models_text: str, labels_text: str, name: str, caps:
         raise DetourError("suite: pick one (configs/suites/*.yaml)")
     spec = load_suite(suite)
     models = suite_models(models_text)
-    labels = [x for x in re.split(r"[\s,]+", labels_text or "") if x]
-    if labels and len(labels) != len(models):
-        raise DetourError(f"labels: give one per model ({len(models)}) or none")
+    labels = suite_labels(models_text, labels_text, len(models))
     name = (name or spec["name"]).strip()
     if not is_plain_name(name):
         raise DetourError(f"name '{name}': use letters, digits, '_', '-' or '.'")

@@ -44,3 +44,28 @@ def test_the_command_is_the_clis_and_the_view_shows_its_progress_line(tmp_path):
     v = suite_panel.suite_view("s1")
     assert "not running" in v["status"] and line in v["status"] and v["report"] == "" and v["figure"] is None
     assert suite_panel.suite_runs() == ["s1"]
+
+
+def test_a_model_typed_as_a_path_is_named_as_typed(tmp_path, isolated_runs_dir, tiny_bert_dir, monkeypatch):
+    """A run typed as ``../runs/x`` was named by its absolute path in the suite's tables (the panel passes the path
+    made absolute); it is named as typed, as ``evaluate --models ../runs/x`` names it."""
+    import shutil
+
+    from backend.evaluation.runner import _check_inputs
+
+    run = isolated_runs_dir / "x"
+    shutil.copytree(tiny_bert_dir, run / "final")
+    (run / "status.json").write_text('{"state": "done"}')
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    typed = "detour-tiny-en ../runs/x"
+    models = suite_panel.suite_models(typed)
+    assert models == ["detour-tiny-en", str(run)]  # passed absolute: the detached process has its own cwd
+    labels = suite_panel.suite_labels(typed, "", len(models))
+    assert labels == ["detour-tiny-en", "../runs/x"]
+    argv = suite_panel.argv_for(DEMO, models, tmp_path / "out", labels, {})
+    assert argv[argv.index("--labels") + 1 : argv.index("--labels") + 3] == labels
+    named, *_ = _check_inputs("ner", models, labels, None, [0], {"epochs": 1})
+    assert named == ["detour-tiny-en", "../runs/x"]
+    assert suite_panel.suite_labels("detour-tiny-en", "", 1) == []  # names only: the evaluation names them itself
+    assert suite_panel.suite_labels(typed, "A B", 2) == ["A", "B"]
