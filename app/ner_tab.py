@@ -27,26 +27,30 @@ WHOLE_WORDS_CSS = (
     " .ner-chip { display: inline-block; padding: 0 6px; margin: 2px 4px 2px 0; border-radius: 4px; }</style>"
 )
 # One colour per entity type, in every slot: a type keeps its colour whatever the models beside it (its name picks
-# a colour; two names on one colour move the later to the next free one).
+# a colour; two names on one colour move the later to the next free one). Names that differ only in case
+# (``Chemical``, ``CHEMICAL``: two models' label sets) are one type to the eye -- the spans show them upper-cased --
+# so they share a colour, and the legend names both.
 PALETTE = ["#3b82f6", "#f59e0b", "#10b981", "#ef4444", "#8b5cf6", "#ec4899", "#14b8a6", "#84cc16", "#f97316",
            "#6366f1", "#0ea5e9", "#a16207"]  # fmt: skip
 
 
 def type_colours(types: list[str]) -> dict[str, str]:
-    """{entity type: colour}, one colour per type, stable across calls (beyond the palette: evenly spaced hues)."""
-    names = sorted(set(types), key=lambda t: (t.lower(), t))
-    if len(names) > len(PALETTE):
+    """{entity type: colour}, one colour per type (names equal but for case share one), stable across calls
+    (beyond the palette: evenly spaced hues)."""
+    groups = sorted({t.casefold() for t in types})
+    if len(groups) > len(PALETTE):
         import colorsys
 
-        rgbs = [colorsys.hls_to_rgb(i / len(names), 0.5, 0.7) for i in range(len(names))]
-        return {t: "#" + "".join(f"{round(255 * c):02x}" for c in rgb) for t, rgb in zip(names, rgbs, strict=True)}
-    out: dict[str, str] = {}
-    for t in names:
-        i = zlib.crc32(t.encode("utf-8")) % len(PALETTE)
-        while PALETTE[i] in out.values():
-            i = (i + 1) % len(PALETTE)
-        out[t] = PALETTE[i]
-    return out
+        rgbs = [colorsys.hls_to_rgb(i / len(groups), 0.5, 0.7) for i in range(len(groups))]
+        by_group = {g: "#" + "".join(f"{round(255 * c):02x}" for c in rgb) for g, rgb in zip(groups, rgbs, strict=True)}
+    else:
+        by_group = {}
+        for g in groups:
+            i = zlib.crc32(g.encode("utf-8")) % len(PALETTE)
+            while PALETTE[i] in by_group.values():
+                i = (i + 1) % len(PALETTE)
+            by_group[g] = PALETTE[i]
+    return {t: by_group[t.casefold()] for t in sorted(set(types), key=lambda t: (t.casefold(), t))}
 
 
 def _chip(typ: str, colour: str) -> str:
@@ -54,10 +58,13 @@ def _chip(typ: str, colour: str) -> str:
 
 
 def legend_html(colours: dict[str, str]) -> str:
-    """The colours of every entity type the slots' models have."""
+    """The colours of every entity type the slots' models have (names equal but for case on one chip)."""
     if not colours:
         return ""
-    chips = "".join(_chip(t, c) for t, c in colours.items())
+    groups: dict[str, list[str]] = {}
+    for t in colours:
+        groups.setdefault(t.casefold(), []).append(t)
+    chips = "".join(_chip(" / ".join(names), colours[names[0]]) for names in groups.values())
     return f"<div id='ner-legend-chips'><b>Entity types</b>: {chips}</div>"
 
 
@@ -154,6 +161,8 @@ def tag_many(requests: list[tuple[str, list[str | None]]]) -> list[Tagged]:
         labels = {i: res[1] for i, res in found.items() if not isinstance(res, DetourError)}
         colours = type_colours([t for lab in labels.values() for t in lab.types])
         shown = [labels_html(labels[i], colours) if i in labels else "" for i in range(len(picked))]
+        for i in (i for i in notes[r] if i not in labels):  # a refused slot says why under itself too
+            shown[i] = f"<div class='ner-labels'>{notes[r][i]}</div>"
         if not any(picked):
             message = "⚠ choose at least one model (run an evaluation below, or type a tagger's hub id)"
         else:
