@@ -168,11 +168,17 @@ def _round(v, digits: int):
 def default_models() -> tuple[str | None, str | None, str]:
     """(A, B, note) by the rule every tab shares (``app.newest_pair``): the newest pair's detour run as A and its
     MLM sibling as B (the pairing the seed-noise ratio expects); without a pair, the newest run against the base
-    model it started from. With only one model there is nothing to compare: B is None and the note says so."""
+    model it started from. Without a second run B is None and the note says so: with models in the Hugging Face
+    cache the list offers them, else there is only one model."""
     a, b, _ = newest_pair()
+    choices = model_choices()
     if a is None:
-        a = DEFAULT_MODEL if DEFAULT_MODEL in model_choices() else None
+        a = DEFAULT_MODEL if DEFAULT_MODEL in choices else None
     if b is None or b == a:
+        others = [c for c in choices if model_name(c) != a]
+        if others:
+            listed = f"{len(others)} more in the list, e.g. {model_name(others[0])}"
+            return a, None, f"No run to compare {a} with yet: pick model B ({listed}), or train one on the Launch tab."
         only = a or "no model"
         return a, None, f"Only one model is available ({only}): train a run on the Launch tab to compare it."
     return a, b, ""
