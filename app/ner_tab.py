@@ -75,13 +75,12 @@ def labels_html(labels, colours: dict[str, str]) -> str:
     return f"<div class='ner-labels'>{chips} <small>{labels.scheme}, {len(labels.labels)} labels</small></div>"
 
 
-def slot_choices(fine_tuned: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+def slot_choices() -> list[tuple[str, str]]:
     """What a slot offers: the lab's fine-tuned NER models (newest first), then the token-classification models of
     the Hugging Face cache (``org/name (cached, …)``; the value is the hub id)."""
     from backend.engine.hub_cache import cached_taggers
 
-    fine_tuned = finetuned_choices() if fine_tuned is None else fine_tuned
-    return list(fine_tuned) + [(m.label, m.hub_id) for m in cached_taggers()]
+    return finetuned_choices() + [(m.label, m.hub_id) for m in cached_taggers()]
 
 
 def default_slots(picks: list, choices: list[tuple[str, str]] | None = None) -> list:
@@ -231,7 +230,8 @@ def build(ctx) -> dict:
     with gr.Row():
         refresh = gr.Button("Refresh models", scale=0, min_width=200, elem_id="ner-refresh")
         go_btn = gr.Button("Tag entities", variant="primary", elem_id="ner-btn")
-    legend = gr.HTML("", elem_id="ner-legend")
+    with gr.Row():  # in a row: bare at the tab's top level, it made headless Chromium's clicks on the Launch tab
+        legend = gr.HTML("", elem_id="ner-legend")  # wait for a navigation that never came (tests/ui/test_browser.py)
     slots, outs, label_lines = [], [], []
     for first in range(0, SLOTS, 2):  # two slots a row: a model's name (model, seed, score, evaluation) fits whole
         with gr.Row(equal_height=False):

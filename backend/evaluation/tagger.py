@@ -1,6 +1,6 @@
 """Any token-classification model as a tagger: one this lab fine-tuned (its ``label_map.json`` says how it was fed:
 window length, the space before each word) or a released one -- a hub id, a model in the Hugging Face cache, a
-local folder -- with its own ``id2label``, read as its authors' users read it: through transformers'
+local folder -- with its own ``id2label``, read the way its users run it: through transformers'
 token-classification pipeline at word level (``aggregation_strategy="first"``: each word takes its first piece's
 label; ``released_spans``), so the spans shown are the ones ``pipeline("token-classification", model=...)`` finds.
 
@@ -11,7 +11,8 @@ fine-tuned), a sequence classifier, and a checkpoint whose classifier has a diff
 
 Label schemes: ``B-X`` / ``I-X`` (IOB2, the usual one), BIOES / BILOU (``S-X``, ``E-X``, ``U-X``, ``L-X``, read as
 ``B-X`` / ``I-X``) and bare types (``X``, read as ``I-X`` as transformers' pipeline reads them). A model's entity
-types are its labels without their prefixes, as it names them (``Chemical`` and ``CHEMICAL`` stay two types).
+types are its labels without their prefixes, as it names them (``Chemical`` and ``CHEMICAL`` stay two types; the
+NER tab gives them one colour).
 """
 
 from __future__ import annotations
