@@ -89,7 +89,7 @@ def tiny_bert_dir(tmp_path_factory) -> Path:
 def released_cache(tmp_path_factory) -> Path:
     """A Hugging Face cache holding the released-style models of ``tests/released_models.py`` (a WordPiece BERT, a
     SentencePiece/Unigram CamemBERT, a byte-level RoBERTa, two NER taggers), laid out as the hub client lays out a
-    download; built once per session. Tests read it, never write into it."""
+    download; built once per test run (per worker). Tests read it, never write into it."""
     from tests.released_models import build_cache
 
     cache = tmp_path_factory.mktemp("hf-released")

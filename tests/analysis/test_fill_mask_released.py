@@ -42,7 +42,7 @@ def test_each_released_encoder_answers_in_words(released_hub, hub_id):
 
 
 def test_a_wordpiece_checkpoint_without_a_decoder_answers_in_words(tmp_path):
-    """The checkpoint the request met: tokenizer.json without a decoder, loaded as transformers' generic tokenizer."""
+    """A checkpoint as some ship: tokenizer.json without a decoder, loaded as transformers' generic tokenizer."""
     from transformers import AutoTokenizer
 
     folder = tmp_path / "no-decoder-bert"
