@@ -91,11 +91,8 @@ def looks_like_path(value: str) -> bool:
     return v.startswith(("/", ".", "~")) or Path(v).expanduser().exists() or v.count("/") > 1 or "\\" in v
 
 
-def check_model_spec(spec: str, what: str = "model") -> str:
-    """A model as typed in any field of the app -> the spec the backend gets, by the backend's one resolver
-    (``backend.engine.model_ref``): a bundled name, a run (-> its folder), a sweep's run (-> its folder), a hub id
-    (a picker's cached label -> its hub id). What is typed as a path must also lie inside the allowed roots. A name
-    that resolves to nothing is refused here, with the names it was close to."""
+def _resolve_field(spec: str, what: str):
+    """(the ``ModelRef``, the checked path where a path was typed, else None): the one resolution a field gets."""
     from backend.core.errors import ModelSpecError
     from backend.engine.model_ref import resolve_model
 
@@ -114,9 +111,29 @@ def check_model_spec(spec: str, what: str = "model") -> str:
         ref = resolve_model(str(path) if path else spec)
     except ModelSpecError as exc:
         raise PathNotAllowed(what, spec, f"{what}: {str(exc).replace(str(path), spec) if path else exc}") from None
+    return ref, path
+
+
+def model_ref(spec: str, what: str = "model"):
+    """A model as typed in any field of the app -> the checked ``ModelRef`` the backend gets, by the backend's one
+    resolver (``backend.engine.model_ref``): a bundled name, a run, a sweep's run, a hub id (a picker's cached label
+    -> its hub id), a folder. What is typed as a path must also lie inside the allowed roots; the reference then
+    carries the path as typed for its name (``../runs/x``, not the absolute folder). A name that resolves to
+    nothing is refused here, with the names it was close to. An action resolves each name once, here, and passes
+    the reference down."""
+    from dataclasses import replace
+
+    ref, path = _resolve_field(spec, what)
+    return replace(ref, spec=spec.strip()) if path else ref
+
+
+def check_model_spec(spec: str, what: str = "model") -> str:
+    """``model_ref`` as the string a command line takes: a run by its name -> its folder (found in the lab's own
+    folders), a path -> its checked absolute path, anything else its resolved name (a cached label -> its hub id)."""
+    ref, path = _resolve_field(spec, what)
     if path:
         return str(path)
-    return ref.run or ref.spec  # a run by its name: its folder, found in the lab's own folders
+    return ref.run or ref.spec
 
 
 def model_name(spec: str | None) -> str:

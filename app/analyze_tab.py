@@ -14,6 +14,7 @@ from app import (
     md_escape,
     model_choices,
     model_name,
+    model_ref,
     newest_pair,
     trained_runs,
     warn,
@@ -94,15 +95,15 @@ def compute_cka(
 
     a, b = model_name(a), model_name(b)  # the chart's names: never a picker's label
     try:
-        ma, mb = check_model_spec(a, "model A"), check_model_spec(b, "model B")
-        if ma == mb:
+        ma, mb = model_ref(a, "model A"), model_ref(b, "model B")  # once per action: the backend takes them
+        if ma.folder == mb.folder:
             raise DetourError(f"model A and model B are both '{a}': choose two different models")
         control = None
         ca_, cb_ = (ctrl_a or "").strip(), (ctrl_b or "").strip()
         if ca_ and not cb_:
             raise DetourError("control: give 'MLM seed 2' (an MLM run like B with another seed)")
         if cb_:  # the paper's control: (MLM seed 1 = B, MLM seed 2); seed 1 defaults to B
-            control = (check_model_spec(ca_ or b, "control seed 1"), check_model_spec(cb_, "control seed 2"))
+            control = (model_ref(ca_ or b, "control seed 1"), model_ref(cb_, "control seed 2"))
         m = _measure(measure)
         res = cka_between(
             ma,
@@ -167,11 +168,17 @@ def _round(v, digits: int):
 def default_models() -> tuple[str | None, str | None, str]:
     """(A, B, note) by the rule every tab shares (``app.newest_pair``): the newest pair's detour run as A and its
     MLM sibling as B (the pairing the seed-noise ratio expects); without a pair, the newest run against the base
-    model it started from. With only one model there is nothing to compare: B is None and the note says so."""
+    model it started from. Without a second run B is None and the note says so: with models in the Hugging Face
+    cache the list offers them, else there is only one model."""
     a, b, _ = newest_pair()
+    choices = model_choices()
     if a is None:
-        a = DEFAULT_MODEL if DEFAULT_MODEL in model_choices() else None
+        a = DEFAULT_MODEL if DEFAULT_MODEL in choices else None
     if b is None or b == a:
+        others = [c for c in choices if model_name(c) != a]
+        if others:
+            listed = f"{len(others)} more in the list, e.g. {model_name(others[0])}"
+            return a, None, f"No run to compare {a} with yet: pick model B ({listed}), or train one on the Launch tab."
         only = a or "no model"
         return a, None, f"Only one model is available ({only}): train a run on the Launch tab to compare it."
     return a, b, ""
@@ -304,7 +311,7 @@ def compute_weight_change(a: str, b: str) -> tuple:
 
     a, b = model_name(a), model_name(b)
     try:
-        res = weight_change_between(check_model_spec(a, "model A"), check_model_spec(b, "model B"))
+        res = weight_change_between(model_ref(a, "model A"), model_ref(b, "model B"))
     except DetourError as exc:
         return None, warn(exc)
     names = ["embeddings", *res["layer_names"], "head"]

@@ -18,12 +18,14 @@ from app import (
     md_escape,
     model_choices,
     model_name,
+    model_ref,
     warn,
 )
 from backend.analysis import plots
 from backend.analysis.fill_mask import fill_mask
 from backend.core.errors import DetourError
 from backend.core.paths import runs_dir
+from backend.engine.model_ref import resolve_model
 from backend.engine.rundir import read_metrics
 from backend.explain import attention_patterns, run_checkpoints, token_surprise
 from backend.explain.checkpoints import surprise_through_run
@@ -76,7 +78,7 @@ def show_masks(spec: str | None, seq_len=128) -> tuple:
     """-> (heatmaps, message)."""
     t0 = time.perf_counter()
     try:
-        res = attention_patterns(check_model_spec(spec, "model"), int(seq_len))
+        res = attention_patterns(model_ref(spec, "model"), int(seq_len))
     except (DetourError, ValueError) as exc:
         return None, warn(exc)
     lines = [f"✓ **{md_escape(spec)}** ({res['model_type']}, {res['attn_implementation']}), {res['seq_len']} tokens, "
@@ -126,7 +128,7 @@ def show_surprise(text: str, specs: list[str | None]) -> tuple[str, str]:
         return "", "⚠ choose at least one model"
     t0 = time.perf_counter()
     try:
-        resolved = [check_model_spec(s, f"model {i + 1}") for i, s in chosen]
+        resolved = [model_ref(s, f"model {i + 1}") for i, s in chosen]  # once per action, passed down
         results = token_surprise(resolved, text, MAX_TOKENS)
     except DetourError as exc:
         return "", warn(exc)
@@ -230,13 +232,14 @@ def scrub(run: str | None, tokens, masked_text: str, text: str, top_k=5) -> tupl
             raise DetourError(f"run '{run}': no saved model yet")
         i = nearest_point(pts, tokens)
         point = pts[i]
-        surprise = token_surprise([point["model"]], text)[0]
+        saved = resolve_model(point["model"])  # the run's own record, once: the surprise and the fill-mask take it
+        surprise = token_surprise([saved], text)[0]
         surprise["model"] = point["label"]
     except DetourError as exc:
         return None, None, "", warn(exc)
     fig = timeline_figure(pts, read_metrics(run_dir), selected=i)
     try:
-        fill = fill_mask([point["model"]], masked_text, top_k=int(top_k))[0]
+        fill = fill_mask([saved], masked_text, top_k=int(top_k))[0]
         fill["model"] = f"fill-mask at {point['label']}"
         bars, problem = plots.fill_mask_figure(fill), ""
     except DetourError as exc:

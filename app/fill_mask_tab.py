@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from app import check_model_spec, default_picks, fill_empty_picks, md_escape, model_choices, model_name, warn
+from app import default_picks, fill_empty_picks, md_escape, model_choices, model_name, model_ref, warn
 from backend.analysis import plots
 from backend.analysis.fill_mask import check_text, predict_batch
 from backend.core import inference_lane
 from backend.core.errors import DetourError
+from backend.engine.model_ref import ModelRef
 
 SLOTS = 4
 EXAMPLE = "Aspirin inhibits the [MASK] of prostaglandins."
@@ -30,7 +31,7 @@ def predict_many(requests: list[tuple[str, list, list, int]]) -> list[tuple[list
     results: list[dict[int, dict]] = [{} for _ in requests]
     notes: list[dict[int, str]] = [{} for _ in requests]
     early: dict[int, str] = {}
-    groups: dict[tuple[str, bool], list[tuple[int, int]]] = {}
+    groups: dict[tuple[ModelRef, bool], list[tuple[int, int]]] = {}
     for r, (text, specs, trust, _k) in enumerate(requests):
         try:
             check_text(text)
@@ -42,7 +43,7 @@ def predict_many(requests: list[tuple[str, list, list, int]]) -> list[tuple[list
             early[r] = "⚠ choose at least one model"
         for i, spec in chosen:
             try:
-                resolved = check_model_spec(spec, f"slot {i + 1}")  # the error names the slot once
+                resolved = model_ref(spec, f"slot {i + 1}")  # once per action; the error names the slot once
             except DetourError as exc:
                 notes[r][i] = _slot_note(exc, i)
                 continue
@@ -74,7 +75,7 @@ def _slot_note(exc: Exception, i: int) -> str:
     return warn(exc) if str(exc).startswith(f"slot {i + 1}") else warn(f"slot {i + 1}: {exc}")
 
 
-def _infer(groups: dict[tuple[str, bool], list[tuple[int, int]]], asks: list[tuple[str, int]]) -> dict:
+def _infer(groups: dict[tuple[ModelRef, bool], list[tuple[int, int]]], asks: list[tuple[str, int]]) -> dict:
     """{(request, slot): result dict or the DetourError it got}: one ``predict_batch`` per (model, trust)."""
     out: dict[tuple[int, int], dict | DetourError] = {}
     for (resolved, trust), members in groups.items():

@@ -1,15 +1,19 @@
-"""NER tab: fine-tuned models (from the evaluation backend) side by side on one text, spans highlighted per model;
-the F1 table of the evaluations; a button that runs an evaluation (``backend.evaluation.runner.evaluate_models``,
-the function behind ``python -m backend evaluate``)."""
+"""NER tab: token-classification models side by side on one text -- the lab's fine-tuned ones and released ones (a
+hub id, a model of the Hugging Face cache, a local folder), each with its own label set -- spans highlighted in one
+colour per entity type across the slots, a legend, and each slot's labels listed under it; the F1 table of the
+evaluations and a button that runs one (``app.ner_evaluations``)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import html
+import zlib
+from dataclasses import dataclass, field
 
-from app import check_model_spec, check_path, evals_dir, looks_like_path, md_escape, model_choices, warn
-from backend.core import catalogue, inference_lane
+from app import md_escape, model_choices, model_ref, warn
+from app.ner_evaluations import F1_HEADERS, LIVE_HEADERS, evaluate_live, f1_table, finetuned_choices
+from backend.core import inference_lane
 from backend.core.errors import DetourError
-from backend.evaluation.results_file import read_results
+from backend.engine.model_ref import ModelRef
 
 SLOTS = 4
 EXAMPLE = "Patients with type 2 diabetes received metformin at Massachusetts General Hospital."
@@ -19,34 +23,72 @@ EXAMPLE = "Patients with type 2 diabetes received metformin at Massachusetts Gen
 # long for its slot ends in "…" rather than under the arrow.
 WHOLE_WORDS_CSS = (
     "<style>.ner-spans .textfield { word-break: normal; overflow-wrap: anywhere; }"
-    " .ner-slot input { padding-right: var(--size-8); text-overflow: ellipsis; }</style>"
+    " .ner-slot input { padding-right: var(--size-8); text-overflow: ellipsis; }"
+    " .ner-chip { display: inline-block; padding: 0 6px; margin: 2px 4px 2px 0; border-radius: 4px; }</style>"
 )
+# One colour per entity type, in every slot: a type keeps its colour whatever the models beside it (its name picks
+# a colour; two names on one colour move the later to the next free one). Names that differ only in case
+# (``Chemical``, ``CHEMICAL``: two models' label sets) are one type to the eye -- the spans show them upper-cased --
+# so they share a colour, and the legend names both.
+PALETTE = ["#3b82f6", "#f59e0b", "#10b981", "#ef4444", "#8b5cf6", "#ec4899", "#14b8a6", "#84cc16", "#f97316",
+           "#6366f1", "#0ea5e9", "#a16207"]  # fmt: skip
 
 
-def evaluations() -> list[tuple[catalogue.Entry, dict | None]]:
-    """The evaluations folder's evaluations by the catalogue, newest name first, each with its results, or with
-    None and listed as unreadable (a torn or foreign results.json, a folder linking out of the root): never fatal."""
-    return [(e, e.value) for e in reversed(catalogue.entries("evaluation", evals_dir(), read=read_results))]
+def type_colours(types: list[str]) -> dict[str, str]:
+    """{entity type: colour}, one colour per type (names equal but for case share one), stable across calls
+    (beyond the palette: evenly spaced hues)."""
+    groups = sorted({t.casefold() for t in types})
+    if len(groups) > len(PALETTE):
+        import colorsys
+
+        rgbs = [colorsys.hls_to_rgb(i / len(groups), 0.5, 0.7) for i in range(len(groups))]
+        by_group = {g: "#" + "".join(f"{round(255 * c):02x}" for c in rgb) for g, rgb in zip(groups, rgbs, strict=True)}
+    else:
+        by_group = {}
+        for g in groups:
+            i = zlib.crc32(g.encode("utf-8")) % len(PALETTE)
+            while PALETTE[i] in by_group.values():
+                i = (i + 1) % len(PALETTE)
+            by_group[g] = PALETTE[i]
+    return {t: by_group[t.casefold()] for t in sorted(set(types), key=lambda t: (t.casefold(), t))}
 
 
-def finetuned() -> list[dict]:
-    """The fine-tuned NER models of the readable evaluations, newest first."""
-    from backend.evaluation.predict import list_finetuned
-
-    out = [m for e, _ in evaluations() if e.readable for m in list_finetuned(e.path, task="ner")]
-    return sorted(out, key=lambda m: (m["finished_at"], m["eval_dir"]), reverse=True)
+def _chip(typ: str, colour: str) -> str:
+    return f'<span class="ner-chip" style="background:{colour}80">{html.escape(typ)}</span>'
 
 
-def finetuned_choices() -> list[tuple[str, str]]:
-    return [(m["name"], m["path"]) for m in finetuned()]
+def legend_html(colours: dict[str, str]) -> str:
+    """The colours of every entity type the slots' models have (names equal but for case on one chip)."""
+    if not colours:
+        return ""
+    groups: dict[str, list[str]] = {}
+    for t in colours:
+        groups.setdefault(t.casefold(), []).append(t)
+    chips = "".join(_chip(" / ".join(names), colours[names[0]]) for names in groups.values())
+    return f"<div id='ner-legend-chips'><b>Entity types</b>: {chips}</div>"
+
+
+def labels_html(labels, colours: dict[str, str]) -> str:
+    """A model's label set under its slot, as it names it: its types (coloured as in the legend), the scheme and
+    how many labels its head has."""
+    chips = "".join(_chip(t, colours.get(t, "#999999")) for t in labels.types) or "<i>no entity type</i>"
+    return f"<div class='ner-labels'>{chips} <small>{labels.scheme}, {len(labels.labels)} labels</small></div>"
+
+
+def slot_choices() -> list[tuple[str, str]]:
+    """What a slot offers: the lab's fine-tuned NER models (newest first), then the token-classification models of
+    the Hugging Face cache (``org/name (cached, …)``; the value is the hub id)."""
+    from backend.engine.hub_cache import cached_taggers
+
+    return finetuned_choices() + [(m.label, m.hub_id) for m in cached_taggers()]
 
 
 def default_slots(picks: list, choices: list[tuple[str, str]] | None = None) -> list:
-    """The slots' values: with nothing picked (a page built before any evaluation), the first two fine-tuned models
-    that exist; a choice made is kept."""
+    """The slots' values: with nothing picked (a page built before any evaluation), the first two models offered
+    (the newest fine-tuned ones, then cached taggers beside them); a choice made is kept."""
     if any(picks):
         return list(picks)
-    choices = finetuned_choices() if choices is None else choices
+    choices = slot_choices() if choices is None else choices
     return [choices[i][1] if i < min(2, len(choices)) else None for i in range(len(picks))]
 
 
@@ -54,84 +96,110 @@ def default_slots(picks: list, choices: list[tuple[str, str]] | None = None) -> 
 MAX_BATCH = 16
 
 
-def tag(text: str, model_dirs: list[str | None]) -> tuple[list, str]:
+@dataclass
+class Tagged:
+    """One request's answer: per slot its spans (HighlightedText value) or None, its label set (HTML) or '', the
+    colours of every type the slots' models have, and the message."""
+
+    values: list
+    message: str
+    labels: list[str] = field(default_factory=list)
+    colours: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def legend(self) -> str:
+        return legend_html(self.colours)
+
+
+def tag(text: str, models: list[str | None]) -> tuple[list, str]:
     """-> (HighlightedText value or None per slot, message)."""
-    return tag_many([(text, model_dirs)])[0]
+    answer = tag_many([(text, models)])[0]
+    return answer.values, answer.message
 
 
-def tag_many(requests: list[tuple[str, list[str | None]]]) -> list[tuple[list, str]]:
-    """``tag`` for many users' requests ``(text, model folders)`` at once: each model tags every text that asks for
-    it in one batched pass, in the inference lane (``backend.core.inference_lane``: one thread, below training)."""
-    out: list[tuple[list, str] | None] = [None] * len(requests)
+def tag_many(requests: list[tuple[str, list[str | None]]]) -> list[Tagged]:
+    """``tag`` for many users' requests ``(text, models)`` at once: each model's name is resolved once, and each
+    model tags every text that asks for it in one batched pass, in the inference lane (``backend.core.
+    inference_lane``: one thread, below training)."""
+    out: list[Tagged | None] = [None] * len(requests)
     slots: list[list[str | None]] = []
-    groups: dict[Path, list[tuple[int, int]]] = {}
+    groups: dict[ModelRef, list[tuple[int, int]]] = {}
     notes: list[dict[int, str]] = [{} for _ in requests]
-    defaults = None
-    for r, (text, model_dirs) in enumerate(requests):
-        if not any(model_dirs):  # read once per batch, not once per request
-            defaults = finetuned_choices() if defaults is None else defaults
-        dirs = default_slots(list(model_dirs), defaults)  # empty slots take the defaults
-        slots.append(dirs)
+    choices = None
+    for r, (text, models) in enumerate(requests):
+        if not any(models):  # read once per batch, not once per request
+            choices = slot_choices() if choices is None else choices
+        picked = default_slots(list(models), choices)  # empty slots take the defaults
+        slots.append(picked)
         if not (text or "").strip():
-            out[r] = [None] * len(dirs), "⚠ write a text to tag"
+            out[r] = Tagged([None] * len(picked), "⚠ write a text to tag")
         elif len(text) > 5000:
-            out[r] = [None] * len(dirs), f"⚠ the text has {len(text)} characters; at most 5000"
+            out[r] = Tagged([None] * len(picked), f"⚠ the text has {len(text)} characters; at most 5000")
         if out[r] is not None:
             continue
-        for i, d in enumerate(dirs):
-            if not d:
+        for i, m in enumerate(picked):
+            if not m:
                 continue
             try:
-                if not looks_like_path(d):  # a name typed: a listed fine-tuned model's, else a pretrained model's
-                    defaults = finetuned_choices() if defaults is None else defaults
-                    d = _finetuned_by_name(d, i, defaults)
-                groups.setdefault(check_path(d, f"slot {i + 1}"), []).append((r, i))  # the error names the slot
+                choices = slot_choices() if choices is None else choices
+                groups.setdefault(slot_model(m, i, choices), []).append((r, i))
             except DetourError as exc:
                 notes[r][i] = _slot_note(exc, i)
     answers = inference_lane.run(_infer, groups, [t for t, _ in requests])
-    for r, dirs in enumerate(slots):
+    for r, picked in enumerate(slots):
         if out[r] is not None:
             continue
-        vals: list = [None] * len(dirs)
-        for i in range(len(dirs)):
-            res = answers.get((r, i))
+        vals: list = [None] * len(picked)
+        found = {i: res for i in range(len(picked)) if (res := answers.get((r, i))) is not None}
+        for i, res in found.items():
             if isinstance(res, DetourError):
                 notes[r][i] = _slot_note(res, i)
-            elif res is not None:
-                vals[i] = res
-                notes[r][i] = f"slot {i + 1}: {sum(1 for _, lab in res if lab)} entities"
-        if not any(dirs):
-            out[r] = vals, "⚠ choose at least one fine-tuned model (run an evaluation below if there is none)"
+            else:
+                vals[i] = res[0]
+                notes[r][i] = f"slot {i + 1}: {sum(1 for _, lab in res[0] if lab)} entities"
+        labels = {i: res[1] for i, res in found.items() if not isinstance(res, DetourError)}
+        colours = type_colours([t for lab in labels.values() for t in lab.types])
+        shown = [labels_html(labels[i], colours) if i in labels else "" for i in range(len(picked))]
+        for i in (i for i in notes[r] if i not in labels):  # a refused slot says why under itself too
+            shown[i] = f"<div class='ner-labels'>{notes[r][i]}</div>"
+        if not any(picked):
+            message = "⚠ choose at least one model (run an evaluation below, or type a tagger's hub id)"
         else:
-            out[r] = vals, " · ".join(notes[r][i] for i in sorted(notes[r]))
+            message = " · ".join(notes[r][i] for i in sorted(notes[r]))
+        out[r] = Tagged(vals, message, shown, colours)
     return out  # type: ignore[return-value]
 
 
-def _finetuned_by_name(name: str, i: int, choices: list[tuple[str, str]]) -> str:
-    """The folder of the fine-tuned model listed as ``name``; a bundled model, a run or a hub id is a pretrained
-    encoder, which tags nothing until it is fine-tuned (it was refused as a path outside the allowed folders)."""
-    name = name.strip()
-    for label, path in choices:
-        if name == label:
-            return path
-    raise DetourError(
-        f"slot {i + 1}: '{name}' is not a fine-tuned NER model (a bundled model, a run or a hub id is a pretrained "
-        "encoder): fine-tune it under Run an evaluation below, then pick the fine-tuned model here"
-    )
+def slot_model(value: str, i: int, choices: list[tuple[str, str]]) -> ModelRef:
+    """A slot's value -> its model, resolved once: a listed model's label -> its folder or hub id; anything else
+    as every model field takes it (a folder inside the allowed roots, a hub id, a cached model, a run)."""
+    value = value.strip()
+    for label, target in choices:
+        if value == label:
+            value = target
+            break
+    return model_ref(value, f"slot {i + 1}")
 
 
 def _slot_note(exc: Exception, i: int) -> str:
+    from backend.evaluation.tagger import NotATagger
+
+    if isinstance(exc, NotATagger):  # a pretrained encoder: the way to a tagger is on this page
+        exc = DetourError(f"{exc}; fine-tune it under Run an evaluation below, then pick the fine-tuned model here")
     return warn(exc) if str(exc).startswith(f"slot {i + 1}") else warn(f"slot {i + 1}: {exc}")
 
 
-def _infer(groups: dict[Path, list[tuple[int, int]]], texts: list[str]) -> dict:
-    """{(request, slot): spans or the DetourError it got}: one ``predict_entities_batch`` per model folder."""
+def _infer(groups: dict[ModelRef, list[tuple[int, int]]], texts: list[str]) -> dict:
+    """{(request, slot): (spans, its label set) or the DetourError it got}: one ``predict_entities_batch`` per
+    model."""
     from backend.evaluation.predict import predict_entities_batch
+    from backend.evaluation.tagger import load_tagger
 
-    out: dict[tuple[int, int], list | DetourError] = {}
-    for model_dir, members in groups.items():
+    out: dict[tuple[int, int], tuple | DetourError] = {}
+    for ref, members in groups.items():
         try:
-            res = predict_entities_batch(model_dir, [texts[r] for r, _ in members])
+            labels = load_tagger(ref).labels
+            res = [(spans, labels) for spans in predict_entities_batch(ref, [texts[r] for r, _ in members])]
         except DetourError as exc:  # the model does not load: every slot that asked for it says why
             res = [exc] * len(members)
         out.update(zip(members, res, strict=True))
@@ -139,168 +207,17 @@ def _infer(groups: dict[Path, list[tuple[int, int]]], texts: list[str]) -> dict:
 
 
 NO_MODELS = (
-    "**No fine-tuned NER model yet.** Open **Run an evaluation** below, pick one or more models (the bundled one "
-    "works), keep the quick settings and press **Run evaluation**: each model is fine-tuned on the NER demo set, "
-    "then appears in the slots above and in the F1 table. From a terminal: `python -m backend evaluate --task ner "
+    "**No NER model yet.** Type a token-classification model in a slot (a hub id, a folder; those in your Hugging "
+    "Face cache are listed), or open **Run an evaluation** below, pick one or more models (the bundled one works), "
+    "keep the quick settings and press **Run evaluation**: each model is fine-tuned on the NER demo set, then "
+    "appears in the slots above and in the F1 table. From a terminal: `python -m backend evaluate --task ner "
     "--models MODEL`."
 )
 
 
 def next_step(choices: list | None = None) -> str:
-    """What a page with nothing to tag says to do (empty once a fine-tuned model exists)."""
-    return NO_MODELS if not (finetuned_choices() if choices is None else choices) else ""
-
-
-def f1_table() -> list[list]:
-    """One row per (evaluation, model): mean ± std of the primary test metric over seeds; an evaluation that
-    cannot be read is one row whose status says why."""
-    rows = []
-    for entry, res in evaluations():
-        if res is None:
-            rows.append([entry.name, "", "", "", None, None, "", f"unreadable: {entry.problem}"])
-            continue
-        primary = res.get("primary_metric", "f1")
-        for e in res.get("models", []):
-            s = (e.get("summary") or {}).get(primary) or {}
-            mean, std = s.get("mean"), s.get("std")
-            rows.append(
-                [
-                    entry.name,
-                    res.get("task", ""),
-                    e.get("label", ""),
-                    primary,
-                    None if mean is None else round(100 * mean, 2),
-                    None if std is None else round(100 * std, 2),
-                    f"{e.get('n_ok', 0)}/{len(e.get('runs', []))}",
-                    res.get("status", "") + flag_text(e.get("flags") or []),
-                ]
-            )
-    return rows
-
-
-def flag_text(flags: list[str]) -> str:
-    """What the status column adds for a model whose scores mean nothing (results.md has the full lines)."""
-    short = [w for w, key in (("F1 undefined (no entities)", "undefined"), ("constant answer", "constant answer"))
-             if any(key in f for f in flags)]  # fmt: skip
-    return "".join(f" ⚠ {w}" for w in short)
-
-
-F1_HEADERS = ["evaluation", "task", "model", "metric", "mean %", "std %", "seeds ok", "status"]
-
-
-def eval_labels(choices: list[str], specs: list[str]) -> list[str]:
-    """What the evaluation calls each model: a hub model by its hub id (``org/name``: two orgs' models of one name
-    stay apart), a bundled model, a run or a folder by its folder's name."""
-    return [spec if not Path(spec).exists() else Path(choice).name for choice, spec in zip(choices, specs, strict=True)]
-
-
-def run_evaluation(models: list[str], seeds: str, epochs, max_train, progress=None) -> str:
-    """Fine-tune the chosen models on the bundled NER demo (or the runner's default data) across seeds;
-    ``progress(event)`` gets the runner's progress events."""
-    from backend.evaluation.runner import evaluate_models
-
-    try:
-        specs = [check_model_spec(m, "model") for m in (models or []) if m]
-        if not specs:
-            raise DetourError("choose at least one model to evaluate")
-        seed_list = [int(s) for s in str(seeds or "0").replace(",", " ").split()]
-        res = evaluate_models(
-            specs,
-            task="ner",
-            seeds=seed_list,
-            labels=eval_labels([m for m in models if m], specs),
-            epochs=int(epochs),
-            max_train_examples=int(max_train) if max_train else None,
-            progress=progress,
-        )
-    except (DetourError, ValueError) as exc:
-        return warn(exc)
-    return f"✓ evaluation {Path(res['out_dir']).name}: {res['status']}"
-
-
-LIVE_HEADERS = ["run", "model", "seed", "epoch", "dev F1 %", "train loss", "skipped steps", "best epoch"]
-
-
-class LiveEvaluation:
-    """The runner's progress events as the page shows them while an evaluation runs: one row per finished epoch
-    (dev F1, train loss, skipped steps), a log of what each fine-tune did, and a status line with the ETA."""
-
-    def __init__(self):
-        self.rows: list[list] = []
-        self.lines: list[str] = []
-        self.status = "starting…"
-
-    def add(self, ev: dict) -> None:
-        msg = ev.get("message", "")
-        self.status = msg
-        if ev.get("event") == "epoch":
-            self.rows.append(self._epoch_row(ev))
-        if ev.get("event") != "step":
-            self.lines.append(msg.split(" | ")[0])
-
-    @staticmethod
-    def _epoch_row(ev: dict) -> list:
-        """The numbers from the event's fields (``evaluation.runner`` forwards the fine-tune's epoch event)."""
-        dev, best = ev.get("dev_metric"), ev.get("best_epoch")
-        loss, skipped = ev.get("train_loss"), ev.get("skipped_steps")
-        return [
-            f"{ev.get('run')}/{ev.get('runs')}",
-            ev.get("model", ""),
-            ev.get("seed"),
-            f"{ev.get('epoch')}/{ev.get('epochs')}",
-            None if dev is None else round(100 * dev, 2),
-            None if loss is None else round(loss, 4),
-            skipped,
-            best,
-        ]
-
-    def table(self) -> dict | None:
-        """The rows for a gr.Dataframe, without the columns no event filled (a runner that reports no train loss
-        gets no empty train-loss column)."""
-        if not self.rows:
-            return None
-        keep = [j for j in range(len(LIVE_HEADERS)) if j < 4 or any(r[j] is not None for r in self.rows)]
-        return {"headers": [LIVE_HEADERS[j] for j in keep], "data": [[r[j] for j in keep] for r in self.rows]}
-
-    def log(self) -> str:
-        return "\n".join(self.lines)
-
-
-def evaluate_live(models, seeds, epochs, max_train):
-    """Run ``run_evaluation`` in a thread and yield ``(LiveEvaluation, None)`` whenever a progress event arrives,
-    then ``(LiveEvaluation, final message)``. Closing the generator (the page went away, or Stop) stops the
-    evaluation at its next progress event; what finished is kept (results status 'stopped')."""
-    import queue
-    import threading
-
-    from backend.evaluation.runner import EvaluationStopped
-
-    events: queue.Queue = queue.Queue()
-    stop = threading.Event()
-    done: list[str] = []
-
-    def on_event(ev: dict) -> None:
-        if stop.is_set():
-            raise EvaluationStopped("stopped from the page")
-        events.put(ev)
-
-    def work() -> None:
-        try:
-            done.append(run_evaluation(models, seeds, epochs, max_train, progress=on_event))
-        except Exception as exc:  # noqa: BLE001 - said on the page; a thread's exception would vanish
-            done.append(warn(f"the evaluation failed: {type(exc).__name__}: {exc}"))
-        finally:
-            events.put(None)
-
-    live = LiveEvaluation()
-    threading.Thread(target=work, name="ner-evaluation", daemon=True).start()
-    try:
-        while (ev := events.get()) is not None:
-            live.add(ev)
-            yield live, None
-        yield live, done[0]
-    finally:
-        stop.set()
+    """What a page with nothing to tag says to do (empty once a model to tag with exists)."""
+    return NO_MODELS if not (slot_choices() if choices is None else choices) else ""
 
 
 def build(ctx) -> dict:
@@ -308,12 +225,14 @@ def build(ctx) -> dict:
 
     from app.refresh import keep_fresh
 
-    choices = finetuned_choices()
+    choices = slot_choices()
     text = gr.Textbox(value=EXAMPLE, label="Text", lines=3, elem_id="ner-text")
     with gr.Row():
         refresh = gr.Button("Refresh models", scale=0, min_width=200, elem_id="ner-refresh")
         go_btn = gr.Button("Tag entities", variant="primary", elem_id="ner-btn")
-    slots, outs = [], []
+    with gr.Row():  # in a row: bare at the tab's top level, it made headless Chromium's clicks on the Launch tab
+        legend = gr.HTML("", elem_id="ner-legend")  # wait for a navigation that never came (tests/ui/test_browser.py)
+    slots, outs, label_lines = [], [], []
     for first in range(0, SLOTS, 2):  # two slots a row: a model's name (model, seed, score, evaluation) fits whole
         with gr.Row(equal_height=False):
             for i in (first, first + 1):
@@ -322,10 +241,10 @@ def build(ctx) -> dict:
                         gr.Dropdown(
                             choices=choices,
                             value=default_slots([None] * SLOTS, choices)[i],
-                            label=f"Fine-tuned model {i + 1}",
+                            label=f"Model {i + 1} (fine-tuned here, or any token-classification model)",
                             elem_id=f"ner-model-{i}",
                             elem_classes=["ner-slot"],
-                            allow_custom_value=True,  # paths are checked by the handler
+                            allow_custom_value=True,  # paths and hub ids are checked by the handler
                         )
                     )
                     outs.append(
@@ -338,6 +257,7 @@ def build(ctx) -> dict:
                             elem_classes=["ner-spans"],
                         )
                     )
+                    label_lines.append(gr.HTML("", elem_id=f"ner-labels-{i}"))
     msg = gr.Markdown("")
     hint = gr.Markdown(next_step, elem_id="ner-next-step")  # a fresh install: what to do first
     gr.Markdown("### Evaluations (test F1, mean over seeds)")
@@ -370,17 +290,20 @@ def build(ctx) -> dict:
         )
     gr.HTML(head=WHOLE_WORDS_CSS)  # into the page's <head>, so the rule reaches the HighlightedText above
 
-    def on_tag(texts, *dirs):
-        """Gradio's batch: each input a list (one item per waiting request), one list per output back."""
-        cols = [list(d) for d in dirs]
+    def on_tag(texts, *models):
+        """Gradio's batch: each input a list (one item per waiting request), one list per output back; the spans
+        carry the colour of each type (the same in every slot)."""
+        cols = [list(m) for m in models]
         answers = tag_many([(texts[r], [c[r] for c in cols]) for r in range(len(texts))])
-        return [*[[vals[i] for vals, _ in answers] for i in range(SLOTS)], [m for _, m in answers]]
+        spans = [[gr.update(value=a.values[i], color_map=a.colours) for a in answers] for i in range(SLOTS)]
+        lines = [[a.labels[i] if a.labels else "" for a in answers] for i in range(SLOTS)]
+        return [*spans, *lines, [a.legend for a in answers], [a.message for a in answers]]
 
     gr.on(
         [go_btn.click, text.submit],
         on_tag,
         inputs=[text, *slots],
-        outputs=[*outs, msg],
+        outputs=[*outs, *label_lines, legend, msg],  # the message last: API clients read it there
         batch=True,
         max_batch_size=MAX_BATCH,
         concurrency_limit=1,  # one batch at a time: the requests that arrive meanwhile form the next batch
@@ -388,9 +311,9 @@ def build(ctx) -> dict:
     )
 
     def lists(*picks):
-        """Every list this tab shows, read again: the fine-tuned models (empty slots take the defaults), the models
-        to evaluate, the F1 table."""
-        ch = finetuned_choices()
+        """Every list this tab shows, read again: the models to tag with (empty slots take the defaults), the
+        models to evaluate, the F1 table."""
+        ch = slot_choices()
         values = default_slots(list(picks) or [None] * SLOTS, ch)
         return [
             *[gr.update(choices=ch, value=v) for v in values],

@@ -16,6 +16,7 @@ COMMANDS = {
     "cka": "Layer x layer similarity (debiased CKA by default) and weight change between two models or runs.",
     "evaluate": "Fine-tune and evaluate models on NER / classification across seeds.",
     "fill-mask": "Top-k predictions for a masked sentence, one or more models.",
+    "tag": "Named entities in a text, for one or more token-classification models (fine-tuned here or released).",
     "explain": "What the objectives do: attention masks, per-token loss, a run's checkpoints.",
     "doctor": "Where a run's time goes: tokens/s, MFU, the time split, ETA and findings with their fixes.",
     "export": "A finished run or fine-tuned model as a folder with its model card; optionally pushed to the Hub.",

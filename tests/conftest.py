@@ -113,6 +113,26 @@ def tiny_bert_dir(tmp_path_factory) -> Path:
     return save_tiny_model(tmp_path_factory.mktemp("tiny_bert"), TINY_BERT)
 
 
+@pytest.fixture(scope="session")
+def released_cache(tmp_path_factory) -> Path:
+    """A Hugging Face cache holding the released-style models of ``tests/released_models.py`` (a WordPiece BERT, a
+    SentencePiece/Unigram CamemBERT, a byte-level RoBERTa, two NER taggers), laid out as the hub client lays out a
+    download; built once per test run (per worker). Tests read it, never write into it."""
+    from tests.released_models import build_cache
+
+    cache = tmp_path_factory.mktemp("hf-released")
+    build_cache(cache)
+    return cache
+
+
+@pytest.fixture
+def released_hub(released_cache, monkeypatch) -> Path:
+    """``released_cache`` as this test's Hugging Face cache, offline: its models resolve by hub id."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(released_cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return released_cache
+
+
 @pytest.fixture(autouse=True)
 def isolated_runs_dir(tmp_path, monkeypatch) -> Path:
     """Every test writes runs under its own tmp dir, never into the repo."""

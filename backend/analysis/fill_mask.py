@@ -2,6 +2,10 @@
 
 The user may write ``[MASK]`` or ``<mask>`` (any case) whatever the model: each is rewritten to the tokenizer's
 own mask token. Exactly one mask is allowed; otherwise a DetourError says what was found.
+
+Answers are in words for every word marking (``engine.token_words``): the filled sentence is decoded by the model's
+tokenizer (``asp ##irin`` reads ``aspirin``), and each predicted piece is given without its marker (``##``, ``▁``,
+``Ġ``); a piece that continues the word before it is labelled ``…s``.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from pathlib import Path
 import torch
 
 from backend.core.errors import DetourError
+from backend.engine.model_ref import ModelRef
 from backend.engine.models import load_masked_lm, load_tokenizer, resolve_model
+from backend.engine.token_words import JOINED, piece
 
 MASK_FORMS = re.compile(r"\[mask\]|<mask>", re.IGNORECASE)
 MAX_TEXT_CHARS = 2000
@@ -63,9 +69,11 @@ def _cache_key(src, trust_remote_code: bool) -> tuple:
     return (src.kind, src.path, mtime, trust_remote_code)
 
 
-def get_model(spec: str, trust_remote_code: bool = False):
-    """(tokenizer, model) for ``spec``, from a small LRU cache (a re-saved model is reloaded)."""
-    src = resolve_model(spec)  # once: the key and the loads take the reference
+def get_model(spec: str | ModelRef, trust_remote_code: bool = False):
+    """(tokenizer, model) for ``spec`` (a name, resolved here, or the ``ModelRef`` the caller resolved), from a
+    small LRU cache (a re-saved model is reloaded)."""
+    src = resolve_model(spec)  # a ModelRef as it is; a name once: the key and the loads take the reference
+    spec = src.spec
     key = _cache_key(src, trust_remote_code)
     with _cache_lock:
         if key in _cache:
@@ -88,7 +96,7 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def _predict(spec: str, text: str, top_k: int, trust_remote_code: bool) -> dict:
+def _predict(spec: ModelRef, text: str, top_k: int, trust_remote_code: bool) -> dict:
     out = predict_batch(spec, [text], [top_k], trust_remote_code)[0]
     if isinstance(out, FillMaskError):
         raise out
@@ -96,12 +104,14 @@ def _predict(spec: str, text: str, top_k: int, trust_remote_code: bool) -> dict:
 
 
 def predict_batch(
-    spec: str, texts: list[str], top_ks: list[int], trust_remote_code: bool = False
+    source: str | ModelRef, texts: list[str], top_ks: list[int], trust_remote_code: bool = False
 ) -> list[dict | FillMaskError]:
     """One model, many sentences in one padded forward pass (the app batches its users' requests): per sentence its
     result dict, or the FillMaskError that sentence got (the others are still answered). A model that cannot load
     raises for all."""
-    tok, model = get_model(spec, trust_remote_code)
+    source = resolve_model(source)
+    spec = source.spec
+    tok, model = get_model(source, trust_remote_code)
     out: list[dict | FillMaskError | None] = [None] * len(texts)
     masked = [normalise_mask(t, tok.mask_token) for t in texts]
     enc = tok(masked, return_tensors="pt", truncation=True, max_length=512, padding=True)
@@ -137,21 +147,27 @@ def _top_k(spec: str, tok, ids: torch.Tensor, pos: int, probs: torch.Tensor, top
     top = torch.topk(probs, k)
     preds = []
     for p, i in zip(top.values.tolist(), top.indices.tolist(), strict=True):
-        token = tok.decode([i]).strip() or tok.convert_ids_to_tokens(i)
+        token, joins = piece(tok, i)
         filled = ids.clone()
         filled[pos] = i
         seq = tok.decode(filled, skip_special_tokens=True)
-        preds.append({"token": token, "token_id": int(i), "prob": float(p), "sequence": seq})
+        preds.append({"token": token, "joins": joins, "label": JOINED + token if joins else token,
+                      "token_id": int(i), "prob": float(p), "sequence": seq})  # fmt: skip
     return {"model": spec, "mask_token": tok.mask_token, "predictions": preds}
 
 
 def fill_mask(
-    models: list[str], text: str, top_k: int = 5, trust_remote_code: bool | set[str] | dict[str, bool] = False
+    models: list[str | ModelRef],
+    text: str,
+    top_k: int = 5,
+    trust_remote_code: bool | set[str] | dict[str, bool] = False,
 ) -> list[dict]:
-    """Top-k predictions at the single masked position, one dict per model:
-    ``{"model", "mask_token", "masked_text", "predictions": [{"token", "token_id", "prob", "sequence"}]}``.
+    """Top-k predictions at the single masked position, one dict per model: ``{"model", "mask_token",
+    "masked_text", "predictions": [{"token", "joins", "label", "token_id", "prob", "sequence"}]}`` (``token``: the
+    piece in words; ``joins``: it continues the word before it; ``label``: the bar's, ``…s`` for such a piece).
 
-    ``trust_remote_code`` is off unless opted in per model (a set of specs, a dict, or True for all).
+    ``trust_remote_code`` is off unless opted in per model (a set of specs, a dict, or True for all). Each name is
+    resolved once, here, unless the caller passes the ``ModelRef`` it resolved.
     """
     check_text(text)
     if not models:
@@ -159,12 +175,13 @@ def fill_mask(
     if not 1 <= int(top_k) <= 50:
         raise FillMaskError(f"fill-mask: top_k={top_k}; allowed 1-50")
     out = []
-    for spec in models:
+    for given in models:
+        spec = given.spec if isinstance(given, ModelRef) else given
         if isinstance(trust_remote_code, bool):
             trust = trust_remote_code
         elif isinstance(trust_remote_code, dict):
             trust = bool(trust_remote_code.get(spec, False))
         else:
             trust = spec in trust_remote_code
-        out.append(_predict(spec, text, top_k, trust))
+        out.append(_predict(resolve_model(given), text, top_k, trust))
     return out

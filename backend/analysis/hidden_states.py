@@ -220,6 +220,16 @@ def check_same_tokenization(
                 preview = chunk[k][:60].replace("\n", " ")
                 raise DataError(
                     f"pooling 'token' needs identical tokenizers: models {labels[0]} and {labels[1]} tokenize "
-                    f"text #{s + k} ({preview!r}) differently ({len(ia)} vs {len(ib)} tokens). "
+                    f"text #{s + k} ({preview!r}) differently ({len(ia)} vs {len(ib)} tokens; {labels[0]} reads "
+                    f"{_as_read(tok_a, ia)!r}, {labels[1]} {_as_read(tok_b, ib)!r}). "
                     "Compare them with pooling 'mean' (one row per text, each model with its own tokenizer)."
                 )
+
+
+def _as_read(tokenizer, ids: list[int], words: int = 8) -> str:
+    """The first ``words`` words of a text as a model's tokenizer cuts them, in words with their pieces marked
+    (``as·p·ir·in reduce·s``), whatever marks its words (``##``, ``▁``, ``Ġ``)."""
+    from backend.engine.token_words import pieces_in_words
+
+    shown = pieces_in_words(tokenizer, ids).split(" ")
+    return " ".join(shown[:words]) + (" …" if len(shown) > words else "")

@@ -424,20 +424,22 @@ PROB_FORMAT = ".1%"  # every fill-mask number: bars, axis ticks and hover
 
 
 def fill_mask_figure(result: dict, x_max: float | None = None) -> go.Figure:
-    """Top-k tokens with probabilities as horizontal bars (best on top), as percentages with one decimal.
+    """Top-k tokens with probabilities as horizontal bars (best on top), as percentages with one decimal, each
+    labelled in words (``…s``: a piece that continues the word before it) with its filled sentence in the hover.
     ``x_max`` fixes the probability axis (``fill_mask_figures`` gives every panel the same one)."""
     preds = result.get("predictions", [])
     probs = [p["prob"] for p in preds]
     fig = go.Figure(
         go.Bar(
             x=probs[::-1],
-            y=[f"{i + 1}. {repr(p['token'])[1:-1] or '∅'}" for i, p in enumerate(preds)][::-1],
+            y=[f"{i + 1}. {repr(p.get('label', p['token']))[1:-1] or '∅'}" for i, p in enumerate(preds)][::-1],
+            customdata=[p.get("sequence", "") for p in preds][::-1],
             orientation="h",
             text=[f"{p:{PROB_FORMAT}}" for p in probs][::-1],
             textposition="outside",
             cliponaxis=False,
             marker_color=PALETTE[0],
-            hovertemplate=f"%{{y}}: %{{x:{PROB_FORMAT}}}<extra></extra>",
+            hovertemplate=f"%{{y}}: %{{x:{PROB_FORMAT}}}<br>%{{customdata}}<extra></extra>",
         )
     )
     fig.update_xaxes(range=[0, x_max or prob_axis_max(probs)], tickformat=PROB_FORMAT, nticks=5)

@@ -29,5 +29,5 @@ def run(args) -> int:
     for r in results:
         print(f"== {r['model']}  ({r['masked_text']})")
         for p in r["predictions"]:
-            print(f"  {p['prob']:7.2%}  {p['token']!r}")
+            print(f"  {p['prob']:7.2%}  {p['label']!r:<16}  {p['sequence']}")
     return 0

@@ -1,10 +1,10 @@
 """Encoders already in the user's Hugging Face cache: the models people inspecting released encoders have.
 
 ``cached_encoders()`` lists the masked-LM models of the hub cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``, read at
-call time) with their parameter count (from the safetensors headers: nothing is loaded), through huggingface_hub's
-own cache scan; a hub id in it loads offline. The app's model pickers offer them as
-``org/name (cached, 149.6M params)``: a label for the eye only; ``strip_label`` (called by
-``model_ref.resolve_model``) gives the hub id back.
+call time) and ``cached_taggers()`` its token-classification models (released NER taggers), each with its parameter
+count (from the safetensors headers: nothing is loaded), through huggingface_hub's own cache scan; a hub id in it
+loads offline. The app's model pickers offer them as ``org/name (cached, 149.6M params)``: a label for the eye
+only; ``strip_label`` (called by ``model_ref.resolve_model``) gives the hub id back.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class CachedModel:
     hub_id: str
     params: str  # '5.5M': its parameters, not its size on disk (a tied or fp32 copy is not a bigger model)
     snapshot: Path
+    task: str = "fill-mask"  # or "token-classification"
 
     @property
     def label(self) -> str:
@@ -63,11 +64,14 @@ def offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _is_masked_lm(config: dict) -> bool:
-    archs = config.get("architectures") or []
+def _task(config: dict) -> str | None:
+    """'fill-mask' for a masked-LM encoder, 'token-classification' for a tagger, None for anything else."""
+    archs = [str(a) for a in config.get("architectures") or []]
+    if any(a.endswith("ForTokenClassification") for a in archs):
+        return "token-classification"
     if archs:
-        return any(str(a).endswith("ForMaskedLM") for a in archs)
-    return config.get("model_type") in MLM_TYPES
+        return "fill-mask" if any(a.endswith("ForMaskedLM") for a in archs) else None
+    return "fill-mask" if config.get("model_type") in MLM_TYPES else None
 
 
 _memo: dict[tuple, tuple[list[CachedModel], list[str]]] = {}
@@ -95,9 +99,9 @@ def _scan(root: Path) -> tuple[list[CachedModel], list[str]]:
             why = " ".join(str(exc).split()) or type(exc).__name__
             skipped.append(f"cached model folder {repo_path} skipped: {why}")
             continue
-        if isinstance(config, dict) and _is_masked_lm(config):
+        if isinstance(config, dict) and (task := _task(config)):
             params = model_files.human_count(model_files.parameter_count(newest.snapshot_path))
-            out.append(CachedModel(repo.repo_id, params, newest.snapshot_path))
+            out.append(CachedModel(repo.repo_id, params, newest.snapshot_path, task))
     out.sort(key=lambda m: m.hub_id.lower())
     return out, skipped
 
@@ -118,7 +122,12 @@ def cached_encoders() -> list[CachedModel]:
     """Masked-LM models in the hub cache, by hub id; [] when there is no cache. A model folder that cannot be read
     is skipped (``cache_problems`` names it), never the whole list. Read again when the cache's folder changes (a
     model downloaded since), else served from memory: the pickers ask on every focus."""
-    return _scanned()[0]
+    return [m for m in _scanned()[0] if m.task == "fill-mask"]
+
+
+def cached_taggers() -> list[CachedModel]:
+    """Token-classification models (released NER taggers) in the hub cache, by hub id, as ``cached_encoders``."""
+    return [m for m in _scanned()[0] if m.task == "token-classification"]
 
 
 def cache_problems() -> list[str]:

@@ -203,7 +203,8 @@ def _sweep_runs(sweep: Path) -> list[str]:
 
 
 def candidates() -> list[str]:
-    """Every name that resolves here: bundled models, runs, pairs, sweeps' runs (``SWEEP/RUN``), cached models."""
+    """Every name that resolves here: bundled models, runs, pairs, sweeps' runs (``SWEEP/RUN``), cached models
+    (encoders and taggers)."""
     from backend.engine.rundir import list_runs
 
     runs = [r.name for r in list_runs(runs_dir())]
@@ -211,7 +212,7 @@ def candidates() -> list[str]:
     root = sweeps_dir()
     sweeps = sorted(p for p in root.iterdir() if (p / "runs").is_dir()) if root.is_dir() else []
     swept = [f"{s.name}/{r}" for s in sweeps for r in _sweep_runs(s)]
-    cached = [m.hub_id for m in hub_cache.cached_encoders()]
+    cached = [m.hub_id for m in [*hub_cache.cached_encoders(), *hub_cache.cached_taggers()]]
     return [*bundled_models(), *runs, *pairs, *swept, *cached]
 
 

@@ -70,11 +70,15 @@ def model_family(config) -> str | None:
 
 
 def load_tokenizer(source: ModelRef | str, trust_remote_code: bool = False):
+    """The model's own tokenizer; one shipped without a decoder gets the one its word marking implies
+    (``token_words.complete_decoder``: a WordPiece tokenizer.json without one decoded ``asp ##irin``)."""
     from transformers import AutoTokenizer
+
+    from backend.engine.token_words import complete_decoder
 
     source = resolve_tokenizer(source)
     with _loading(source, f"no usable tokenizer in {source.folder}"):
-        return AutoTokenizer.from_pretrained(source.folder, trust_remote_code=trust_remote_code)
+        return complete_decoder(AutoTokenizer.from_pretrained(source.folder, trust_remote_code=trust_remote_code))
 
 
 def _load(
@@ -122,6 +126,13 @@ def load_masked_lm(source: ModelRef | str, **kwargs):
     from transformers import AutoModelForMaskedLM
 
     return _load(AutoModelForMaskedLM, source, **kwargs)
+
+
+def load_token_classifier(source: ModelRef | str, **kwargs):
+    """A token-classification model with its own head (a fine-tuned or released NER tagger)."""
+    from transformers import AutoModelForTokenClassification
+
+    return _load(AutoModelForTokenClassification, source, **kwargs)
 
 
 def load_encoder(source: ModelRef | str, **kwargs):

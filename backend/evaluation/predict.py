@@ -1,22 +1,20 @@
-"""The NER demo's backend: list the fine-tuned NER models an evaluation kept, and tag free text with one of them
-(output shaped for ``gr.HighlightedText``: the whole text as ``(segment, entity_type_or_None)`` pairs)."""
+"""The NER demo's backend: list the fine-tuned NER models an evaluation kept, and tag free text with any
+token-classification model -- one of them or a released one (``tagger``) -- (output shaped for
+``gr.HighlightedText``: the whole text as ``(segment, entity_type_or_None)`` pairs). Every model reads the same
+words (``split_words``), so side by side their spans start and end at the same places."""
 
 from __future__ import annotations
 
 import re
-import threading
 from pathlib import Path
 
 from backend.core.atomic import read_json
-from backend.core.errors import ModelSpecError
+from backend.engine.model_ref import ModelRef
 
 # words, and each punctuation mark between words on its own (as in CoNLL-style data); punctuation inside a word
 # stays in it ("Alzheimer's", "IL-2", "Smith-Lemli-Opitz", "3.5"): split off, a model tagged its "'" and "s" as
 # two entities, and a highlighted entity must be whole words
 _WORD = re.compile(r"\w+(?:['’.\-/]\w+)*|[^\w\s]")
-_CACHE: dict[str, tuple[float, object, object, dict]] = {}
-_CACHE_MAX = 3
-_LOCK = threading.Lock()
 
 
 def split_words(text: str) -> list[tuple[str, int, int]]:
@@ -76,58 +74,28 @@ def list_finetuned(root: str | Path | None = None, task: str = "ner") -> list[di
     return out
 
 
-def _load(model_dir: Path):
-    from transformers import AutoModelForTokenClassification, AutoTokenizer
-
-    from backend.engine.models import quiet_transformers
-
-    lm = read_json(model_dir / "label_map.json")
-    if lm is None:
-        raise ModelSpecError(f"'{model_dir}': not a fine-tuned model folder (no readable label_map.json)")
-    if lm.get("task") != "ner":
-        raise ModelSpecError(f"'{model_dir}': fine-tuned for {lm.get('task')}, not NER")
-    if not (model_dir / "config.json").exists():
-        raise ModelSpecError(f"'{model_dir}': the fine-tuned weights were not kept (no config.json)")
-    key = str(model_dir.resolve())
-    stamp = (model_dir / "label_map.json").stat().st_mtime
-    with _LOCK:
-        hit = _CACHE.get(key)
-        if hit and hit[0] == stamp:
-            return hit[1], hit[2], hit[3]
-    try:
-        with quiet_transformers():
-            tok = AutoTokenizer.from_pretrained(model_dir)
-            model = AutoModelForTokenClassification.from_pretrained(model_dir, use_safetensors=True)
-    except (OSError, ValueError) as exc:
-        raise ModelSpecError(f"'{model_dir}': cannot load the fine-tuned model ({exc})") from exc
-    model.eval()
-    with _LOCK:
-        if len(_CACHE) >= _CACHE_MAX:
-            _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[key] = (stamp, tok, model, lm)
-    return tok, model, lm
+def tag_words(model: str | Path | ModelRef, words: list[str]) -> list[str]:
+    """IOB2 tags for pretokenized ``words`` with a token-classification model (``tagger.load_tagger``)."""
+    return tag_words_batch(model, [words])[0]
 
 
-def tag_words(model_dir: str | Path, words: list[str]) -> list[str]:
-    """IOB2 tags for pretokenized ``words`` with a fine-tuned NER model folder."""
-    return tag_words_batch(model_dir, [words])[0]
-
-
-def tag_words_batch(model_dir: str | Path, sentences: list[list[str]], batch_size: int = 32) -> list[list[str]]:
-    """IOB2 tags for many pretokenized sentences, ``batch_size`` chunks per forward pass; an empty sentence gets
-    no tags."""
+def tag_words_batch(model, sentences: list[list[str]], batch_size: int = 32) -> list[list[str]]:
+    """IOB2 tags for many pretokenized sentences, ``batch_size`` chunks per forward pass, each word tagged by its
+    first piece; an empty sentence gets no tags. ``model``: a fine-tuned model's folder, any token-classification
+    model's name, its ``ModelRef``, or a loaded ``Tagger``."""
     from backend.evaluation.ner import decode_chunks, encode_sentences, pad_token_id, run_token_model
+    from backend.evaluation.tagger import Tagger, load_tagger
 
     kept = [i for i, ws in enumerate(sentences) if ws]
     out: list[list[str]] = [[] for _ in sentences]
     if not kept:
         return out
-    tok, model, lm = _load(Path(model_dir))
+    tagger = model if isinstance(model, Tagger) else load_tagger(model if isinstance(model, ModelRef) else str(model))
     chosen = [sentences[i] for i in kept]
-    chunks = encode_sentences(tok, chosen, int(lm.get("max_len", 256)), bool(lm.get("prefix_space", False)))
-    device = next(model.parameters()).device
-    _, preds = run_token_model(model, chunks, pad_token_id(tok, str(model_dir)), batch_size, device)
-    id2label = {int(k): v for k, v in model.config.id2label.items()}
+    chunks = encode_sentences(tagger.tokenizer, chosen, tagger.max_len, tagger.prefix_space)
+    device = next(tagger.model.parameters()).device
+    _, preds = run_token_model(tagger.model, chunks, pad_token_id(tagger.tokenizer, tagger.name), batch_size, device)
+    id2label = {i: tagger.labels.iob2(lab) for i, lab in enumerate(tagger.labels.labels)}
     for i, tags in zip(kept, decode_chunks(chunks, preds, [len(ws) for ws in chosen], id2label), strict=True):
         out[i] = tags
     return out
@@ -150,28 +118,34 @@ def entity_spans(tags: list[str]) -> list[tuple[int, int, str]]:
     return spans
 
 
-def predict_entities(model_dir: str | Path, text: str) -> list[tuple[str, str | None]]:
+def predict_entities(model: str | Path | ModelRef, text: str) -> list[tuple[str, str | None]]:
     """Tag ``text``: the whole text split into ``(segment, entity_type)`` / ``(segment, None)`` pairs in order,
     ready for ``gr.HighlightedText``. Joining the segments gives ``text`` back."""
-    return predict_entities_batch(model_dir, [text])[0]
+    return predict_entities_batch(model, [text])[0]
 
 
-def predict_entities_batch(model_dir: str | Path, texts: list[str]) -> list[list[tuple[str, str | None]]]:
-    """``predict_entities`` for many texts with one model, in one batched pass (the app batches its users)."""
+def predict_entities_batch(model: str | Path | ModelRef, texts: list[str]) -> list[list[tuple[str, str | None]]]:
+    """``predict_entities`` for many texts with one model, in one batched pass (the app batches its users). A model
+    this lab fine-tuned reads the words it was trained on (``split_words``, CoNLL-style); a released one reads the
+    text as transformers' pipeline feeds it (``tagger.released_spans``)."""
+    from backend.evaluation.tagger import load_tagger, released_spans
+
     texts = [t or "" for t in texts]
+    tagger = load_tagger(model if isinstance(model, ModelRef) else str(model))
+    if not tagger.lab:
+        return [spans_to_segments(t, sp) for t, sp in zip(texts, released_spans(tagger, texts), strict=True)]
     words = [split_words(t) for t in texts]
-    tags = tag_words_batch(model_dir, [[w for w, _, _ in ws] for ws in words])
+    tags = tag_words_batch(tagger, [[w for w, _, _ in ws] for ws in words])
     return [_segments(t, ws, tg) for t, ws, tg in zip(texts, words, tags, strict=True)]
 
 
-def _segments(text: str, words: list[tuple[str, int, int]], tags: list[str]) -> list[tuple[str, str | None]]:
-    """The whole ``text`` as (segment, entity type or None) pairs, from its words' tags."""
-    if not words:
-        return [(text, None)] if text else []
+def spans_to_segments(text: str, spans: list[tuple[int, int, str]]) -> list[tuple[str, str | None]]:
+    """The whole ``text`` as (segment, entity type or None) pairs, from ``(start, end, type)`` spans in order."""
     out: list[tuple[str, str | None]] = []
     cursor = 0
-    for a, b, typ in entity_spans(tags):
-        start, end = words[a][1], words[b][2]
+    for start, end, typ in sorted(spans):
+        if start < cursor:  # overlapping windows' leftovers: the first span kept
+            continue
         if start > cursor:
             out.append((text[cursor:start], None))
         out.append((text[start:end], typ))
@@ -179,3 +153,10 @@ def _segments(text: str, words: list[tuple[str, int, int]], tags: list[str]) -> 
     if cursor < len(text):
         out.append((text[cursor:], None))
     return out
+
+
+def _segments(text: str, words: list[tuple[str, int, int]], tags: list[str]) -> list[tuple[str, str | None]]:
+    """The whole ``text`` as (segment, entity type or None) pairs, from its words' tags."""
+    if not words:
+        return [(text, None)] if text else []
+    return spans_to_segments(text, [(words[a][1], words[b][2], typ) for a, b, typ in entity_spans(tags)])

@@ -24,7 +24,7 @@ from backend import objectives
 from backend.core.errors import DetourError
 from backend.detour.attention import causal_attention
 from backend.detour.encoder_lm import EncoderLM
-from backend.engine.models import load_masked_lm, quiet_transformers, transformer_blocks
+from backend.engine.models import ModelRef, load_masked_lm, quiet_transformers, resolve_model, transformer_blocks
 
 KIND_NAMES = {"full_attention": "global", "sliding_attention": "local"}
 MAX_SEQ_LEN = 512
@@ -212,16 +212,20 @@ def patterns_of(model, seq_len: int, measure: bool = True) -> dict:
     }
 
 
-def attention_patterns(spec: str, seq_len: int = 128, measure: bool = True, trust_remote_code: bool = False) -> dict:
-    """``patterns_of`` for a model spec (bundled name, run, checkpoint, folder, hub id), on a private copy loaded
-    for this call: the causal forwards flip flags that another thread's forward on a shared copy would see."""
+def attention_patterns(
+    spec: str | ModelRef, seq_len: int = 128, measure: bool = True, trust_remote_code: bool = False
+) -> dict:
+    """``patterns_of`` for a model (bundled name, run, checkpoint, folder, hub id, or the ``ModelRef`` the caller
+    resolved), on a private copy loaded for this call: the causal forwards flip flags that another thread's forward
+    on a shared copy would see."""
     try:
         seq_len = int(seq_len)
     except (TypeError, ValueError) as exc:
         raise MaskViewError(f"masks: sequence length {seq_len!r} is not a whole number") from exc
+    ref = resolve_model(spec)
     with quiet_transformers():
-        model = load_masked_lm(spec, trust_remote_code=trust_remote_code).eval()
+        model = load_masked_lm(ref, trust_remote_code=trust_remote_code).eval()
     longest = min(MAX_SEQ_LEN, getattr(model.config, "max_position_embeddings", MAX_SEQ_LEN))
     if not 2 <= seq_len <= longest:
         raise MaskViewError(f"masks: sequence length {seq_len}; allowed 2-{longest} for this model")
-    return {"model": spec, **patterns_of(model, seq_len, measure)}
+    return {"model": ref.spec, **patterns_of(model, seq_len, measure)}

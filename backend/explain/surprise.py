@@ -30,6 +30,8 @@ from backend.analysis.fill_mask import get_model
 from backend.core.errors import DetourError
 from backend.detour.attention import causal_attention
 from backend.engine.data import pack
+from backend.engine.model_ref import ModelRef, resolve_model
+from backend.engine.token_words import piece_label
 from backend.objectives import IGNORE, clm_labels, special_ids
 
 MAX_TOKENS = 128  # the masked view runs one copy of the text per token: its cost grows with the square of this
@@ -122,7 +124,8 @@ def _mean(values: list) -> tuple[float | None, int]:
 
 
 def _token(tokenizer, i: int | None) -> str | None:
-    return None if i is None else tokenizer.decode([i])
+    """The expected piece in words (``…irin``: it continues the word before it; no ``##``, ``▁`` or ``Ġ``)."""
+    return None if i is None else piece_label(tokenizer, i)
 
 
 VIEWS = {  # per-token view -> (model, row, tokenizer) -> (surprise, expected id), and what it adds to its name
@@ -165,10 +168,11 @@ def surprise_of(tokenizer, model, text: str, max_tokens: int = MAX_TOKENS) -> di
     return out
 
 
-def token_surprise(specs: list[str], text: str, max_tokens: int = MAX_TOKENS) -> list[dict]:
-    """Per-token surprise under each view (next token, masked alone) of ``text`` for each model spec (models from the
-    fill-mask cache)."""
+def token_surprise(specs: list[str | ModelRef], text: str, max_tokens: int = MAX_TOKENS) -> list[dict]:
+    """Per-token surprise under each view (next token, masked alone) of ``text`` for each model: a name (resolved
+    here, once) or the ``ModelRef`` the caller resolved (models from the fill-mask cache)."""
     check_text(text)
     if not specs:
         raise SurpriseError("surprise: choose at least one model")
-    return [{"model": spec, **surprise_of(*get_model(spec), text, max_tokens)} for spec in specs]
+    refs = [resolve_model(s) for s in specs]
+    return [{"model": ref.spec, **surprise_of(*get_model(ref), text, max_tokens)} for ref in refs]

@@ -37,7 +37,7 @@ def test_second_evaluation_into_one_folder_adds_models_and_refuses_other_setting
 def test_ner_test_split_without_entities_says_f1_undefined_and_defaults_fit_the_size(tmp_path, tiny_modernbert_dir):
     """No entity in test: F1 is 0/0, said in results.json/md and the NER tab (not 0.00). No --lr: the tiny model
     (well under 50M parameters) gets 1e-3, and results.json says why."""
-    from app import ner_tab
+    from app import ner_evaluations
     from backend.core.paths import DEMO_NER_DIR
 
     data = tmp_path / "ner"
@@ -55,7 +55,7 @@ def test_ner_test_split_without_entities_says_f1_undefined_and_defaults_fit_the_
     assert r["hparams"]["lr"] == 1e-3 and "under 50M parameters" in r["lr_why"]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DETOUR_EVALS_DIR", str(tmp_path / "evals"))
-        [row] = ner_tab.f1_table()
+        [row] = ner_evaluations.f1_table()
     assert row[4] is None and "F1 undefined" in row[7]
 
 

@@ -9,7 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from app import PathNotAllowed, analyze_tab, check_model_spec, check_path, fill_mask_tab, launch_tab, ner_tab, runs_tab
+from app import (
+    PathNotAllowed,
+    analyze_tab,
+    check_model_spec,
+    check_path,
+    fill_mask_tab,
+    launch_tab,
+    ner_evaluations,
+    ner_tab,
+    runs_tab,
+)
 from backend.core import atomic
 from backend.engine import rundir
 from backend.engine.config import default_config
@@ -312,14 +322,14 @@ def test_analyze_cka_weights_trajectory(tiny_modernbert_dir, tmp_path, isolated_
 
 
 def test_ner_evaluate_tag_and_table(tiny_bert_dir):
-    assert ner_tab.finetuned_choices() == []
-    msg = ner_tab.run_evaluation([str(tiny_bert_dir)], "0", epochs=1, max_train=16)
+    assert ner_evaluations.finetuned_choices() == []
+    msg = ner_evaluations.run_evaluation([str(tiny_bert_dir)], "0", epochs=1, max_train=16)
     assert msg.startswith("✓"), msg
-    choices = ner_tab.finetuned_choices()
+    choices = ner_evaluations.finetuned_choices()
     assert len(choices) == 1
     vals, msg = ner_tab.tag(ner_tab.EXAMPLE, [choices[0][1], None])
     assert vals[1] is None and "".join(seg for seg, _ in vals[0]) == ner_tab.EXAMPLE
-    table = ner_tab.f1_table()
+    table = ner_evaluations.f1_table()
     assert len(table) == 1 and table[0][2] == Path(tiny_bert_dir).name and table[0][6] == "1/1"
     vals, msg = ner_tab.tag("", [choices[0][1]])
     assert "write a text" in msg
@@ -328,7 +338,7 @@ def test_ner_evaluate_tag_and_table(tiny_bert_dir):
     # many users at once (one batched pass): each answer as alone
     texts = [ner_tab.EXAMPLE, "", "Metformin was stopped at Boston Children's Hospital in 2019.", "x"]
     requests = [(t, [choices[0][1], None]) for t in texts] + [("x", ["/etc"])]
-    assert ner_tab.tag_many(requests) == [ner_tab.tag(t, dirs) for t, dirs in requests]
+    assert [(a.values, a.message) for a in ner_tab.tag_many(requests)] == [ner_tab.tag(t, dirs) for t, dirs in requests]
     assert json.loads((Path(choices[0][1]) / "label_map.json").read_text())["task"] == "ner"
 
 

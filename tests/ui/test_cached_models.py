@@ -5,7 +5,6 @@ cached nor reachable is said plainly. The cache is built by the test from the bu
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -16,24 +15,15 @@ import pytest
 
 from app import PathNotAllowed, check_model_spec, default_picks, model_choices
 from backend.core.paths import BUNDLED_MODELS_DIR, DEFAULT_MODEL, REPO_ROOT
+from tests import released_models
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 CACHED = "detour-lab/tiny-cached"
 
 
 def put_in_hub_cache(cache: Path, repo_id: str, files: dict[str, bytes]) -> Path:
-    """``files`` as the hub client stores a download: content-addressed blobs, a snapshot of links, refs/main."""
-    repo = cache / f"models--{repo_id.replace('/', '--')}"
-    (repo / "blobs").mkdir(parents=True)
-    snap = repo / "snapshots" / COMMIT
-    snap.mkdir(parents=True)
-    for name, data in files.items():
-        digest = hashlib.sha256(data).hexdigest()
-        (repo / "blobs" / digest).write_bytes(data)
-        (snap / name).symlink_to(Path("..") / ".." / "blobs" / digest)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(COMMIT)
-    return snap
+    """``files`` as the hub client stores a download (``tests.released_models.put_in_hub_cache``), at ``COMMIT``."""
+    return released_models.put_in_hub_cache(cache, repo_id, files, COMMIT)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app import ner_tab
+from app import ner_evaluations, ner_tab
 
 
 @pytest.fixture(autouse=True)
@@ -20,13 +20,13 @@ def app_env(tmp_path, monkeypatch, tiny_bert_dir):
 
 def test_live_evaluation_shows_each_epochs_dev_f1_as_it_trains(tiny_bert_dir):
     seen = []
-    for live, final in ner_tab.evaluate_live([str(tiny_bert_dir)], "0", epochs=2, max_train=16):
+    for live, final in ner_evaluations.evaluate_live([str(tiny_bert_dir)], "0", epochs=2, max_train=16):
         seen.append((len(live.rows), final))
     assert seen[-1][1].startswith("✓"), seen[-1][1]
     assert [n for n, final in seen if final is None][-1] == 2  # both epochs were on the page before the end
     assert any(final is None and n == 1 for n, final in seen)  # the first one while the second still trained
 
-    metrics = json.loads(next(Path(ner_tab.evals_dir()).glob("*/models/*/seed-0/metrics.json")).read_text())
+    metrics = json.loads(next(Path(ner_evaluations.evals_dir()).glob("*/models/*/seed-0/metrics.json")).read_text())
     rows = live.rows
     assert [r[3] for r in rows] == ["1/2", "2/2"]
     assert [r[4] for r in rows] == [round(100 * h["dev_f1"], 2) for h in metrics["history"]]
@@ -38,11 +38,11 @@ def test_live_evaluation_shows_each_epochs_dev_f1_as_it_trains(tiny_bert_dir):
 
 
 def test_stopping_the_page_stops_the_evaluation(tiny_bert_dir):
-    gen = ner_tab.evaluate_live([str(tiny_bert_dir)], "0 1", epochs=3, max_train=16)
+    gen = ner_evaluations.evaluate_live([str(tiny_bert_dir)], "0 1", epochs=3, max_train=16)
     live, final = next(gen)
     assert final is None
     gen.close()  # what gradio does when the page goes away or Stop is pressed
-    results = next(Path(ner_tab.evals_dir()).glob("*/results.json"))
+    results = next(Path(ner_evaluations.evals_dir()).glob("*/results.json"))
     for _ in range(600):  # the runner stops at its next progress event and writes its results
         res = json.loads(results.read_text())
         if res.get("status") == "stopped":
@@ -73,9 +73,9 @@ def test_entities_are_whole_words_with_their_type(tmp_path):
         (data / f"{split}.tsv").write_text(text)
     evaluate_models(
         ["detour-tiny-en"], task="ner", data=str(data), seeds=[0], epochs=30, lr=1e-3, batch_size=2,
-        out_dir=ner_tab.evals_dir() / "memo", progress=lambda ev: None,
+        out_dir=ner_evaluations.evals_dir() / "memo", progress=lambda ev: None,
     )  # fmt: skip
-    model = str(ner_tab.evals_dir() / "memo" / "models" / "detour-tiny-en" / "seed-0")
+    model = str(ner_evaluations.evals_dir() / "memo" / "models" / "detour-tiny-en" / "seed-0")
 
     vals, msg = ner_tab.tag("Patients with type 2 diabetes received metformin.", [model])
     assert vals[0] == [
@@ -121,8 +121,8 @@ def test_empty_slots_take_the_fine_tuned_models_that_exist():
     slot = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "ner-model-0")
     assert slot.value is None  # built with no evaluation
     fn = next(f for f in demo.fns.values() if slot in f.outputs and {ev for _, ev in f.targets} >= {"load", "click"})
-    a = fake_finetuned(Path(ner_tab.evals_dir()), "model-a", "2026-01-01T00:00:00")
-    b = fake_finetuned(Path(ner_tab.evals_dir()), "model-b", "2026-01-02T00:00:00")
+    a = fake_finetuned(Path(ner_evaluations.evals_dir()), "model-a", "2026-01-01T00:00:00")
+    b = fake_finetuned(Path(ner_evaluations.evals_dir()), "model-b", "2026-01-02T00:00:00")
     values = [u["value"] for u in fn.fn(None, None, None, None)[: ner_tab.SLOTS]]
     assert values == [str(b), str(a), None, None]  # the newest two
     kept = [u["value"] for u in fn.fn(None, str(a), None, None)[: ner_tab.SLOTS]]
@@ -130,19 +130,17 @@ def test_empty_slots_take_the_fine_tuned_models_that_exist():
     assert ner_tab.default_slots([None] * 4) == [str(b), str(a), None, None]
 
 
-def test_punctuation_inside_a_word_stays_in_it(monkeypatch):
+def test_punctuation_inside_a_word_stays_in_it():
     """Issue 24 #8: "Alzheimer's" was split into "Alzheimer", "'", "s" and its "'" and "s" tagged as entities."""
     from backend.evaluation import predict
 
     assert [w for w, _, _ in predict.split_words("Alzheimer's disease (IL-2), 3.5 mg.")] == [
         "Alzheimer's", "disease", "(", "IL-2", ")", ",", "3.5", "mg", ".",
     ]  # fmt: skip
-    monkeypatch.setattr(
-        predict,
-        "tag_words_batch",
-        lambda d, sentences: [["B-Disease" if "Alzheimer" in w else "O" for w in words] for words in sentences],
-    )
-    assert predict.predict_entities("m", "Early Alzheimer's onset.") == [
+    text = "Early Alzheimer's onset."
+    words = predict.split_words(text)
+    tags = ["B-Disease" if "Alzheimer" in w else "O" for w, _, _ in words]  # a model's answer, word by word
+    assert predict._segments(text, words, tags) == [
         ("Early ", None),
         ("Alzheimer's", "Disease"),
         (" onset.", None),
@@ -153,7 +151,7 @@ def test_hub_models_keep_their_org_and_a_slot_error_names_the_slot_once(tiny_ber
     from app import fill_mask_tab
 
     choices, specs = ["someorg/tiny-ner (cached, 4M)", str(tiny_bert_dir)], ["someorg/tiny-ner", str(tiny_bert_dir)]
-    assert ner_tab.eval_labels(choices, specs) == ["someorg/tiny-ner", Path(tiny_bert_dir).name]
+    assert ner_evaluations.eval_labels(choices, specs) == ["someorg/tiny-ner", Path(tiny_bert_dir).name]
     _, msg = ner_tab.tag("x", [None, None, None, "/etc"])
     assert "slot 4: '/etc' is outside" in msg and "model 4" not in msg and msg.count("slot") == 1, msg
     _, msg = fill_mask_tab.predict("The [MASK] hurts.", ["", "/etc"], [False, False])
@@ -161,7 +159,7 @@ def test_hub_models_keep_their_org_and_a_slot_error_names_the_slot_once(tiny_ber
 
 
 def test_no_fine_tuned_model_yet_says_what_to_do():
-    assert ner_tab.finetuned_choices() == []
+    assert ner_evaluations.finetuned_choices() == []
     assert "Run an evaluation" in ner_tab.next_step() and "python -m backend evaluate" in ner_tab.next_step()
     assert ner_tab.next_step([("m", "/p")]) == ""
 
@@ -175,7 +173,7 @@ def test_an_unreadable_evaluation_is_listed_with_why_and_refresh_follows_the_fol
     demo = main.build_app(main.AppContext())
     slot = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "ner-model-0")
     fn = next(f for f in demo.fns.values() if slot in f.outputs and {ev for _, ev in f.targets} >= {"load", "click"})
-    root = Path(ner_tab.evals_dir())
+    root = Path(ner_evaluations.evals_dir())
     good = fake_finetuned(root, "model-a", "2026-01-01T00:00:00", evaluation="ev-good")
     for name, text in (("ev-list", "[]"), ("ev-torn", '{"task": "ner", "hpar')):
         (root / name).mkdir()
@@ -200,12 +198,14 @@ def test_an_unreadable_evaluation_is_listed_with_why_and_refresh_follows_the_fol
 
 def test_a_pretrained_model_named_in_a_slot_is_said_to_need_fine_tuning():
     """A bundled model or a run typed in a slot was refused as a path outside the allowed folders, with the advice
-    to add it to DETOUR_ALLOWED_ROOTS; a listed fine-tuned model may be typed by its name."""
-    a = fake_finetuned(Path(ner_tab.evals_dir()), "model-a", "2026-01-01T00:00:00")
-    (name,) = [n for n, p in ner_tab.finetuned_choices() if p == str(a)]
+    to add it to DETOUR_ALLOWED_ROOTS; a listed fine-tuned model may be typed by its name. Now any model resolves
+    as in every field; one that is not a token-classification model is said to need fine-tuning here first."""
+    a = fake_finetuned(Path(ner_evaluations.evals_dir()), "model-a", "2026-01-01T00:00:00")
+    (name,) = [n for n, p in ner_evaluations.finetuned_choices() if p == str(a)]
     vals, msg = ner_tab.tag("Some text.", ["detour-tiny-en", "detour-detour", name])
     assert vals[:2] == [None, None]
-    for slot, typed in ((1, "detour-tiny-en"), (2, "detour-detour")):
-        assert f"slot {slot}: '{typed}' is not a fine-tuned NER model" in msg, msg
+    assert "slot 1: model 'detour-tiny-en': a pretrained encoder (ModernBertForMaskedLM), not a token-classif" in msg
+    assert "fine-tune it under Run an evaluation below" in msg, msg
+    assert "slot 2: model 'detour-detour': not a bundled model, a run" in msg, msg
     assert "outside the folders" not in msg and "DETOUR_ALLOWED_ROOTS" not in msg
     assert "slot 3: 'model-a" not in msg and "slot 3" in msg  # found by its name: its folder was tried (no weights)
