@@ -83,6 +83,8 @@ def leaderboard_figure(lb: dict):
     interval and groups in its axis label (text beside the points would cross the intervals)."""
     import plotly.graph_objects as go
 
+    from backend.reporting import figure_style  # noqa: F401  (the lab's template: plotly's default once imported)
+
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
     letters = [g["letter"] for g in lb["groups"]]
     ms = lb["models"]
