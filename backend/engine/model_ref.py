@@ -133,13 +133,13 @@ def _hub(spec: str) -> ModelRef:
     if hub_cache.snapshot_of(spec) is not None:
         snap = hub_cache.check_snapshot(spec)
         return ModelRef("hub", spec, spec, str(snap) if snap else None)
-    if "/" not in spec:  # the hub names models org/name; a bare word is a local name mistyped, online or not
+    if hub_cache.offline():
+        raise ModelSpecError(hub_cache.not_available(spec) + _close(spec, candidates()))
+    if "/" not in spec:  # the hub names models org/name; a bare word is a local name mistyped
         raise ModelSpecError(
             f"model '{spec}': not a bundled model, a run, a folder or a cached model, and a hub id names its "
             f"organisation (e.g. answerdotai/ModernBERT-base){_close(spec, candidates())}"
         )
-    if hub_cache.offline():
-        raise ModelSpecError(hub_cache.not_available(spec) + _close(spec, candidates()))
     return ModelRef("hub", spec, spec)
 
 
