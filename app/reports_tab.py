@@ -239,15 +239,15 @@ def _minutes(seconds: float | None) -> str:
     return "time not measured here yet" if seconds is None else f"~{max(1, round(seconds / 60))} min"
 
 
-def button_label() -> str:
+def button_label(m: dict | None = None) -> str:
     """The launch button: the last measured time of the quick study here, else its estimate at this machine's
-    training rate, else that none is measured yet."""
-    return f"Run the detour study (quick, {_minutes(quick_duration()[0])})"
+    training rate, else that none is measured yet (``m``: a ``quick_measurement`` read already)."""
+    return f"Run the detour study (quick, {_minutes((m or quick_measurement())['seconds'])})"
 
 
-def time_note() -> str:
+def time_note(m: dict | None = None) -> str:
     """Where the launch button's time comes from, in one sentence, with the machine load it was measured under."""
-    m = quick_measurement()
+    m = m or quick_measurement()
     seconds = m["seconds"]
     if m["how"] == "measured":
         if m["load"] is None:
@@ -302,7 +302,8 @@ def build(ctx) -> dict:
     names = list_reports()
     first = names[0] if names else None
     v0 = load_view(first)
-    button = button_label()
+    measured = quick_measurement()
+    button = button_label(measured)
     gr.Markdown(
         "Replications of the paper's three findings (`python -m backend replicate`, presets quick, standard, gpu, "
         "paper). Each report states what was measured, what the paper found and whether it replicated, per token "
@@ -321,7 +322,7 @@ def build(ctx) -> dict:
         refresh_btn = gr.Button("Refresh", scale=1, min_width=120)
         launch_btn = gr.Button(button, variant="primary", scale=2, elem_id="rep-launch")
         hybrid_btn = gr.Button(hybrid_button_label(), scale=2, elem_id="rep-launch-hybrid")
-    time_md = gr.Markdown(_time_text(), elem_id="rep-time")
+    time_md = gr.Markdown(_time_text(measured), elem_id="rep-time")
     launch_msg = gr.Markdown("", elem_id="rep-launch-msg")
     empty = gr.Markdown(EMPTY.format(button=button), visible=not names, elem_id="rep-empty")
     with gr.Column(visible=bool(names)) as view_col:
@@ -390,9 +391,10 @@ def build(ctx) -> dict:
     def times():
         """The button's time and its note read again: a quick replication that finished after the page was built
         shows what it took."""
-        label = button_label()
+        m = quick_measurement()  # once for the label and the note: it plans the study (50 ms on 2 cores)
+        label = button_label(m)
         hybrid = gr.update(value=hybrid_button_label())  # this machine's rate may have been measured meanwhile
-        return [gr.update(value=label), _time_text(), gr.update(value=EMPTY.format(button=label)), hybrid]
+        return [gr.update(value=label), _time_text(m), gr.update(value=EMPTY.format(button=label)), hybrid]
 
     keep_fresh(times, [launch_btn, time_md, empty, hybrid_btn], button=refresh_btn)
     from app import suite_panel
@@ -417,9 +419,9 @@ def build(ctx) -> dict:
     }
 
 
-def _time_text() -> str:
+def _time_text(m: dict | None = None) -> str:
     return (
-        f"{time_note()} The quick preset shows the study at a CPU's scale; `--preset standard` (CPU) and "
+        f"{time_note(m)} The quick preset shows the study at a CPU's scale; `--preset standard` (CPU) and "
         "`--preset gpu` give numbers to read (`python -m backend replicate --preset standard --plan` estimates its "
         f"time). The second paper's study: {hybrid_time_note()}"
     )

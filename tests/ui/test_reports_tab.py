@@ -81,6 +81,17 @@ def test_the_button_shows_a_study_that_finished_after_build_with_its_machine_loa
     assert label["value"] in empty["value"]
 
 
+def test_showing_the_tab_plans_the_quick_study_once(reports_root, monkeypatch):
+    """The tab's times are read each time it is shown; the label and the note came from two plans of the same study
+    (100 ms on 2 cores, for each of 20 students picking the tab)."""
+    _, parts = build()
+    plans = []
+    real = reports_tab.quick_measurement
+    monkeypatch.setattr(reports_tab, "quick_measurement", lambda: plans.append(1) or real())
+    label, note, *_ = parts["times"]()
+    assert len(plans) == 1 and "time not measured here yet" in label["value"] and "No training rate" in note
+
+
 def test_a_step_marker_records_the_machine_load():
     from backend.replication.replicate import machine_load
 
