@@ -14,6 +14,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_MAX_EVENTS", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", str(2**62))
 
 import gradio as gr  # noqa: E402
+from starlette.middleware import Middleware  # noqa: E402
 
 from app import (  # noqa: E402
     analyze_tab,
@@ -24,6 +25,7 @@ from app import (  # noqa: E402
     reports_tab,
     runs_tab,
     session_state,
+    shared_page,
     sweeps_tab,
     tab_timers,
     uploads_dir,
@@ -140,6 +142,7 @@ def launch_kwargs(host: str, port: int | None, share: bool, ctx: AppContext, aut
         footer_links=["api"],
         mcp_server=False,
         enable_monitoring=False,
+        app_kwargs={"middleware": [Middleware(shared_page.SharedPage)]},  # the page made once, sent compressed
         ssr_mode=False,
     )
 
