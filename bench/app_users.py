@@ -58,12 +58,14 @@ def tls() -> ssl.SSLContext:
 
 class BrowserTransport(httpx.AsyncHTTPTransport):
     """A request sent on a kept-alive connection that the server closed meanwhile (uvicorn closes idle ones after 5 s)
-    fails with no response; a browser sends it again on a new connection, unseen, and so does this."""
+    fails before any response (the connection reset, or closed with nothing sent back); a browser sends it again on a
+    new connection, unseen, and so does this. A user starved of CPU at nice 19 met it often: it picks a connection,
+    then waits seconds for its turn to send."""
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         try:
             return await super().handle_async_request(request)
-        except httpx.RemoteProtocolError:
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
             return await super().handle_async_request(request)
 
 
