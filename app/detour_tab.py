@@ -343,9 +343,8 @@ def build(ctx) -> dict:
     m_btn.click(show_masks, inputs=[m_model, m_len], outputs=[m_plot, m_msg], api_name="detour_masks", **busy)
     s_btn.click(lambda text, *specs: show_surprise(text, list(specs)), inputs=[s_text, *s_models],
                 outputs=[s_html, s_msg], api_name="detour_surprise", **busy)  # fmt: skip
-    r_load.click(on_load, inputs=[r_run], outputs=[r_slider, r_info], api_name="detour_run").then(
-        scrub, **scrub_io, **busy
-    )
+    loaded = r_load.click(on_load, inputs=[r_run], outputs=[r_slider, r_info], api_name="detour_run")
+    loaded.then(scrub, **scrub_io, **busy, api_visibility="undocumented")  # documented once, as detour_scrub
     # dragging, arrow keys and a typed value all scrub (.input); letting go (pointer up, or leaving the number box)
     # also moves the slider onto the saved model shown, so its tokens are the model's
     r_slider.input(scrub, **scrub_io, api_name="detour_scrub", trigger_mode="always_last", **busy)

@@ -162,8 +162,11 @@ def build(ctx) -> dict:
         concurrency_limit=1,
         concurrency_id="validate",
     )
+    # the form's own plumbing (its check as one types, the corpus read, save, load, uploads, the proposed name) is
+    # callable by its name but left out of the API page: each lists the form's 60 fields, 45% of the page's bytes
+    internal = {"api_visibility": "undocumented"}
     checked = gr.on([c.change for c in inputs], on_change, trigger_mode="always_last", api_name="validate",
-                    **validate_kw)  # fmt: skip
+                    **validate_kw, **internal)  # fmt: skip
 
     def on_corpus(*vals):
         """After a check that left the corpus pending ("checking corpus…"): read it, then show the form's check
@@ -178,7 +181,7 @@ def build(ctx) -> dict:
         check_corpus(cfg)
         return on_change(*vals)
 
-    checked.then(on_corpus, **{**validate_kw, "concurrency_id": "corpus"})
+    checked.then(on_corpus, **{**validate_kw, "concurrency_id": "corpus"}, **internal)
     with right:  # the timeline (editor and drawing) under the preview
         from app import timeline_editor
 
@@ -228,6 +231,7 @@ def build(ctx) -> dict:
         inputs=[*inputs, base, overwrite],
         outputs=[saved_file, status, load_saved, overwrite],
         api_name="save_config",
+        **internal,
     )
     keep_fresh(lambda: gr.update(choices=saved_configs()), [load_saved])  # a config saved since the page was built
     # the form was built with the app: a page opened after runs were made proposes a name still free
@@ -235,7 +239,7 @@ def build(ctx) -> dict:
 
     if Context.root_block is not None:
         Context.root_block.load(proposed_name, inputs=[comps["name"]], outputs=[comps["name"]], queue=False,
-                                show_progress="hidden", api_name="proposed_name")  # fmt: skip
+                                show_progress="hidden", api_name="proposed_name", **internal)  # fmt: skip
     load_saved.focus(lambda: gr.update(choices=saved_configs()), outputs=[load_saved], queue=False,
                      api_visibility="private")  # fmt: skip
 
@@ -246,14 +250,17 @@ def build(ctx) -> dict:
         return [*vals_, msg, cfg]
 
     # the fields' .change events validate what a load or an upload fills in (over the loaded config)
-    load_saved.input(on_load, inputs=[load_saved], outputs=[*inputs, status, base], api_name="load_saved_config")
-    load_upload.upload(on_load, inputs=[load_upload], outputs=[*inputs, status, base], api_name="load_config")
+    load_saved.input(on_load, inputs=[load_saved], outputs=[*inputs, status, base], api_name="load_saved_config",
+                     **internal)  # fmt: skip
+    load_upload.upload(on_load, inputs=[load_upload], outputs=[*inputs, status, base], api_name="load_config",
+                       **internal)  # fmt: skip
 
     def on_upload(path):
         new, msg = store_upload(path, ctx.max_upload_bytes)
         return (gr.update(value=new, choices=["demo", new]) if new else gr.update()), msg
 
-    upload.upload(on_upload, inputs=[upload], outputs=[comps["data.corpus"], upload_msg], api_name="upload_corpus")
+    upload.upload(on_upload, inputs=[upload], outputs=[comps["data.corpus"], upload_msg], api_name="upload_corpus",
+                  **internal)  # fmt: skip
 
     def refresh_models():
         return gr.update(choices=model_choices())

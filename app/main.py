@@ -7,8 +7,14 @@ from dataclasses import dataclass
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+# Gradio's queue rebuilt a pandas table of its last 10,000 events after every queued event (for a /monitoring page
+# this app turns off: ``enable_monitoring=False``): 20-80 ms of the app's CPU on each fill-mask and NER answer, growing
+# with the events served. One record kept, the summary never recomputed (read by Gradio when its queue is made).
+os.environ.setdefault("GRADIO_ANALYTICS_MAX_EVENTS", "1")
+os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", str(2**62))
 
 import gradio as gr  # noqa: E402
+from starlette.middleware import Middleware  # noqa: E402
 
 from app import (  # noqa: E402
     analyze_tab,
@@ -18,6 +24,8 @@ from app import (  # noqa: E402
     ner_tab,
     reports_tab,
     runs_tab,
+    session_state,
+    shared_page,
     sweeps_tab,
     tab_timers,
     uploads_dir,
@@ -133,6 +141,8 @@ def launch_kwargs(host: str, port: int | None, share: bool, ctx: AppContext, aut
         js=JS,
         footer_links=["api"],
         mcp_server=False,
+        enable_monitoring=False,
+        app_kwargs={"middleware": [Middleware(shared_page.SharedPage)]},  # the page made once, sent compressed
         ssr_mode=False,
     )
 
@@ -155,7 +165,15 @@ def start(
     ctx.app_lock = inference_lane.hold_app_lock(runs_dir())  # the doctor finds this process through it
     warm_imports()
     runs_tab.ensure_worker_if_queued(ctx.max_concurrent)
-    demo = build_app(ctx)
+    return serve(build_app(ctx), host, port, share, ctx, auth, block)
+
+
+def serve(demo: gr.Blocks, host: str, port: int | None, share: bool, ctx: AppContext, auth=None, block: bool = True):
+    """Queue and launch ``demo``; each page's session then shares the components' configs until it changes one
+    (``app.session_state``). Returns (demo, url)."""
     demo.queue(**QUEUE)
-    _, url, _ = demo.launch(prevent_thread_lock=not block, **launch_kwargs(host, port, share, ctx, auth))
+    _, url, _ = demo.launch(prevent_thread_lock=True, **launch_kwargs(host, port, share, ctx, auth))
+    session_state.share_default_configs(demo.server_app.state_holder)
+    if block:
+        demo.block_thread()
     return demo, url

@@ -259,7 +259,7 @@ def build(ctx) -> dict:
                     )
                     label_lines.append(gr.HTML("", elem_id=f"ner-labels-{i}"))
     msg = gr.Markdown("")
-    hint = gr.Markdown(next_step, elem_id="ner-next-step")  # a fresh install: what to do first
+    hint = gr.Markdown("", elem_id="ner-next-step")  # a fresh install: what to do first (``lists``, when shown)
     gr.Markdown("### Evaluations (test F1, mean over seeds)")
     table = gr.Dataframe(value=f1_table() or None, headers=F1_HEADERS, interactive=False)
     with gr.Accordion("Run an evaluation (NER demo set)", open=False, elem_id="ner-eval"):

@@ -144,7 +144,8 @@ def build(ctx) -> dict:
     names = list_reports()
     first = names[0] if names else None
     v0 = load_view(first)
-    button = button_label()
+    measured = quick_measurement()  # once for the label and the note
+    button = button_label(measured)
     gr.Markdown(
         "Replications of the paper's three findings (`python -m backend replicate`, presets quick, standard, gpu, "
         "paper). Each report states what was measured, what the paper found and whether it replicated, per token "
@@ -163,7 +164,7 @@ def build(ctx) -> dict:
         refresh_btn = gr.Button("Refresh", scale=1, min_width=120)
         launch_btn = gr.Button(button, variant="primary", scale=2, elem_id="rep-launch")
         hybrid_btn = gr.Button(hybrid_button_label(), scale=2, elem_id="rep-launch-hybrid")
-    time_md = gr.Markdown(_time_text(power=False), elem_id="rep-time")  # its power follows on page load
+    time_md = gr.Markdown(_time_text(power=False, m=measured), elem_id="rep-time")  # its power follows on page load
     launch_msg = gr.Markdown("", elem_id="rep-launch-msg")
     empty = gr.Markdown(EMPTY.format(button=button), visible=not names, elem_id="rep-empty")
     with gr.Column(visible=bool(names)) as view_col:
@@ -255,9 +256,10 @@ def build(ctx) -> dict:
     def times():
         """The button's time and its note read again: a quick replication that finished after the page was built
         shows what it took."""
-        label = button_label()
+        m = quick_measurement()  # once for the label and the note: it plans the study (50 ms on 2 cores)
+        label = button_label(m)
         hybrid = gr.update(value=hybrid_button_label())  # this machine's rate may have been measured meanwhile
-        return [gr.update(value=label), _time_text(), gr.update(value=EMPTY.format(button=label)), hybrid]
+        return [gr.update(value=label), _time_text(m=m), gr.update(value=EMPTY.format(button=label)), hybrid]
 
     keep_fresh(times, [launch_btn, time_md, empty, hybrid_btn], button=refresh_btn)
     from app import suite_panel

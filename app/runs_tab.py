@@ -301,15 +301,18 @@ def poll_update(selected, log_name, axis: str, state: dict | None, force: bool =
 
 def build(ctx) -> dict:
     import gradio as gr
+    from gradio.context import get_render_context
 
+    from app.refresh import on_show
+
+    tab = get_render_context()
     names = run_names()
-    figs0 = curves(None)
     with gr.Row():
         axis = gr.Radio(["tokens_seen", "step"], value="tokens_seen", label="x axis", scale=2, min_width=300)
         live = gr.Checkbox(value=True, label=f"Live (poll every {POLL_S:g} s)", scale=1, min_width=200)
         refresh_btn = gr.Button("Refresh", scale=1, min_width=120)
     table = gr.Dataframe(
-        value=lambda: runs_table() or None,  # a function: computed when a page loads, not when the app started
+        value=None,  # filled when the tab is shown (``poll``), not on every page's opening
         headers=TABLE_COLUMNS,
         column_widths=COLUMN_WIDTHS,
         interactive=False,
@@ -327,24 +330,24 @@ def build(ctx) -> dict:
         elem_id="runs-compare",
         allow_custom_value=True,  # runs appear after the page was built; handlers accept run names only
     )
-    plots_ = []
+    plots_ = []  # drawn when the tab is shown (``poll``): the page carries no figure for a tab it does not show
     for i in range(0, len(FIGURES), 2):
         with gr.Row():
-            for (_, _, elem_id), fig in zip(FIGURES[i : i + 2], figs0[i : i + 2], strict=True):
-                plots_.append(gr.Plot(value=fig, show_label=False, elem_id=elem_id))
+            for _, _, elem_id in FIGURES[i : i + 2]:
+                plots_.append(gr.Plot(value=None, show_label=False, elem_id=elem_id))
     timeline = timeline_editor.build_runs(compare, axis, default_selection)  # the phases under the curves, same x
     with gr.Row():
         with gr.Column(scale=3):
             log_run = gr.Dropdown(
                 choices=names,
-                value=default_run,  # the running run, else the newest: chosen when the page loads
+                value=None,  # the running run, else the newest: chosen when the tab is shown (``poll``)
                 label="Run",
                 info="its log, and Cancel / Resume",
                 elem_id="runs-selected",
                 allow_custom_value=True,
             )
             log_box = gr.Code(
-                value=lambda: log_tail(default_run()),
+                value="",
                 label="train.log (tail; a failed run's error first)",
                 lines=14,
                 interactive=False,
@@ -391,6 +394,9 @@ def build(ctx) -> dict:
         api_name="runs_poll",
     )
     refresh_btn.click(refresh, inputs=[compare, log_run, axis, known, action], outputs=outs, api_name="runs_refresh")
+    # shown: the table, curves and log as they are now, without waiting for the timer's first tick
+    gr.on(on_show(tab), poll, inputs=[compare, log_run, axis, known, action], outputs=outs, queue=False,
+          show_progress="hidden", api_visibility="private")  # fmt: skip
     live.change(lambda on: gr.Timer(active=on), inputs=[live], outputs=[timer], api_visibility="private")
 
     def replot(selected, axis_):
@@ -410,5 +416,11 @@ def build(ctx) -> dict:
 
     cancel_btn.click(cancel, inputs=[log_run], outputs=[action_msg, action], api_name="cancel")
     resume_btn.click(resume, inputs=[log_run], outputs=[action_msg, action], api_name="resume")
-    return {"table": table, "plot_train": plots_[0], "plot_eval": plots_[1], "plots": plots_, "timer": timer,
-            "live": live}
+    return {
+        "table": table,
+        "plot_train": plots_[0],
+        "plot_eval": plots_[1],
+        "plots": plots_,
+        "timer": timer,
+        "live": live,
+    }

@@ -53,15 +53,15 @@ def _minutes(seconds: float | None) -> str:
     return "time not measured here yet" if seconds is None else f"~{max(1, round(seconds / 60))} min"
 
 
-def button_label() -> str:
+def button_label(m: dict | None = None) -> str:
     """The launch button: the last measured time of the quick study here, else its estimate at this machine's
-    training rate, else that none is measured yet."""
-    return f"Run the detour study (quick, {_minutes(quick_duration()[0])})"
+    training rate, else that none is measured yet (``m``: a ``quick_measurement`` read already)."""
+    return f"Run the detour study (quick, {_minutes((m or quick_measurement())['seconds'])})"
 
 
-def time_note() -> str:
+def time_note(m: dict | None = None) -> str:
     """Where the launch button's time comes from, in one sentence, with the machine load it was measured under."""
-    m = quick_measurement()
+    m = m or quick_measurement()
     seconds = m["seconds"]
     if m["how"] == "measured":
         if m["load"] is None:
@@ -134,12 +134,12 @@ EMPTY = (
 )
 
 
-def _time_text(power: bool = True) -> str:
+def _time_text(power: bool = True, m: dict | None = None) -> str:
     """The quick study's time and (once the page has loaded: it reads the earlier studies) its detectable
-    difference, with where the presets go further."""
+    difference, with where the presets go further (``m``: a ``quick_measurement`` read already)."""
     said = power_note() if power else ""
     return (
-        f"{time_note()} {said} The quick preset shows the study at a CPU's scale; `--preset standard` (CPU) and "
+        f"{time_note(m)} {said} The quick preset shows the study at a CPU's scale; `--preset standard` (CPU) and "
         "`--preset gpu` give numbers to read (`python -m backend replicate --preset standard --plan` gives their time "
         f"and power). The second paper's study: {hybrid_time_note()}"
     )

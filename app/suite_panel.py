@@ -295,8 +295,9 @@ def build(refresh=None) -> dict:
         return f"Started `{started}` in `{suites_root() / started}`.", listed, *show(started)
 
     pick.change(lambda n: (*show(n), report_mtime(n)), inputs=[pick], outputs=[status, report, fig, board, board_fig,
-                seen], show_progress="hidden")  # fmt: skip
-    suite.change(default_name, inputs=[suite], outputs=[name], show_progress="hidden")  # the folder follows it
+                seen], show_progress="hidden", api_visibility="undocumented")  # fmt: skip
+    suite.change(default_name, inputs=[suite], outputs=[name], show_progress="hidden",
+                 api_visibility="undocumented")  # the folder follows it  # fmt: skip
     run_btn.click(run, inputs=[suite, models, labels, name, seeds, epochs, max_train, max_eval],
                   outputs=[msg, pick, status, report, fig, board, board_fig], api_name="suite_run")  # fmt: skip
 

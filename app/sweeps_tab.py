@@ -282,7 +282,7 @@ def build(ctx) -> dict:
     )
     pick.change(show, inputs=[pick], outputs=outs, show_progress="hidden", api_name="sweep_view")
     keep_fresh(listing, [pick, *outs], inputs=[pick], button=refresh)  # page load, tab select, Refresh
-    cancel_btn.click(lambda n: act(cancel_sweep, n), inputs=[pick], outputs=[msg])
-    resume_btn.click(lambda n: act(resume_sweep, n), inputs=[pick], outputs=[msg])
+    cancel_btn.click(lambda n: act(cancel_sweep, n), inputs=[pick], outputs=[msg], api_name="sweep_cancel")
+    resume_btn.click(lambda n: act(resume_sweep, n), inputs=[pick], outputs=[msg], api_name="sweep_resume")
     timer.tick(show, inputs=[pick], outputs=outs, show_progress="hidden", queue=False, api_visibility="private")
     return {"pick": pick, "status": status, "table": table, "plot": plot, "report": report, "launch": go_btn}

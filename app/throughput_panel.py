@@ -90,10 +90,13 @@ def build(run_dropdown):
     Diagnose. Returns the diagnosis' Markdown (the timer's output)."""
     import gradio as gr
 
+    from app.refresh import keep_fresh
+
     with gr.Accordion("Throughput: where the time goes (doctor)", open=False):
         md = gr.Markdown("Pick a run to see where its time goes.", elem_id="runs-throughput")
         btn = gr.Button("Diagnose", size="sm")
-        evals = gr.Markdown(evaluations_markdown, elem_id="runs-eval-throughput")  # computed when a page loads
+        evals = gr.Markdown("", elem_id="runs-eval-throughput")
+    keep_fresh(evaluations_markdown, [evals])  # read when the tab is shown, not on every page's opening
     run_dropdown.change(panel_markdown, inputs=[run_dropdown], outputs=[md], show_progress="hidden",
                         api_name="throughput")  # fmt: skip
     btn.click(lambda name: (panel_markdown(name), evaluations_markdown()), inputs=[run_dropdown], outputs=[md, evals],

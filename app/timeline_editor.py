@@ -247,11 +247,11 @@ def build_launch(inputs: list, values: list, base, to_config, recipe, revalidate
 
 
 def build_runs(compare, axis, default) -> object:
-    """The timeline under the Runs tab's curves, redrawn with the selection and the x axis; the tab's timer and
-    Refresh redraw it as runs appear (``default``: the runs the curves show when none is picked)."""
+    """The timeline under the Runs tab's curves, redrawn with the selection and the x axis; the tab's poll (when it is
+    shown, its timer, Refresh) draws it as runs appear (``default``: the runs the curves show when none is picked)."""
     import gradio as gr
 
-    plot = gr.Plot(value=runs_figure(None, default=default), show_label=False, elem_id="runs-timeline")
+    plot = gr.Plot(value=None, show_label=False, elem_id="runs-timeline")  # drawn when the tab is shown (its poll)
     draw = lambda names, axis_: runs_figure(names, axis_, default)  # noqa: E731
     for event in (compare.change, axis.change):
         event(draw, inputs=[compare, axis], outputs=[plot], show_progress="hidden", api_visibility="private")

@@ -1,37 +1,42 @@
-"""Many users on one app: 20 concurrent clients against the app as on a lab server (password on), one run training.
+"""Many users on one app as on a lab server (password on), one run training: back to back, or a classroom.
 
-    python bench/bench_app_load.py [--clients 20] [--rounds 3] [--duration 240] [--baseline 30] [--out DIR]
+    python bench/bench_app_load.py [--scenario back-to-back classroom] [--clients 20] [--rounds 3] [--duration 240]
+                                   [--baseline 30] [--pause 8] [--open-within 5] [--seed 0] [--out DIR]
 
 The app runs in its own process on 127.0.0.1 only (loopback), with ``DETOUR_PASSWORD`` set, a temporary runs folder
 and a temporary evaluations folder. Before it starts, a tiny NER model is fine-tuned there (``python -m backend
 evaluate``, 1 epoch, 16 sentences: latency, not quality, is measured) so that NER tagging has a model. Through the
-app's Launch action one run trains (the detached worker, as for a user); its tokens/s is measured over ``--baseline``
-seconds with no client, then during the load. Each client opens the app as a browser does (log in, the
-page, its config and the Runs tab's first poll: ``open_app``), then, over Gradio's REST API, does
-``--rounds`` rounds of: fill-mask, NER tagging, listing runs (the Runs tab's refresh), reading the run's curves.
-Bounded twice: the rounds, and ``--duration`` seconds after which no client starts another action; a request waits
-at most ``PATIENCE`` seconds. The run is cancelled at the end and the app stopped.
+app's Launch action one run trains (the detached worker, as for a user). Then each scenario in turn
+(``bench/app_scenarios.py``): the run's tokens/s is measured over ``--baseline`` seconds with no user, then
+``--clients`` users work: each opens the app as a browser does (log in, the page, the events its config sends on
+load: ``bench/app_users.py``) and then
+- back-to-back: ``--rounds`` rounds of fill-mask, NER tagging, the runs list (the Runs tab's Refresh) and the run's
+  curves, no pause between them, all users opening at the same moment;
+- classroom: the users open the app within ``--open-within`` seconds of each other, then work at a person's pace: a
+  pause of ``--pause`` seconds on average before each action (the Fill-mask tab, a fill-mask, the NER tab, a tagging,
+  the Runs tab, whose timer polls while it is read, its Refresh, the curves), ``--rounds`` times.
+Bounded twice: the rounds, and ``--duration`` seconds after which no user starts another action; a request waits at
+most ``PATIENCE`` seconds. The run is cancelled at the end and the app stopped.
 
-Writes bench/results/app_load-<clients>.json and .md (``--out`` for another folder): p50/p95/max latency per
-action, the errors (each one named), the training's tokens/s alone (the app idle) and under the load and their
-ratio, the CPU time the app process took, the machine (CPU model, cores, speed flags), the load average at start
-and end and the app's inference settings (``DETOUR_APP_THREADS``, ``DETOUR_APP_NICE``,
-``DETOUR_APP_SESSION_NICE``). Its figures mean something only on a quiet machine: the table says "not quiet" when
-the load average at start was above a tenth of the cores.
+Writes bench/results/app_load-<clients>.json and .md (back-to-back) and app_load-classroom-<clients>.json and .md
+(``--out`` for another folder): p50/p95/max latency per action, the errors (each one named), the training's tokens/s
+alone (the app idle) and under the load and their ratio, the CPU time the app process took, the page's size and its
+load events, the machine (CPU model, cores, speed flags), the load average at start and end, the scenario's settings,
+the command and the app's inference settings (``DETOUR_APP_THREADS``, ``DETOUR_APP_NICE``,
+``DETOUR_APP_SESSION_NICE``). Its figures mean something only on a quiet machine: the table says "not quiet" when the
+load average at start was above a tenth of the cores.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import asyncio
 import os
 import platform
-import secrets
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -39,17 +44,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+from app_scenarios import FILL_TEXT, NER_TEXT, PASSWORD, SCENARIOS, USER, Load, run_users  # noqa: E402
+from app_users import Page  # noqa: E402
 from common import RESULTS, cpu_name, cpu_speed_flags, save, start_app, stats  # noqa: E402
 
-USER, PASSWORD = "detour", "bench-load-password"
-FILL_TEXT = "The patient was treated with [MASK] for the infection."
-NER_TEXT = "Patients with type 2 diabetes received metformin at Massachusetts General Hospital."
-ACTIONS = ("fill_mask", "ner_tag", "list_runs", "curves")
 QUIET_LOAD_PER_CORE = 0.1  # a load average above this share of the cores at start: the figures are not a quiet run's
 # HTTP clients' defaults are about 5 s for a login or a config read; a browser waits far longer. With 20 clients opening
 # the app at the same moment on 2 busy cores, 19 of 20 logins took more than 5 s (first run of this benchmark), so a
 # request may take up to this long before it counts as an error; the latencies say how long it really took.
 PATIENCE = 120.0
+RUN = "bench-run"
 
 
 def tiny_model(tmp: Path) -> str:
@@ -67,27 +71,45 @@ def fine_tune_ner(model: str, evals: Path, env: dict) -> None:
     )  # fmt: skip
 
 
-def tokens_rate(runs: Path, name: str, seconds: float) -> float:
-    """The run's tokens/s over ``seconds``, from what the trainer records (status.json's tokens_seen)."""
+def tokens_seen(runs: Path) -> int:
     from backend.engine.rundir import read_status
 
-    t0, n0 = time.time(), read_status(runs / name).get("tokens_seen", 0)
+    return read_status(runs / RUN).get("tokens_seen") or 0
+
+
+def tokens_rate(runs: Path, seconds: float) -> float:
+    """The run's tokens/s over ``seconds``, from what the trainer records (status.json's tokens_seen)."""
+    t0, n0 = time.time(), tokens_seen(runs)
     time.sleep(seconds)
-    t1, n1 = time.time(), read_status(runs / name).get("tokens_seen", 0)
-    return (n1 - n0) / (t1 - t0)
+    return (tokens_seen(runs) - n0) / (time.time() - t0)
 
 
-def main() -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--clients", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of the four actions per client")
+    ap.add_argument("--scenario", nargs="+", choices=SCENARIOS, default=list(SCENARIOS),
+                    help="which loads, one after the other on the same app and run (default: both)")  # fmt: skip
+    ap.add_argument("--clients", type=int, default=20, help="users at once")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the scenario's actions per user")
     ap.add_argument("--duration", type=float, default=240.0, help="no action starts after this many seconds")
-    ap.add_argument("--baseline", type=float, default=30.0, help="seconds of training measured with no client")
+    ap.add_argument("--baseline", type=float, default=30.0, help="seconds of training measured with no user")
+    ap.add_argument("--pause", type=float, default=8.0, help="classroom: mean seconds a user reads before an action")
+    ap.add_argument("--open-within", type=float, default=5.0, help="classroom: the users open the app within this")
+    ap.add_argument("--seed", type=int, default=0, help="classroom: the users' opening moments and pauses")
     ap.add_argument("--out", type=Path, default=RESULTS, help="folder for the results (default bench/results)")
-    args = ap.parse_args()
-    own_session()
+    return ap.parse_args(argv)
 
-    from gradio_client import Client
+
+def command(scenario: str, args) -> str:
+    cmd = (f"python bench/bench_app_load.py --scenario {scenario} --clients {args.clients} --rounds {args.rounds} "
+           f"--duration {args.duration:g} --baseline {args.baseline:g}")  # fmt: skip
+    if scenario == "classroom":
+        cmd += f" --pause {args.pause:g} --open-within {args.open_within:g} --seed {args.seed}"
+    return cmd
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    own_session()
 
     from app import launch_tab
     from backend.core.inference_lane import lower_session
@@ -105,104 +127,33 @@ def main() -> int:
     model = tiny_model(tmp)
     fine_tune_ner(model, evals, env)
     app, url = start_app(runs, env, tmp / "app.log")
-    result: dict = {"clients": args.clients, "rounds": args.rounds, "duration_limit_s": args.duration,
-                    "model": "tiny random ModernBERT (hidden 128, 4 layers), bundled tokenizer",
-                    "python": platform.python_version(), "cpus": os.cpu_count(), "password": "on",
-                    "host": "127.0.0.1", "load_average_at_start": os.getloadavg(), "app_inference": app_settings(),
-                    "sched_autogroup": autogroup(),
-                    "trainer_wait_policy": {**os.environ, **jobs.sharing_env()}.get("OMP_WAIT_POLICY")}  # fmt: skip
-    name = "bench-run"
+    common = {"clients": args.clients, "rounds": args.rounds, "duration_limit_s": args.duration,
+              "model": "tiny random ModernBERT (hidden 128, 4 layers), bundled tokenizer",
+              "python": platform.python_version(), "cpus": os.cpu_count(), "password": "on", "host": "127.0.0.1",
+              "app_inference": app_settings(), "sched_autogroup": autogroup(),
+              "trainer_wait_policy": {**os.environ, **jobs.sharing_env()}.get("OMP_WAIT_POLICY")}  # fmt: skip
+    failed = False
     try:
-        c0 = Client(url, auth=(USER, PASSWORD), verbose=False)
-        c0.predict(FILL_TEXT, 5, model, None, None, None, False, False, False, False, api_name="/fill_mask")
-        c0.predict(NER_TEXT, None, None, None, None, api_name="/ner_tag")  # both models loaded once, not measured
-        cfg = default_config()
-        cfg.update(name=name, recipe="clm_detour")
-        cfg["model"]["name"] = model
-        cfg["train"].update(seq_len=64, batch_size=8, precision="fp32")
-        cfg["phases"]["main"]["tokens"] = 50_000_000  # far more than the benchmark lasts; cancelled at the end
-        cfg["logging"].update(log_every=1, eval_every=50, eval_batches=2, checkpoint_every=100_000)
-        launched = c0.predict(*launch_tab.config_to_values(cfg), api_name="/launch")
-        if not any(isinstance(o, str) and f"queued {name}" in o for o in launched):  # one of its outputs says so
-            raise SystemExit(f"the Launch action did not queue the run; it answered {launched!r}")
-        deadline = time.time() + 180
-        while (read_status(runs / name).get("tokens_seen") or 0) == 0 and time.time() < deadline:
-            time.sleep(0.5)
-        result["training_tokens_per_s_without_load"] = tokens_rate(runs, name, args.baseline)
-
-        lat: dict[str, list[float]] = {a: [] for a in ("open_app", *ACTIONS)}
-        errors: list[str] = []
-        lock = threading.Lock()
-        stop_at = time.time() + args.duration
-
-        def call(user: User, action: str) -> None:
-            if action == "fill_mask":
-                user.predict("fill_mask", FILL_TEXT, 5, model, None, None, None, False, False, False, False)
-            elif action == "ner_tag":
-                out = user.predict("ner_tag", NER_TEXT, None, None, None, None)
-                if "entities" not in str(out[-1]):
-                    raise RuntimeError(f"ner_tag answered {out[-1]!r}")
-            elif action == "list_runs":
-                out = user.predict("runs_refresh", None, name, "tokens_seen")
-                if name not in str(out[0]):
-                    raise RuntimeError("the runs table does not list the training run")
-            else:
-                user.predict("curves", [name], "tokens_seen")
-
-        def session(i: int) -> None:
-            t = time.perf_counter()
-            try:
-                client = User(url)
-                client.open_page(name)
-            except Exception as exc:
-                with lock:
-                    errors.append(f"client {i}: open: {type(exc).__name__}: {exc}")
-                return
-            with lock:
-                lat["open_app"].append(time.perf_counter() - t)
-            for _ in range(args.rounds):
-                for action in ACTIONS:
-                    if time.time() > stop_at:
-                        return
-                    t = time.perf_counter()
-                    try:
-                        call(client, action)
-                    except Exception as exc:
-                        with lock:
-                            errors.append(f"client {i} {action}: {type(exc).__name__}: {exc}")
-                        continue
-                    with lock:
-                        lat[action].append(time.perf_counter() - t)
-
-        # the clients stand for users on other machines: here they share the cores, so they yield to the app and
-        # the run (the app and its trainer were started before, in sessions of their own: they keep their priority),
-        # and their CPU is counted. Where the kernel groups by session, a thread's nice orders it only within its
-        # session: the benchmark leads its own session (``main`` re-executes itself under setsid) and lowers it.
+        opened = asyncio.run(prepare(url, model, default_config(), launch_tab.config_to_values, runs))
+        common.update(opened)
+        # the users stand for people on other machines: here they share the cores, so they yield to the app and the
+        # run (the app and its trainer were started before, in sessions of their own: they keep their priority), and
+        # their CPU is counted. Where the kernel groups by session, a thread's nice orders it only within its session:
+        # the benchmark leads its own session (``main`` re-executes itself under setsid) and lowers it.
         os.nice(19 - os.nice(0))
-        result["clients_session_nice"] = lower_session(19)
-        st0 = read_status(runs / name)
-        app_cpu0, clients_cpu0 = cpu_seconds(app.pid), cpu_seconds(os.getpid())
-        t_load = time.time()
-        threads = [threading.Thread(target=session, args=(i,)) for i in range(args.clients)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        elapsed = time.time() - t_load
-        st1 = read_status(runs / name)
-        result["app_cpu_cores_during_load"] = (cpu_seconds(app.pid) - app_cpu0) / elapsed
-        result["clients_cpu_cores_during_load"] = (cpu_seconds(os.getpid()) - clients_cpu0) / elapsed
-        result["load_seconds"] = elapsed
-        result["latency"] = {a: stats(v) for a, v in lat.items()}
-        result["calls"] = sum(len(v) for v in lat.values())
-        result["errors"] = errors
-        result["training_tokens_per_s_with_load"] = (st1.get("tokens_seen", 0) - st0.get("tokens_seen", 0)) / elapsed
-        result["run_state_after_load"] = st1.get("state")
-        result["load_average_at_end"] = os.getloadavg()
-        c0.predict(name, api_name="/cancel")
+        common["clients_session_nice"] = lower_session(19)
+        for scenario in args.scenario:
+            result = {"scenario": scenario, "command": command(scenario, args), **common}
+            if scenario == "classroom":
+                result.update(pause_s=args.pause, open_within_s=args.open_within, seed=args.seed)
+            measure(scenario, result, args, url, model, runs, app.pid)
+            result["run_state_after_load"] = read_status(runs / RUN).get("state")
+            name = f"app_load-{args.clients}" if scenario == "back-to-back" else f"app_load-{scenario}-{args.clients}"
+            save(name, result, render(result), results=args.out)
+            failed |= bool(result["errors"])
     finally:
         try:
-            jobs.cancel(runs / name)
+            jobs.cancel(runs / RUN)
         except Exception:
             pass
         app.send_signal(signal.SIGTERM)
@@ -210,10 +161,51 @@ def main() -> int:
             app.wait(timeout=30)
         except subprocess.TimeoutExpired:
             app.kill()
+    return 1 if failed else 0
 
-    table = render(result, args)
-    save(f"app_load-{args.clients}", result, table, results=args.out)
-    return 0 if not result["errors"] else 1
+
+async def prepare(url: str, model: str, cfg: dict, to_values, runs: Path) -> dict:
+    """Load both models once (not measured), launch the run through the Launch action and wait for its first
+    tokens; returns what one page's opening weighs."""
+    page = Page(url, USER, PASSWORD, PATIENCE)
+    try:
+        events = await page.open()
+        await page.call("fill_mask", FILL_TEXT, 5, model, None, None, None, False, False, False, False)
+        await page.call("ner_tag", NER_TEXT, None, None, None, None)
+        cfg.update(name=RUN, recipe="clm_detour")
+        cfg["model"]["name"] = model
+        cfg["train"].update(seq_len=64, batch_size=8, precision="fp32")
+        cfg["phases"]["main"]["tokens"] = 50_000_000  # far more than the benchmark lasts; cancelled at the end
+        cfg["logging"].update(log_every=1, eval_every=50, eval_batches=2, checkpoint_every=100_000)
+        launched = await page.call("launch", *to_values(cfg), rest_as_shown=True)  # its target: as shown
+        said = [o.get("value") if isinstance(o, dict) else o for o in launched]
+        if not any(isinstance(o, str) and f"queued {RUN}" in o for o in said):  # one of its outputs says so
+            raise SystemExit(f"the Launch action did not queue the run; it answered {launched!r}")
+    finally:
+        await page.close()
+    deadline = time.time() + 180
+    while tokens_seen(runs) == 0 and time.time() < deadline:
+        await asyncio.sleep(0.5)
+    return {"page_bytes": page.page_bytes, "page_load_events": events}
+
+
+def measure(scenario: str, result: dict, args, url: str, model: str, runs: Path, app_pid: int) -> None:
+    """The run alone, then ``scenario``'s users: latencies, errors, the run's rate under them, who took the CPU."""
+    result["load_average_at_start"] = os.getloadavg()
+    result["training_tokens_per_s_without_load"] = tokens_rate(runs, args.baseline)
+    load = Load(url, model, RUN, args.rounds, time.monotonic() + args.duration, PATIENCE, args.pause,
+                args.open_within, args.seed)  # fmt: skip
+    n0, app_cpu0, clients_cpu0, t0 = tokens_seen(runs), cpu_seconds(app_pid), cpu_seconds(os.getpid()), time.time()
+    asyncio.run(run_users(scenario, load, args.clients))
+    elapsed = time.time() - t0
+    result["app_cpu_cores_during_load"] = (cpu_seconds(app_pid) - app_cpu0) / elapsed
+    result["clients_cpu_cores_during_load"] = (cpu_seconds(os.getpid()) - clients_cpu0) / elapsed
+    result["training_tokens_per_s_with_load"] = (tokens_seen(runs) - n0) / elapsed
+    result["load_seconds"] = elapsed
+    result["latency"] = {a: stats(v) for a, v in load.lat.items()}
+    result["calls"] = sum(len(v) for v in load.lat.values())
+    result["errors"] = load.errors
+    result["load_average_at_end"] = os.getloadavg()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -229,44 +221,6 @@ def app_settings() -> dict:
     from backend.core.inference_lane import settings
 
     return settings()
-
-
-class User:
-    """One user: a logged-in HTTP session that opens the app as a browser does and calls its named events over
-    Gradio's REST API (``POST /gradio_api/call/NAME``, then the event's stream). Light on the benchmark's side, unlike
-    gradio_client, whose own work on 2 shared cores was counted as the app's latency."""
-
-    def __init__(self, url: str) -> None:
-        import httpx
-
-        # an idle connection is dropped before the server's keep-alive (uvicorn: 5 s) closes it: a request sent on a
-        # connection the server is closing fails with "Server disconnected", which a browser retries unseen
-        self.http = httpx.Client(base_url=url, timeout=PATIENCE, limits=httpx.Limits(keepalive_expiry=2.0))
-        self.session = secrets.token_hex(6)  # one per page, as a browser's: the app builds a session's state once
-
-    def open_page(self, run: str) -> None:
-        """What a browser asks when it opens the app: log in, the page, its config, then the Runs tab's first poll
-        (the first event of a page: the app builds the page's session state for it)."""
-        self.http.post("login", data={"username": USER, "password": PASSWORD}).raise_for_status()
-        for path in ("", "config"):
-            self.http.get(path).raise_for_status()
-        self.predict("runs_poll", None, run, "tokens_seen")
-
-    def predict(self, api_name: str, *data) -> list:
-        r = self.http.post(f"gradio_api/call/{api_name}", json={"data": list(data), "session_hash": self.session})
-        r.raise_for_status()
-        stream = self.http.get(f"gradio_api/call/{api_name}/{r.json()['event_id']}")
-        stream.raise_for_status()
-        event, payload = None, None
-        for line in stream.text.splitlines():
-            if line.startswith("event:"):
-                event = line.split(":", 1)[1].strip()
-            elif line.startswith("data:") and event in ("complete", "error"):
-                payload = line.split(":", 1)[1].strip()
-                break
-        if event != "complete" or payload is None:
-            raise RuntimeError(f"{api_name}: {event or 'no event'}: {payload}")
-        return json.loads(payload)
 
 
 def own_session() -> None:
@@ -288,7 +242,7 @@ def autogroup() -> str:
         return "n/a"
 
 
-def render(result: dict, args) -> str:
+def render(result: dict) -> str:
     """The Markdown table: the command, the machine and its load, the latencies, the training rates."""
     cpus, load0, load1 = result["cpus"], result["load_average_at_start"], result["load_average_at_end"]
     quiet = load0[0] <= QUIET_LOAD_PER_CORE * cpus
@@ -300,11 +254,17 @@ def render(result: dict, args) -> str:
         if s.get("n")
     ]
     loads = lambda la: "/".join(f"{x:.2f}" for x in la)  # noqa: E731
+    if result["scenario"] == "classroom":
+        what = (
+            f"a classroom: {result['clients']} users opening the app within {result['open_within_s']:g} s, then "
+            f"working at a person's pace (a pause of {result['pause_s']:g} s on average before each action)"
+        )
+    else:
+        what = f"back to back: {result['clients']} users opening the app at once, then making requests with no pause"
     return "\n".join(
         [
-            f"App under load: {args.clients} concurrent clients (password on, 127.0.0.1), one run training. "
-            f"{time.strftime('%Y-%m-%d %H:%M %Z')}. Command: `python bench/bench_app_load.py --clients {args.clients} "
-            f"--rounds {args.rounds} --duration {args.duration:g} --baseline {args.baseline:g}`",
+            f"App under load, {what}; password on, 127.0.0.1, one run training. {time.strftime('%Y-%m-%d %H:%M %Z')}. "
+            f"Command: `{result['command']}`",
             "",
             f"Machine: {cpu_name()}, {cpus} cores, flags {' '.join(cpu_speed_flags()) or 'none'}; load average "
             f"(1/5/15 min) {loads(load0)} at start, {loads(load1)} at end"
@@ -313,6 +273,8 @@ def render(result: dict, args) -> str:
             f"DETOUR_APP_NICE); the app's session at nice {lane.get('session_nice', lane['nice'])} "
             f"(DETOUR_APP_SESSION_NICE); kernel session autogroup {result['sched_autogroup']}; queued trainers wait "
             f"with OMP_WAIT_POLICY={result.get('trainer_wait_policy', '-')}",
+            f"Opening the app: log in, the page ({result['page_bytes'] / 1024:.0f} KB, its config inside) and the "
+            f"{result['page_load_events']} events it sends on load",
             "",
             "| action | calls | p50 ms | p95 ms | max ms |",
             "|---|---|---|---|---|",
@@ -325,9 +287,10 @@ def render(result: dict, args) -> str:
             f"| {solo:.0f} | {loaded:.0f} | {loaded / solo if solo else 0:.2f} | "
             f"{result['app_cpu_cores_during_load']:.2f} | {result['clients_cpu_cores_during_load']:.2f} |",
             "",
-            "The clients run in the benchmark's own process on the same cores, at nice 19 in a session at nice "
+            "The users run in the benchmark's own process on the same cores, at nice 19 in a session at nice "
             f"{result.get('clients_session_nice')} (on a lab server they are the users' browsers, elsewhere); the CPU "
-            "columns are averages over the load.",
+            "columns are averages over the load. show_tab: a tab picked (its select events); runs_poll: the Runs "
+            "tab's timer while a user reads it.",
             "",
             f"{result['load_seconds']:.0f} s of load; the run's state after it: {result['run_state_after_load']}",
         ]

@@ -230,7 +230,8 @@ def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log, resume: bool = Fa
     writer = checkpoint.Checkpointer(accelerator, lm, optimizer, tokenizer, run_dir, cfg["logging"]["keep_checkpoints"],
                                      log=log)  # fmt: skip
     s = _State(cfg, run_dir, accelerator, lm, accelerator.unwrap_model(lm).hf_model, optimizer, tokenizer, train,
-               held, phases, tok, log, writer, compiling.CompileClock(compiled, log))  # fmt: skip
+               held, phases, tok, log, writer,
+               compiling.CompileClock(compiled, log, run_dir if accelerator.is_main_process else None))  # fmt: skip
     if s.main:
         info = resume_guard.data_info(run_dir, info, resume)  # a resume keeps what trained (or refuses)
         atomic.write_json(run_dir / "data_info.json", info)

@@ -14,6 +14,13 @@ batch so no new shape ever appears (a recompile is a bug: ``CompileClock`` says 
 Kernels persist under ``<cache>/inductor`` (``DETOUR_CACHE_DIR``; inductor's FX graph and AOTAutograd caches), so
 the other run of a pair, a resumed run and the next experiment load compiled kernels instead of building them
 (``TORCHINDUCTOR_CACHE_DIR`` is set to it: move the folder with ``DETOUR_CACHE_DIR``).
+
+A compiled step can end the process with no Python error to catch: on a 2-core AMD EPYC with AVX512-BF16 the CPU
+smoke run of ``bench/bench_gpu.py`` aborted with heap corruption (``malloc_consolidate(): invalid chunk size``) in its
+first compiled CLM step. So the first call of each kind leaves a mark in the run folder (``ABORT_MARK``) that only
+its return removes: a process that died inside one is named in the run's error, and the run's resume trains without
+compile (``resolve_compile``'s ``aborted``), from its last checkpoint: a phase's first step comes right after the
+previous phase's checkpoint, the held-out graphs compile at step 0. A new run tries compiling again.
 """
 
 from __future__ import annotations
@@ -26,7 +33,9 @@ from pathlib import Path
 
 import torch
 
+from backend.core import atomic
 from backend.core.paths import cache_dir
+from backend.engine.compile_abort import ABORT_MARK, aborted_call, died  # noqa: F401 (read here by the trainer's callers)
 
 
 def cpp_compiler() -> str | None:
@@ -34,8 +43,15 @@ def cpp_compiler() -> str | None:
     return os.environ.get("CXX") or next((c for c in ("g++", "clang++", "c++") if shutil.which(c)), None)
 
 
-def resolve_compile(requested: bool | str, device: str | None = None, fsdp: bool = False) -> tuple[bool, str]:
-    """``train.compile`` (auto|true|false) -> (compile?, why). Explicit values are kept as they are."""
+def resolve_compile(
+    requested: bool | str, device: str | None = None, fsdp: bool = False, aborted: dict | None = None
+) -> tuple[bool, str]:
+    """``train.compile`` (auto|true|false) -> (compile?, why). Explicit values are kept as they are, but for a run
+    whose process a compiled call ended before (``aborted``: ``aborted_call(run_dir)``): it trains without."""
+    wanted = resolve_compile(requested, device, fsdp) if aborted else None
+    if wanted and wanted[0]:
+        return False, (f"off: {died(aborted)}; this run trains without compile from here on (a new run compiles "
+                       f"again; delete {ABORT_MARK} in the run folder to retry here)")  # fmt: skip
     if requested is not None and requested != "auto":
         return bool(requested), "set in the config"
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -73,10 +89,12 @@ def _counts() -> tuple[int, int, int]:
 
 class CompileClock:
     """Writes what compiling cost to train.log: the time of the first call of each kind (a training step of each
-    objective, the held-out evaluation), which is when its graph is compiled, and any later recompile."""
+    objective, the held-out evaluation), which is when its graph is compiled, and any later recompile. With
+    ``run_dir``, a first call runs under ``ABORT_MARK``: what a process that dies in it leaves behind."""
 
-    def __init__(self, on: bool, log):
+    def __init__(self, on: bool, log, run_dir: Path | None = None):
         self.on, self.log, self.seen = on, log, set()
+        self.mark = Path(run_dir) / ABORT_MARK if run_dir is not None else None
 
     @contextlib.contextmanager
     def time(self, kind: str, step: int | None = None):
@@ -84,7 +102,14 @@ class CompileClock:
             yield
             return
         before, t0 = _counts(), time.perf_counter()
-        yield
+        first = kind not in self.seen and self.mark is not None
+        if first:
+            atomic.write_json(self.mark, {"kind": kind, "step": step, "pid": os.getpid(), "at": time.time()})
+        try:
+            yield
+        finally:  # a Python error is the run's own failure, with its traceback: only a dead process leaves the mark
+            if first:
+                self.mark.unlink(missing_ok=True)
         seconds = time.perf_counter() - t0
         graphs, hits, misses = (a - b for a, b in zip(_counts(), before))
         where = "" if step is None else f" (step {step})"

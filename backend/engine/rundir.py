@@ -39,6 +39,11 @@ def runs_process(st: dict, field: str = "pid") -> bool:
 
 
 def _gone(st: dict, run_dir: str | Path) -> str:
+    from backend.engine.compile_abort import aborted_call, died
+
+    if mark := aborted_call(run_dir):  # it died in a first compiled call: the resume trains without compile
+        return (f"{died(mark)} (torch.compile's kernels on this machine); resume to continue without compile: "
+                f"python -m backend train --run-dir {run_dir} --resume")  # fmt: skip
     pid = st.get("pid")
     if isinstance(pid, int) and process.pid_alive(pid):
         why = f"pid {pid} now belongs to another process (a reboot, or the pid was reused), so it is not this run's"

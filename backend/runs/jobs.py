@@ -38,6 +38,7 @@ from backend.core.paths import runs_dir
 from backend.core.process import Busy, FileLock, holder_pid, is_held, pid_alive, spawn_detached
 from backend.core.process import identity as process_identity
 from backend.engine import rundir
+from backend.engine.compile_abort import aborted_call, died
 from backend.engine.config import default_config
 from backend.runs.gpus import pick_gpu, slots
 
@@ -313,13 +314,14 @@ def _finish_child(run_dir: Path, proc: subprocess.Popen) -> None:
     readers already see a dead pid's ``running`` as failed."""
     st = rundir.read_status(run_dir)
     if st.get("state") in ("queued", "running") or (st.get("state") == "failed" and not st.get("finished_at")):
-        _write_status(
-            run_dir,
-            state="failed",
-            finished_at=rundir.now(),
-            error=st.get("error")
-            or f"the training process exited with code {proc.returncode} without finishing; see train.log",
+        error = (
+            st.get("error")
+            or f"the training process exited with code {proc.returncode} without finishing; see train.log"
         )
+        if proc.returncode and (mark := aborted_call(run_dir)):  # died in a compiled call: resumed without compile
+            error = (f"{died(mark, proc.returncode)} (torch.compile's kernels on this machine); resume to continue "
+                     "without compile")  # fmt: skip
+        _write_status(run_dir, state="failed", finished_at=rundir.now(), error=error)
         _log(f"{run_dir.name}: exited with code {proc.returncode} (marked failed)")
     else:
         _log(f"{run_dir.name}: {st.get('state')} (exit code {proc.returncode})")

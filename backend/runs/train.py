@@ -214,7 +214,7 @@ def _write_card(run_dir: Path, log) -> None:
 def train_run(run_dir: str | Path, resume: bool = False) -> dict:
     """Train one prepared run directory; status.json records running/done/failed/cancelled."""
     from backend.detour.trainer import run_training
-    from backend.engine.compiling import resolve_compile
+    from backend.engine.compiling import aborted_call, resolve_compile
     from backend.engine.models import model_config_of, quiet_transformers
     from backend.engine.precision import bf16_warning, resolve_precision
     from backend.runs import launch
@@ -284,7 +284,9 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
         cfg["model"]["attn_implementation"] = resolved_attn
         log(f"attention: {resolved_attn} ({attn_why})")
         asked_compile = cfg["train"]["compile"]
-        cfg["train"]["compile"], why_compile = resolve_compile(asked_compile, fsdp=cfg["train"]["fsdp"])
+        cfg["train"]["compile"], why_compile = resolve_compile(
+            asked_compile, fsdp=cfg["train"]["fsdp"], aborted=aborted_call(run_dir)
+        )  # off for good in a run whose process a compiled call ended
         log(f"compile: {'on' if cfg['train']['compile'] else 'off'} ({why_compile})")
         log(launch.describe(cfg, world))
         if rank0:  # config.yaml keeps what was asked (a queued run may train elsewhere) and what this machine chose

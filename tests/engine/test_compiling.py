@@ -81,3 +81,61 @@ def test_kernels_are_cached_under_the_project_cache(isolated_cache_dir, monkeypa
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     assert cache_dir() == str(path)  # where inductor will look
+
+
+ABORT_IN_FIRST_CALL = """
+import os, sys
+from backend.engine.compiling import CompileClock
+clock = CompileClock(True, print, sys.argv[1])
+with clock.time("mlm training step", 7):  # a first call that returns: it leaves nothing behind
+    pass
+with clock.time("clm training step", 8):
+    os.abort()  # what heap corruption in a compiled kernel does: no Python error, the process ends
+"""
+
+
+def test_a_process_that_dies_in_a_first_compiled_call_is_named_and_its_resume_trains_without_compile(
+    tiny_modernbert_dir, isolated_runs_dir, monkeypatch
+):
+    """A compiled step aborted a CPU smoke run with heap corruption: nothing in the process can catch that. The
+    run's error says which compiled call ended it, and its resume trains without compile instead of dying again."""
+    import subprocess
+    import sys
+
+    from backend.core.paths import REPO_ROOT
+    from backend.engine.rundir import read_status, write_status
+    from backend.runs import jobs
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    steps = {"phases.main.steps": 2, "phases.decay.steps": 0, "train.compile": "true"}
+    cfg = tiny_train_cfg(tiny_modernbert_dir, "aborts", recipe="mlm", **steps)
+    (run,) = prepare_runs(cfg)
+    assert compiling.aborted_call(run) is None
+    write_status(run, state="running")
+    proc = subprocess.Popen([sys.executable, "-c", ABORT_IN_FIRST_CALL, str(run)], cwd=REPO_ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    assert proc.wait(timeout=300) < 0  # killed by its own abort
+    assert compiling.aborted_call(run)["kind"] == "clm training step"
+    jobs._finish_child(run, proc)  # what the queue worker does when its trainer exits
+    error = read_status(run)["error"]
+    assert "the first compiled clm training step at step 8 ended the training process (SIGABRT)" in error
+    assert "resume to continue without compile" in error
+
+    on, why = compiling.resolve_compile(True, "cpu", aborted=compiling.aborted_call(run))
+    assert not on and why.startswith("off: the first compiled clm training step") and compiling.ABORT_MARK in why
+    assert compiling.resolve_compile(False, "cpu", aborted={"kind": "x"}) == (False, "set in the config")
+    assert train_run(run, resume=True)["state"] == "done"  # eager, where compiling killed it
+    log = (run / "train.log").read_text()
+    assert "compile: off (off: the first compiled clm training step" in log and "encoder compiled" not in log
+
+
+def test_a_first_compiled_call_that_returns_or_raises_leaves_no_mark(tmp_path):
+    clock = compiling.CompileClock(True, lambda _: None, tmp_path)
+    with clock.time("held-out evaluation"):
+        assert (tmp_path / compiling.ABORT_MARK).exists()  # while it runs
+    assert not (tmp_path / compiling.ABORT_MARK).exists()
+    with pytest.raises(RuntimeError), clock.time("clm training step", 1):
+        raise RuntimeError("a Python error is the run's own failure, with its traceback")
+    assert compiling.aborted_call(tmp_path) is None
+    with compiling.CompileClock(False, print, tmp_path).time("clm training step", 1):  # not compiled: no mark
+        assert not (tmp_path / compiling.ABORT_MARK).exists()

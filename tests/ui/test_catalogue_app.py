@@ -22,7 +22,6 @@ def app_env(tmp_path, monkeypatch):
     monkeypatch.delenv("DETOUR_ALLOWED_ROOTS", raising=False)
 
 
-
 def bad_runs(root, model_dir, tmp_path) -> dict[str, str]:
     """Three finished runs whose config.yaml cannot be read, each newer than the good ones."""
     unknown = saved_run(root, "bad-key", model_dir)
@@ -50,10 +49,10 @@ def test_the_app_starts_whatever_one_run_folder_holds(isolated_runs_dir, tiny_be
         assert word in runs_tab.config_problem(isolated_runs_dir / name)
 
 
-def test_sweeps_list_is_read_when_a_page_opens(tmp_path):
+def test_sweeps_list_is_read_when_the_tab_is_shown(tmp_path):
     demo = main.build_app(main.AppContext())  # built before the sweep exists
     pick = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "sw-pick")
-    fns = [f for f in demo.fns.values() if pick in f.outputs and {ev for _, ev in f.targets} >= {"load", "click"}]
+    fns = [f for f in demo.fns.values() if pick in f.outputs and {ev for _, ev in f.targets} >= {"select", "click"}]
     assert len(fns) == 1, [(f.name, f.targets) for f in fns]
     out = paths.sweeps_dir() / "late"
     out.mkdir(parents=True)
@@ -70,11 +69,11 @@ def _manifest(name: str) -> dict:
     return plan_sweep(None, [], ["train.lr=1e-4,2e-4"], 1, name=name)
 
 
-def test_suite_runs_list_and_figure_are_read_on_page_load_and_refresh(tmp_path):
+def test_suite_runs_list_and_figure_are_read_when_the_tab_is_shown_and_on_refresh(tmp_path):
     demo = main.build_app(main.AppContext())  # the page is built before any suite ran
     pick = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "suite-runs")
     fig = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "suite-fig")
-    fns = [f for f in demo.fns.values() if pick in f.outputs and {ev for _, ev in f.targets} >= {"load", "click"}]
+    fns = [f for f in demo.fns.values() if pick in f.outputs and {ev for _, ev in f.targets} >= {"select", "click"}]
     assert len(fns) == 1 and fig in fns[0].outputs
     out = catalogue.suites_dir() / "bio-ner"
     catalogue.claim_folder(out, "suite", "bio-ner")

@@ -120,7 +120,7 @@ def test_empty_slots_take_the_fine_tuned_models_that_exist():
     demo = main.build_app(main.AppContext())
     slot = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "ner-model-0")
     assert slot.value is None  # built with no evaluation
-    fn = next(f for f in demo.fns.values() if slot in f.outputs and {ev for _, ev in f.targets} >= {"load", "click"})
+    fn = next(f for f in demo.fns.values() if slot in f.outputs and {ev for _, ev in f.targets} >= {"select", "click"})
     a = fake_finetuned(Path(ner_evaluations.evals_dir()), "model-a", "2026-01-01T00:00:00")
     b = fake_finetuned(Path(ner_evaluations.evals_dir()), "model-b", "2026-01-02T00:00:00")
     values = [u["value"] for u in fn.fn(None, None, None, None)[: ner_tab.SLOTS]]
@@ -172,7 +172,7 @@ def test_an_unreadable_evaluation_is_listed_with_why_and_refresh_follows_the_fol
 
     demo = main.build_app(main.AppContext())
     slot = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "ner-model-0")
-    fn = next(f for f in demo.fns.values() if slot in f.outputs and {ev for _, ev in f.targets} >= {"load", "click"})
+    fn = next(f for f in demo.fns.values() if slot in f.outputs and {ev for _, ev in f.targets} >= {"select", "click"})
     root = Path(ner_evaluations.evals_dir())
     good = fake_finetuned(root, "model-a", "2026-01-01T00:00:00", evaluation="ev-good")
     for name, text in (("ev-list", "[]"), ("ev-torn", '{"task": "ner", "hpar')):

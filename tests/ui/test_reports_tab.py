@@ -81,6 +81,20 @@ def test_the_button_shows_a_study_that_finished_after_build_with_its_machine_loa
     assert label["value"] in empty["value"]
 
 
+def test_showing_the_tab_plans_the_quick_study_once(reports_root, monkeypatch):
+    """The tab's times are read each time it is shown; the label and the note came from two plans of the same study
+    (100 ms on 2 cores, for each of 20 students picking the tab)."""
+    from app import study_notes
+
+    _, parts = build()
+    plans = []
+    real = study_notes.quick_measurement
+    for module in (reports_tab, study_notes):
+        monkeypatch.setattr(module, "quick_measurement", lambda: plans.append(1) or real())
+    label, note, *_ = parts["times"]()
+    assert len(plans) == 1 and "time not measured here yet" in label["value"] and "No training rate" in note
+
+
 def test_the_quick_studys_time_uses_this_machines_rate(tmp_path, monkeypatch):
     """Before a quick study finished here, the button's time is its runs' tokens at this machine's measured
     training rate for the base (as the Launch form's estimate) plus the fine-tunes at the plan's rates."""
