@@ -96,8 +96,11 @@ def main(argv=None) -> int:
         return 2
     reachable = args.share or args.host not in LOOPBACK
     if auth and reachable and (weak := weak_password(*auth)):
-        print(f"error: {weak}: the app is reachable from other machines (--host {args.host}"
-              f"{', --share' if args.share else ''}); set a stronger one, or serve on 127.0.0.1 only", file=sys.stderr)
+        print(
+            f"error: {weak}: the app is reachable from other machines (--host {args.host}"
+            f"{', --share' if args.share else ''}); set a stronger one, or serve on 127.0.0.1 only",
+            file=sys.stderr,
+        )
         return 2
     if args.max_concurrent is not None and args.max_concurrent < 1:
         print("error: --max-concurrent must be >= 1", file=sys.stderr)
