@@ -24,6 +24,7 @@ from app import (  # noqa: E402
     ner_tab,
     reports_tab,
     runs_tab,
+    served,
     session_state,
     shared_page,
     sweeps_tab,
@@ -172,7 +173,9 @@ def serve(demo: gr.Blocks, host: str, port: int | None, share: bool, ctx: AppCon
     """Queue and launch ``demo``; each page's session then shares the components' configs until it changes one
     (``app.session_state``). Returns (demo, url)."""
     demo.queue(**QUEUE)
-    _, url, _ = demo.launch(prevent_thread_lock=True, **launch_kwargs(host, port, share, ctx, auth))
+    # _frontend=False: Gradio's own check gives up after one 3-second timeout and refuses to start on a busy machine
+    _, url, _ = demo.launch(prevent_thread_lock=True, _frontend=False, **launch_kwargs(host, port, share, ctx, auth))
+    served.wait_until_served(demo.local_url)
     session_state.share_default_configs(demo.server_app.state_holder)
     if block:
         demo.block_thread()
