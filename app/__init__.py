@@ -232,13 +232,15 @@ def default_picks(choices: list[str], slots: int) -> list[str | None]:
     return (picks + [None] * slots)[:slots]
 
 
-def fill_empty_picks(picks: list, choices: list[str]) -> list:
-    """A tab's slot values after its lists are read again: with nothing picked beside the first slot (the page as
-    built, before any run), the ``default_picks``; otherwise the picks as they are."""
-    if any(picks[1:]):
-        return list(picks)
-    defaults = default_picks(choices, len(picks))
-    return [picks[0] or defaults[0], *defaults[1:]]
+def follow_defaults(picks: list, shown: list | None, defaults: list) -> list:
+    """A group of pickers' values when its lists are read again (page load, tab select, the tab's Refresh button):
+    while every picker of the group still holds the default it was last given (``shown``, the defaults a tab keeps
+    per page), the group takes the new ``defaults``; once the user has changed one of them (emptied it too), the
+    group keeps its picks: they are a comparison the user chose. A slot filled once used to stay as it was: a page
+    opened while a pair trained showed the detour run beside the base, and never the MLM run once it had saved."""
+    shown = list(shown) if shown is not None else [None] * len(picks)
+    untouched = all((p or None) == (s or None) for p, s in zip(picks, shown, strict=True))
+    return list(defaults) if untouched else list(picks)
 
 
 def md_escape(text: object) -> str:

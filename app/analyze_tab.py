@@ -9,6 +9,7 @@ from pathlib import Path
 from app import (
     check_model_spec,
     check_path,
+    follow_defaults,
     labelled,
     labelled_choices,
     md_escape,
@@ -407,25 +408,26 @@ def build(ctx) -> dict:
         api_name="trajectory",
     )
 
-    def lists(a_, b_, run_):
-        """Every model list read again; an empty A, B or run gets the default (with B empty, A = the base is the
-        page's build state, not a choice: it gives way to the newest detour run too), and the note says when there
-        is only one model."""
+    shown = gr.State([a0, b0, default_run(a0, runs)])  # the defaults A, B and the run were last given on this page
+
+    def lists(a_, b_, run_, given):
+        """Every model list read again; A and B while both are on their defaults, and the run while it is, take
+        the new ones (the newest pair); a choice made is kept; the note says when B is empty and why."""
         names = model_choices()
         ch = labelled_choices(names)
         da, db, note_ = default_models()
         run_ch = run_choices(names)
-        if not b_ and a_ == DEFAULT_MODEL:  # the page's state when it was built with nothing to compare
-            a_ = None
-        a_ = a_ or da
-        b_ = b_ or (db if db != a_ else None)
+        new = [da, db, default_run(da, run_ch)]
+        a_, b_ = follow_defaults([a_, b_], given[:2], new[:2])  # a comparison: A and B follow together
+        (run_,) = follow_defaults([run_], given[2:], new[2:])
         return [
             gr.update(choices=ch, value=a_),
             gr.update(choices=ch, value=b_),
             *[gr.update(choices=ch) for _ in (ca, cb, ref)],
-            gr.update(choices=labelled_choices(run_ch), value=run_ or default_run(da, run_ch)),
+            gr.update(choices=labelled_choices(run_ch), value=run_),
             "" if b_ else note_,
+            new,
         ]
 
-    keep_fresh(lists, [a, b, ca, cb, ref, run, note], inputs=[a, b, run], button=refresh)
+    keep_fresh(lists, [a, b, ca, cb, ref, run, note, shown], inputs=[a, b, run, shown], button=refresh)
     return {"heat": heat, "div": div, "lists": lists}

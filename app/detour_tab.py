@@ -12,7 +12,7 @@ from pathlib import Path
 from app import (
     check_model_spec,
     default_picks,
-    fill_empty_picks,
+    follow_defaults,
     labelled,
     labelled_choices,
     md_escape,
@@ -355,21 +355,29 @@ def build(ctx) -> dict:
                      api_name="detour_scrub_release", trigger_mode="always_last", **busy)  # fmt: skip
     t_btn.click(trace, inputs=[r_run, r_text], outputs=[t_plot, t_msg], api_name="detour_trace", **busy)
 
-    def lists(model, *picks):
-        """Every list read again (page load, tab select, the button). Empty picks get the defaults, so a pair that
-        finished after the page was built is what the surprise and the scrub show; a choice made is kept."""
-        *slots, run, info = picks
+    # the defaults this page's pickers were last given (the masks' model, the four slots, the run): each group still
+    # on its defaults follows the newest pair when the lists are read again; a choice made is kept
+    shown = gr.State([defaults[0], *defaults, default_run(defaults, runs)])
+
+    def lists(*values):
+        """Every list read again (page load, tab select, the button): pickers still on their defaults take the new
+        ones, so a pair that finished after the page was built is what the surprise and the scrub show."""
+        *picks, info, given = values
         c = model_choices()
-        runs_now, d, shown = run_choices(c), default_picks(c, SLOTS), labelled_choices(c)
+        runs_now, d, names = run_choices(c), default_picks(c, SLOTS), labelled_choices(c)
+        new = [d[0], *d, default_run(d, runs_now)]
+        groups = ((0, 1), (1, 1 + SLOTS), (1 + SLOTS, 2 + SLOTS))  # the masks' model, the surprise's slots, the run
+        model, *slots, run = [v for a, b in groups for v in follow_defaults(picks[a:b], given[a:b], new[a:b])]
         return [
-            gr.update(choices=shown, value=model or d[0]),
-            *[gr.update(choices=shown, value=v) for v in fill_empty_picks(slots, c)],
-            gr.update(choices=labelled_choices(runs_now), value=run or default_run(d, runs_now)),
+            gr.update(choices=names, value=model),
+            *[gr.update(choices=names, value=v) for v in slots],
+            gr.update(choices=labelled_choices(runs_now), value=run),
             run_hint(runs_now, info),
+            new,
         ]
 
     outs = [m_model, *s_models, r_run]
-    keep_fresh(lists, [*outs, r_info], inputs=[*outs, r_info], button=refresh)
+    keep_fresh(lists, [*outs, r_info, shown], inputs=[*outs, r_info, shown], button=refresh)
     for d in (m_model, *s_models):
         d.focus(lambda: gr.update(choices=labelled_choices(model_choices())), outputs=[d], queue=False,
                 api_visibility="private")  # fmt: skip
