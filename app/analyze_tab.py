@@ -168,11 +168,22 @@ def _round(v, digits: int):
 def default_models() -> tuple[str | None, str | None, str]:
     """(A, B, note) by the rule every tab shares (``app.newest_pair``): the newest pair's detour run as A and its
     MLM sibling as B (the pairing the seed-noise ratio expects); without a pair, the newest run against the base
-    model it started from. With only one model there is nothing to compare: B is None and the note says so."""
+    model it started from. Without a second model B is None and the note says why: only one model, or which others
+    the pickers list (a cached hub model on a fresh install is not picked for the user: it may be a large one)."""
     a, b, _ = newest_pair()
+    choices = model_choices()
     if a is None:
-        a = DEFAULT_MODEL if DEFAULT_MODEL in model_choices() else None
+        a = DEFAULT_MODEL if DEFAULT_MODEL in choices else None
     if b is None or b == a:
+        others = [model_name(c) for c in choices if c != a]
+        if others:
+            listed = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            return (
+                a,
+                None,
+                f"Pick model B to compare with A: the pickers list {listed}; or train a run on the "
+                "Launch tab to compare it with its base.",
+            )
         only = a or "no model"
         return a, None, f"Only one model is available ({only}): train a run on the Launch tab to compare it."
     return a, b, ""
