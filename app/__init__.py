@@ -44,7 +44,8 @@ def _inside(p: Path, root: Path) -> bool:
 
 
 def check_path(value: str | Path, what: str = "path", must_exist: bool = True) -> Path:
-    """Resolve ``value`` (symlinks included) and require it inside an allowed root."""
+    """Resolve ``value`` (symlinks included) and require it inside an allowed root (and, with ``must_exist``, on
+    disk: a missing file is said to be missing first, wherever it was looked for)."""
     raw = str(value).strip()
     if not raw:
         raise PathNotAllowed(what, raw, f"{what}: empty path")
@@ -56,16 +57,18 @@ def check_path(value: str | Path, what: str = "path", must_exist: bool = True) -
             what, raw, f"{what}: '{raw}' cannot be resolved ({exc}); fix the link or the path"
         ) from None
     roots = allowed_roots()
-    if not any(_inside(p, r) for r in roots):
-        listed = ", ".join(str(r) for r in roots)
+    inside = any(_inside(p, r) for r in roots)
+    listed = ", ".join(str(r) for r in roots)
+    if must_exist and not p.exists():  # the first thing to fix: a file named "outside" sent users to the wrong fix
+        where = "" if inside else f" (this app reads files in {listed})"
+        raise PathNotAllowed(what, raw, f"{what}: '{raw}' does not exist{where}")
+    if not inside:
         raise PathNotAllowed(
             what,
             raw,
             f"{what}: '{raw}' is outside the folders this app may read ({listed}); "
             f"add its folder to {ALLOWED_ROOTS_ENV} (':'-separated) to allow it",
         )
-    if must_exist and not p.exists():
-        raise PathNotAllowed(what, raw, f"{what}: '{raw}' does not exist")
     return p
 
 
