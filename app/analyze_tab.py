@@ -123,7 +123,7 @@ def compute_cka(
     )
     caption = plots.similarity_caption(**described)
     if res.get("divergence") is None:  # different depths: no layer-by-layer match (the heatmap still shows)
-        div = plots.divergence_figure([], [], measure=res["measure"], caption=caption)
+        div = plots.divergence_figure([], [], measure=res["measure"], caption=caption, models=(a, b))
         layers = []
     else:
         div = plots.divergence_figure(
@@ -133,6 +133,7 @@ def compute_cka(
             res.get("ratio"),
             measure=res["measure"],
             caption=caption,
+            models=(a, b),
         )
         layers = res["layers_a"]
     rows = []
@@ -247,7 +248,10 @@ def compute_trajectory(
     tags = [f"{p.get('tag') or ''} {p.get('phase') or ''}".strip() for p in points]
     div = ([start["divergence"]] if start else []) + res["divergence"]
     caption = plots.similarity_caption(res["measure"], res["samples"], res["hidden_sizes"])
-    fig = plots.trajectory_figure(x, div, res["layers"], tags=tags, measure=res["measure"], caption=caption)
+    # each chart names its run and reference: a trajectory drawn for another run stays on screen beside new results
+    subject = f"{plots.fit_label(model_name(run))} from {plots.fit_label(model_name(ref))}"
+    fig = plots.trajectory_figure(x, div, res["layers"], tags=tags, measure=res["measure"], caption=caption,
+                                  title=f"Divergence of {subject} across its checkpoints")  # fmt: skip
     wfig = None
     if res.get("weight_change") and all(w is not None for w in res["weight_change"]):
         weights = ([start["weight_change"]] if start else []) + res["weight_change"]
@@ -256,7 +260,7 @@ def compute_trajectory(
             [x[i] for i in have], [weights[i] for i in have], res["weight_layers"], tags=[tags[i] for i in have]
         )
         wfig.update_layout(
-            title={"text": "Relative weight change from the reference across checkpoints"}, yaxis_title="‖ΔW‖ / ‖W‖"
+            title={"text": f"Relative weight change of {subject} across its checkpoints"}, yaxis_title="‖ΔW‖ / ‖W‖"
         )
     msg = f"✓ {len(res['points'])} checkpoints against {md_escape(ref)} in {res['elapsed_s']:.1f} s"
     hint = few_checkpoints_hint(res["points"], cfg, read_status(run_spec))

@@ -326,8 +326,10 @@ def divergence_figure(
     *,
     measure: str = DEFAULT_MEASURE,
     caption: str = "",
+    models: tuple[str, str] | None = None,
 ) -> go.Figure:
-    """Per-layer divergence 1 - similarity(A_l, B_l), the seed-noise control, and their ratio (right axis)."""
+    """Per-layer divergence 1 - similarity(A_l, B_l), the seed-noise control, and their ratio (right axis);
+    ``models``: (A, B), named in the title so the chart says what it shows beside later ones."""
     x = [str(v) for v in layers]
     divergence = snap_noise(divergence)
     fig = go.Figure()
@@ -349,7 +351,10 @@ def divergence_figure(
         fig.update_layout(yaxis2={"title": "ratio", "overlaying": "y", "side": "right", "type": "log"})
     fig.update_layout(barmode="group")
     name = SHORT.get(measure, measure)
-    title = f"Divergence per layer (1 − {name} of matching layers)" + (f"<br><sup>{caption}</sup>" if caption else "")
+    pair = f": {fit_label(models[0])} vs {fit_label(models[1])}" if models else ""
+    title = f"Divergence per layer{pair} (1 − {name} of matching layers)" + (
+        f"<br><sup>{caption}</sup>" if caption else ""
+    )
     fig = _layout(fig, title, "layer", f"1 − {name.split(' (')[0]}")
     if caption:
         fig.update_layout(margin={"t": 70})
@@ -378,10 +383,13 @@ def trajectory_figure(
     *,
     measure: str = DEFAULT_MEASURE,
     caption: str = "",
+    title: str | None = None,
 ) -> go.Figure:
     """Divergence from the reference (1 - similarity of matching layers) per layer across a run's checkpoints:
-    ``divergence`` is points x layers."""
-    title = "Divergence from the reference across checkpoints" + (f"<br><sup>{caption}</sup>" if caption else "")
+    ``divergence`` is points x layers. ``title``: what the chart shows (the analysis names its run and reference)."""
+    title = (title or "Divergence from the reference across checkpoints") + (
+        f"<br><sup>{caption}</sup>" if caption else ""
+    )
     if not divergence:
         return _empty(title, "no complete checkpoints yet")
     fig = go.Figure()
