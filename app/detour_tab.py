@@ -30,6 +30,7 @@ from backend.explain.checkpoints import surprise_through_run
 from backend.explain.figures import layers_text, masks_figure, surprise_html, timeline_figure, trace_figure
 from backend.explain.masks import MAX_SEQ_LEN
 from backend.explain.surprise import MAX_TOKENS
+from backend.explain.surprise import check_text as check_surprise_text
 
 SLOTS = 4
 EXAMPLE_TEXT = "The patient was treated with intravenous furosemide and her blood pressure improved within two days."
@@ -120,22 +121,32 @@ def _table(results: list[dict]) -> str:
 
 
 def show_surprise(text: str, specs: list[str | None]) -> tuple[str, str]:
-    """-> (coloured tokens as HTML, message with the means)."""
+    """-> (coloured tokens as HTML, message with the means). Each slot stands alone, as in Fill-mask: one that does
+    not resolve or load is named under the others' results (one mistyped slot refused the whole request)."""
     chosen = [(i, model_name(s)) for i, s in enumerate(specs) if s and s.strip()]
     if not chosen:
         return "", "⚠ choose at least one model"
     t0 = time.perf_counter()
     try:
-        resolved = [check_model_spec(s, f"model {i + 1}") for i, s in chosen]
-        results = token_surprise(resolved, text, MAX_TOKENS)
+        check_surprise_text(text)  # the text's own problem is every slot's: said once
     except DetourError as exc:
         return "", warn(exc)
-    for r, (_, s) in zip(results, chosen, strict=True):
+    results, notes = [], []
+    for i, s in chosen:
+        what = f"model {i + 1}"
+        try:
+            (r,) = token_surprise([check_model_spec(s, what)], text, MAX_TOKENS)
+        except DetourError as exc:
+            notes.append(warn(exc if str(exc).startswith(what) else f"{what}: {exc}"))
+            continue
         r["model"] = labelled(s)  # the name the user chose, not the resolved path; a run still training says so
+        results.append(r)
+    if not results:
+        return "", "\n\n".join(notes)
     msg = _table(results) + f" Computed in {time.perf_counter() - t0:.1f} s."
     if any(r["truncated"] for r in results):
         msg += f" The text was cut to its first {MAX_TOKENS} tokens."
-    return surprise_html(results), msg
+    return surprise_html(results), "\n\n".join([msg, *notes])
 
 
 def run_choices(choices: list[str] | None = None) -> list[str]:

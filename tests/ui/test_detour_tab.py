@@ -54,6 +54,14 @@ def test_surprise_view_side_by_side(tiny_modernbert_dir, tiny_bert_dir):
     assert "outside" in msg
 
 
+def test_one_bad_slot_leaves_the_others_surprise_shown(tiny_modernbert_dir):
+    """A mistyped second slot refused the whole request: the first slot's model was not shown either."""
+    html, msg = detour_tab.show_surprise("The cell divides.", [str(tiny_modernbert_dir), "detuor-tiny-en", None, None])
+    assert html.count("next token (causal)") == 1  # the good slot's rows
+    assert "| " in msg and "nats" in msg and "model 2: model 'detuor-tiny-en'" in msg, msg
+    assert "did you mean: detour-tiny-en" in msg
+
+
 def test_scrub_through_a_run(monkeypatch):
     assert "scrub" in detour_tab.run_choices()
     slider, msg = detour_tab.load_run("scrub")
