@@ -173,7 +173,7 @@ def curves(names: list[str] | None, axis: str = "tokens_seen") -> tuple:
 
 NO_RUNS = (
     "No runs yet. Make one on the Launch tab: the defaults train the bundled model (a few minutes on a laptop; "
-    "recipe 'pair' trains a CLM-detour run and its MLM sibling), then press 'Launch (queue)'. It shows here as it "
+    "recipe 'pair' trains a CLM-detour run and its MLM sibling), then press 'Launch'. It shows here as it "
     "queues, and this page follows it. From a terminal: python -m backend train --name my-run"
 )
 

@@ -170,3 +170,21 @@ def test_the_line_under_cancel_resume_follows_the_run(isolated_runs_dir):
     rundir.write_status(run, state="done")
     assert runs_tab.action_followup(followed) == ("r1: done now", None)
     assert runs_tab.action_state("r1", "choose a run first") is None
+
+
+def test_the_no_runs_texts_name_buttons_the_page_has(isolated_runs_dir):
+    """The empty Runs tab said to press 'Launch (queue)', a button called "Launch": each tab's text for a lab with
+    no run names, after "press", only buttons the built page shows."""
+    import re
+
+    import gradio as gr
+
+    from app import analyze_tab, detour_tab, main
+
+    demo = main.build_app(main.AppContext())
+    buttons = {b.value for b in demo.blocks.values() if isinstance(b, gr.Button)}
+    for text in (runs_tab.NO_RUNS, analyze_tab.NO_RUNS, detour_tab.NO_RUNS):
+        named = re.findall(r"press (?:'([^']+)'|\*\*([^*]+)\*\*)", text)
+        assert named, text
+        for quoted, bold in named:
+            assert (quoted or bold) in buttons, (quoted or bold, sorted(buttons))
