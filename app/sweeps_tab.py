@@ -225,7 +225,9 @@ def build(ctx) -> dict:
                 label="Axis 2 (lines, optional)",
                 elem_id="sw-a2",
             )
-            v2 = gr.Textbox(label="values", value="20000,40000", elem_id="sw-v2")
+            # the smallest budgets at which the default config's decay (10% of them) holds one optimizer step of
+            # 16 x 256 = 4,096 tokens, and twice that: 20,000 and 40,000 were refused as each run was queued
+            v2 = gr.Textbox(label="values", value="40960,81920", elem_id="sw-v2")
         with gr.Row():
             seeds = gr.Number(value=2, precision=0, minimum=1, label="Seeds", elem_id="sw-seeds")
             conc = gr.Number(

@@ -84,7 +84,7 @@ def plan_sweep(
     if max_concurrent is None:
         max_concurrent = len(visible_gpus()) if pin_gpus else 1
     if not grid:
-        raise ConfigError("--grid", None, "give at least one axis, e.g. --grid phases.main.tokens=20000,40000")
+        raise ConfigError("--grid", None, "give at least one axis, e.g. --grid phases.main.tokens=40960,81920")
     if len(grid) > 2:
         raise ConfigError("--grid", list(grid), "at most two axes (one line per value of the second)")
     if executor not in EXECUTORS:

@@ -67,8 +67,13 @@ def test_the_reports_tab_does_not_start_the_hybrid_study_twice(tmp_path, monkeyp
 
 def test_the_forms_defaults_plan_a_sweep_that_launches(roots):
     """With an empty config (recipe pair) the form's axes were a budget alone: the launch was refused (a pair is two
-    runs a cell); its defaults now make the recipe an axis, so pressing Launch as the page opens works."""
+    runs a cell); its defaults now make the recipe an axis, so pressing Launch as the page opens works. Its budgets
+    (20,000 and 40,000 tokens) were then refused as each run was queued: the decay, 10% of them, held less than one
+    optimizer step of the default config (4,096 tokens). Every run of the default grid passes the check a run is
+    queued with."""
     from app import main
+    from backend.runs.preflight import check
+    from backend.sweeps.grid import Cell, run_config
     from backend.sweeps.sweep import check_one_run_per_cell, plan_sweep
 
     demo = main.build_app(main.AppContext())
@@ -79,3 +84,7 @@ def test_the_forms_defaults_plan_a_sweep_that_launches(roots):
     m = plan_sweep(None, [], grid, int(value["sw-seeds"]))
     check_one_run_per_cell(m)  # raises for a cell with the recipe pair
     assert {c["values"]["recipe"] for c in m["cells"]} == {"mlm", "clm_detour"} and m["reference"] == "mlm"
+    for c in m["cells"]:
+        cell = Cell(c["index"], c["values"], c["label"], c["slug"])
+        for seed in c["runs"]:
+            check(run_config(m["base"], cell, int(seed), m["name"]), check_data=False)  # jobs.submit's preflight
