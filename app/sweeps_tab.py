@@ -186,12 +186,21 @@ def cancel_sweep(name: str) -> str:
 
 
 def resume_sweep(name: str) -> str:
+    """Queue again what the sweep left unfinished and start its waiter; a sweep with nothing to queue says so (and,
+    every run done without a report, has its report written)."""
     from backend.core.process import spawn_detached
+    from backend.sweeps.manifest import cell_states, resume_line, to_resume
     from backend.sweeps.sweep import resume
 
-    out = resume(sweep_dir(name))
-    spawn_detached(_waiter(out), out / LOG_NAME)
-    return f"Resumed `{out.name}`: unfinished cells are queued again."
+    d = sweep_dir(name)
+    left = to_resume(d)
+    line = resume_line(d, left)  # before the runs change state
+    if left:
+        spawn_detached(_waiter(resume(d)), d / LOG_NAME)
+    elif not (d / "report.md").exists() and all(s == "done" for s in cell_states(d).values()):
+        spawn_detached(_waiter(d), d / LOG_NAME)  # every run done, no report (its waiter was stopped): write it
+        line += " (writing it now)"
+    return line
 
 
 def build(ctx) -> dict:
