@@ -130,13 +130,36 @@ def model_name(spec: str | None) -> str:
     return strip_label((spec or "").strip())
 
 
+def local_corpora() -> dict[str, str]:
+    """The corpora a bare word may have meant, by name -> what to type: 'demo', and each file or folder directly in
+    the uploads folder and in the folders ``DETOUR_ALLOWED_ROOTS`` adds (``../shared/data``'s corpora)."""
+    found = {"demo": "demo"}
+    extra = [Path(p.strip()).expanduser() for p in os.environ.get(ALLOWED_ROOTS_ENV, "").split(os.pathsep) if p.strip()]
+    for root in (uploads_dir(), *extra):
+        try:
+            found.update({p.name: str(p) for p in sorted(root.iterdir())[:200] if not p.name.startswith(".")})
+        except OSError:  # a root that is missing, a file or unreadable offers nothing
+            continue
+    return found
+
+
 def check_corpus_spec(spec: str, what: str = "data.corpus") -> str:
+    """A corpus as typed in the Launch form -> the spec the config gets. A bare word close to a local corpus
+    ('demp', a corpus folder's name without its path) is refused naming it: it passed as a hub dataset id and
+    failed only at launch, offline or not."""
+    from backend.engine.model_ref import close_names
+
     spec = (spec or "").strip()
     if spec in ("", "demo"):
         return "demo"
     if looks_like_path(spec):
         return str(check_path(spec, what))
     if HUB_ID.match(spec):
+        local = local_corpora()
+        if "/" not in spec and (near := close_names(spec, list(local))):
+            shown = ", ".join(f"'{local[n]}'" for n in near)
+            raise PathNotAllowed(what, spec, f"{what}: '{spec}' is not 'demo', an allowed file or folder, or a hub "
+                                 f"dataset id (org/name); did you mean {shown}?")  # fmt: skip
         return spec
     raise PathNotAllowed(what, spec, f"{what}: '{spec}' is not 'demo', an allowed file or folder, or a hub dataset id")
 
