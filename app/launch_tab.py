@@ -87,8 +87,10 @@ def build(ctx) -> dict:
                     recipe_head = head if title == RECIPE_GROUP else recipe_head
                     with gr.Row(equal_height=True):  # cells stretch to the row's tallest: no ragged grey gaps
                         for k in keys:
-                            with gr.Column(min_width=200, visible=k not in hidden0) as cols[k]:
+                            with gr.Column(min_width=200, visible=k not in hidden0) as cell:
                                 make(FIELD_BY_KEY[k], vals[k])
+                                if k in RECIPE_KEYS:  # only a recipe key's cell follows the recipe (show_recipe)
+                                    cols[k] = cell
                                 if k == "data.corpus":  # the upload sits under the corpus it fills in
                                     upload = gr.File(
                                         label=f"…or upload a corpus (≤ {ctx.max_upload_bytes // 2**20} MB)",
