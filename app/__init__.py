@@ -25,6 +25,11 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$
 _LISTED_RUNS: set[str] = set()
 
 
+# the pickers whose typed text is a value (a model, a run, a corpus): Enter keeps it (``main.JS``), never the first
+# option the filter shows
+TYPED_PICKER = ["typed-picker"]
+
+
 class PathNotAllowed(DetourError):
     def __init__(self, what: str, value: str, message: str):
         self.key, self.value = what, value

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app import (
+    TYPED_PICKER,
     check_model_spec,
     check_path,
     follow_defaults,
@@ -340,15 +341,14 @@ def build(ctx) -> dict:
     shown = labelled_choices(choices)  # a run still training says so
     with gr.Accordion("What CKA, divergence and the seed-noise control mean", open=not runs, elem_id="an-explain"):
         gr.Markdown(EXPLAIN)
+    picker = {"allow_custom_value": True, "elem_classes": TYPED_PICKER}  # a typed name is a value
     with gr.Row():
-        a = gr.Dropdown(choices=shown, value=a0, label="Model A (rows)", allow_custom_value=True, elem_id="an-a")
-        b = gr.Dropdown(choices=shown, value=b0, label="Model B (columns)", allow_custom_value=True, elem_id="an-b")
+        a = gr.Dropdown(choices=shown, value=a0, label="Model A (rows)", elem_id="an-a", **picker)
+        b = gr.Dropdown(choices=shown, value=b0, label="Model B (columns)", elem_id="an-b", **picker)
     with gr.Accordion("Seed-noise control (optional): ratio = div(A, B) / div(MLM seed 2, MLM seed 1)", open=False):
         with gr.Row():
-            ca = gr.Dropdown(choices=shown, value=None, label="MLM seed 1 (blank = model B)", allow_custom_value=True)
-            cb = gr.Dropdown(
-                choices=shown, value=None, label="MLM seed 2 (B's recipe, another seed)", allow_custom_value=True
-            )
+            ca = gr.Dropdown(choices=shown, value=None, label="MLM seed 1 (blank = model B)", **picker)
+            cb = gr.Dropdown(choices=shown, value=None, label="MLM seed 2 (B's recipe, another seed)", **picker)
     with gr.Row():
         texts = gr.Textbox(value="demo", label="Texts ('demo' or a .txt/.jsonl file in an allowed folder)", max_lines=1)
         n_texts = gr.Number(value=100, precision=0, label=f"texts (≤ {MAX_TEXTS}; paper: 500)")
@@ -380,12 +380,10 @@ def build(ctx) -> dict:
             choices=labelled_choices(runs),
             value=default_run(a0, runs),
             label="Run",
-            allow_custom_value=True,
             elem_id="an-run",
+            **picker,
         )
-        ref = gr.Dropdown(
-            choices=shown, value=None, label="Reference (blank = the run's starting model)", allow_custom_value=True
-        )
+        ref = gr.Dropdown(choices=shown, value=None, label="Reference (blank = the run's starting model)", **picker)
         traj_btn = gr.Button("Trajectory", elem_id="an-traj-btn")
     traj_msg = gr.Markdown("", elem_id="an-traj-msg")
     with gr.Row():

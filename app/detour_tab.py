@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from app import (
+    TYPED_PICKER,
     check_model_spec,
     default_picks,
     follow_defaults,
@@ -70,7 +71,7 @@ SCRUB_TEXT = (
 )
 
 
-SLIDER_LABEL = "tokens seen (drag to scrub: it stops at the nearest saved model)"
+SLIDER_LABEL = "tokens seen (drag to scrub: it stops at the nearest saved model; the arrow keys step to the next)"
 
 
 def show_masks(spec: str | None, seq_len=128) -> tuple:
@@ -212,6 +213,17 @@ def load_run(run: str | None) -> tuple[dict, str]:
     return {"minimum": 0, "maximum": max(ticks[-1], 1), "value": 0, "step": max(step, 1)}, msg
 
 
+def saved_ticks(run: str | None) -> str:
+    """The slider positions of ``run``'s saved models, comma-separated ("" when there are none): the page's keys
+    step from one to the next (``main.JS``); a slider step (the gaps' greatest common divisor) fell between two
+    saved models, so an arrow key showed the same model again and left the slider off it."""
+    try:
+        pts = run_checkpoints(_run_dir(run))["points"] if (run or "").strip() else []
+    except DetourError:
+        return ""
+    return ",".join(str(t) for t in sorted(set(_ticks(pts))))
+
+
 def nearest_point(points: list[dict], tokens) -> int:
     """The saved model nearest to ``tokens`` seen (the slider's value), the earlier one on a tie."""
     ticks = _ticks(points)
@@ -300,7 +312,7 @@ def build(ctx) -> dict:
     gr.Markdown("### 1 · The masks\n" + MASKS_TEXT)
     with gr.Row():
         m_model = gr.Dropdown(choices=labelled_choices(choices), value=defaults[0], label="Model",
-                              allow_custom_value=True, elem_id="dt-mask-model")  # fmt: skip
+                              allow_custom_value=True, elem_id="dt-mask-model", elem_classes=TYPED_PICKER)  # fmt: skip
         m_len = gr.Slider(8, MAX_SEQ_LEN, value=128, step=8, label="sequence length (tokens)", elem_id="dt-mask-len")
         m_btn = gr.Button("Show the masks", variant="primary", elem_id="dt-mask-btn")
     m_msg = gr.Markdown("", elem_id="dt-mask-msg")
@@ -316,6 +328,7 @@ def build(ctx) -> dict:
                 label=f"Model {i + 1}",
                 allow_custom_value=True,
                 elem_id=f"dt-model-{i}",
+                elem_classes=TYPED_PICKER,
             )  # fmt: skip
             for i in range(SLOTS)
         ]
@@ -326,9 +339,11 @@ def build(ctx) -> dict:
     gr.Markdown("### 3 · Through a run\n" + SCRUB_TEXT)
     with gr.Row():
         r_run = gr.Dropdown(choices=labelled_choices(runs), value=default_run(defaults, runs), label="Run",
-                            allow_custom_value=True, elem_id="dt-run")  # fmt: skip
+                            allow_custom_value=True, elem_id="dt-run", elem_classes=TYPED_PICKER)  # fmt: skip
         r_load = gr.Button("Load its saved models", variant="primary", elem_id="dt-run-btn")
-    r_slider = gr.Slider(0, 1, value=0, step=1, label=SLIDER_LABEL, elem_id="dt-scrub", elem_classes=["snap-on-enter"])
+    r_slider = gr.Slider(0, 1, value=0, step=1, label=SLIDER_LABEL, elem_id="dt-scrub",
+                         elem_classes=["snap-on-enter", "step-to-ticks"])  # fmt: skip
+    r_ticks = gr.Textbox("", visible="hidden", elem_id="dt-scrub-ticks")  # where the keys step to (``main.JS``)
     r_info = gr.Markdown(NO_RUNS if not runs else "", elem_id="dt-run-msg")  # a fresh install: how to make a run
     with gr.Row():
         r_masked = gr.Textbox(value=EXAMPLE_MASKED, label="Fill-mask sentence (one [MASK])", max_lines=2)
@@ -344,18 +359,19 @@ def build(ctx) -> dict:
 
     def on_load(run):
         slider, msg = load_run(run)
-        return gr.update(**slider), msg
+        return gr.update(**slider), msg, saved_ticks(run)
 
     scrub_io = {"inputs": [r_run, r_slider, r_masked, r_text], "outputs": [r_timeline, r_fill, r_html, r_msg]}
     busy = {"concurrency_limit": 1, "concurrency_id": "detour"}
     m_btn.click(show_masks, inputs=[m_model, m_len], outputs=[m_plot, m_msg], api_name="detour_masks", **busy)
     s_btn.click(lambda text, *specs: show_surprise(text, list(specs)), inputs=[s_text, *s_models],
                 outputs=[s_html, s_msg], api_name="detour_surprise", **busy)  # fmt: skip
-    r_load.click(on_load, inputs=[r_run], outputs=[r_slider, r_info], api_name="detour_run").then(
+    r_load.click(on_load, inputs=[r_run], outputs=[r_slider, r_info, r_ticks], api_name="detour_run").then(
         scrub, **scrub_io, **busy
     )
-    # dragging, arrow keys and a typed value all scrub (.input); letting go (pointer up, or leaving the number box)
-    # also moves the slider onto the saved model shown, so its tokens are the model's
+    # dragging, the keys (from one saved model to the next: main.JS) and a typed value all scrub (.input); letting go
+    # (pointer up, or leaving the number box) also moves the slider onto the saved model shown, so its tokens are
+    # the model's
     r_slider.input(scrub, **scrub_io, api_name="detour_scrub", trigger_mode="always_last", **busy)
 
     def on_release(run, tokens, masked, text):

@@ -3,7 +3,16 @@
 
 from __future__ import annotations
 
-from app import check_model_spec, default_picks, follow_defaults, md_escape, model_choices, model_name, warn
+from app import (
+    TYPED_PICKER,
+    check_model_spec,
+    default_picks,
+    follow_defaults,
+    md_escape,
+    model_choices,
+    model_name,
+    warn,
+)
 from backend.analysis import plots
 from backend.analysis.fill_mask import check_text, predict_batch
 from backend.core import inference_lane
@@ -115,6 +124,7 @@ def build(ctx) -> dict:
                         label=f"Model {i + 1}",
                         allow_custom_value=True,
                         elem_id=f"fm-model-{i}",
+                        elem_classes=TYPED_PICKER,
                     )
                 )
                 trusts.append(gr.Checkbox(value=False, label="trust remote code (this model)"))

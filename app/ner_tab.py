@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app import check_model_spec, check_path, evals_dir, looks_like_path, md_escape, model_choices, warn
+from app import TYPED_PICKER, check_model_spec, check_path, evals_dir, looks_like_path, md_escape, model_choices, warn
 from backend.core import catalogue, inference_lane
 from backend.core.errors import DetourError
 from backend.evaluation.results_file import read_results
@@ -324,7 +324,7 @@ def build(ctx) -> dict:
                             value=default_slots([None] * SLOTS, choices)[i],
                             label=f"Fine-tuned model {i + 1}",
                             elem_id=f"ner-model-{i}",
-                            elem_classes=["ner-slot"],
+                            elem_classes=["ner-slot", *TYPED_PICKER],
                             allow_custom_value=True,  # paths are checked by the handler
                         )
                     )
