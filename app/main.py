@@ -24,9 +24,11 @@ from app import (  # noqa: E402
 )
 
 DEFAULT_MAX_UPLOAD = 50 * 1024 * 1024
+# The Runs table's run names stay in view when a narrow page scrolls it sideways (``runs_tab.WIDTHS``).
 CSS = """
 .field-error { color: #b91c1c; font-size: 0.85em; margin-top: -6px; }
 .field-error p { color: #b91c1c; }
+#runs-table .first-column { position: sticky; left: 0; z-index: 2; background: inherit; }
 """
 # Keys the page handles itself (capture phase, before Gradio's own handlers):
 # - a typed value + Enter in a slider's number box (``.snap-on-enter``) ends the edit as leaving the box does (Gradio

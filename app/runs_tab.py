@@ -21,11 +21,13 @@ POLL_S = 2.0
 LOG_WIDTH = 110  # characters: the log panel does not wrap (CodeMirror's wrapping breaks its line numbers here)
 TABLE_COLUMNS = ["run", "state", "phase", "step", "tokens", "%", "ETA", "time", "tok/s", "train loss", "held-out MLM",
                  "held-out CLM", "error"]  # fmt: skip
-# share of the width per column: the table fits the page, and a long error gets its own share (and only the start
-# of its text) instead of crushing the other columns
-WIDTHS = {"run": 13, "state": 8, "phase": 6, "step": 7, "tokens": 10, "%": 5, "ETA": 6, "time": 6, "tok/s": 5,
-          "train loss": 6, "held-out MLM": 7, "held-out CLM": 7, "error": 14}  # fmt: skip
-COLUMN_WIDTHS = [f"{WIDTHS[c]}%" for c in TABLE_COLUMNS]
+# each column's width in pixels: wide enough for what it holds (a loss of 10.108, 45.1k/45.1k tokens, "cancelled")
+# at 8.4 px a character plus the cell's 16 px of padding, so no number breaks across lines (shares of the width broke
+# "10.108" into "10." and "108" at 1,000 px). On a page narrower than their sum (1,164 px) the table scrolls sideways
+# with the run's name kept in view (``main.CSS``). The run's name and the error wrap.
+WIDTHS = {"run": 140, "state": 94, "phase": 64, "step": 96, "tokens": 112, "%": 56, "ETA": 94, "time": 76, "tok/s": 60,
+          "train loss": 70, "held-out MLM": 76, "held-out CLM": 76, "error": 150}  # fmt: skip
+COLUMN_WIDTHS = [f"{WIDTHS[c]}px" for c in TABLE_COLUMNS]
 FIGURES = [  # (row type, metrics key, elem id): the Runs tab's curves, in their order on the page
     ("train", "loss", "plot-train"),
     ("eval", "eval_mlm_loss", "plot-eval"),
