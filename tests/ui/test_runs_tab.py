@@ -109,6 +109,18 @@ def test_the_log_follows_the_running_run_until_one_is_picked(isolated_runs_dir):
     assert tick["log_run"] == "older"
 
 
+def test_the_run_cancelled_or_resumed_stays_picked_when_its_sibling_starts(isolated_runs_dir):
+    """Cancel on a pair's running detour run: its MLM sibling started and the picker followed it within one poll,
+    so Resume and a second Cancel went to the sibling. The run acted on is pinned."""
+    a = make_run(isolated_runs_dir, "pair-detour", state="running", pid=os.getpid(), created_at=2.0)
+    make_run(isolated_runs_dir, "pair-mlm", state="queued", created_at=2.0)
+    tick = runs_tab.poll_update([], "pair-detour", "tokens_seen", {})
+    rundir.write_status(a, state="cancelled")  # Cancel pressed on it (pinned), then its sibling starts
+    rundir.write_status(isolated_runs_dir / "pair-mlm", state="running", pid=os.getpid())
+    tick = runs_tab.poll_update([], "pair-detour", "tokens_seen", tick["state"], pinned="pair-detour")
+    assert tick["log_run"] == "pair-detour" and not tick["log_run_changed"]
+
+
 def test_the_throughput_panel_and_the_timeline_follow_the_run(isolated_runs_dir):
     tick = runs_tab.poll_update([], None, "tokens_seen", None)  # a page opened before any run
     assert tick["timeline"] is not None and tick["timeline"].layout.annotations[0].text == "no run to draw"
