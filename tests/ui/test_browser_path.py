@@ -4,7 +4,8 @@ traps a walk in Chromium met where the page itself was at fault. One app start s
 - Enter in a model picker with a partial name ("detour") or an emptied slot chose the first model of the list;
 - the Detour scrub's arrow keys moved one slider step (the saved models' greatest common gap), not to the next
   saved model, and left the slider between two of them;
-- the Runs table broke numbers across lines at 1000 and 800 px wide ("10." / "076");
+- the Runs table broke numbers across lines at 1000 and 800 px wide ("10." / "076"), and two curves' titles ran
+  past their figures' edge;
 - Cancel on a pair's running run: within one poll the Run picker jumped to the pair's other run (which then
   started), so Resume and a second Cancel went to it."""
 
@@ -31,6 +32,13 @@ CELL_LINES = """() => [...document.querySelectorAll('#runs-table .virtual-body .
         r.selectNodeContents(cell.querySelector('span.text') || cell);
         return [cell.textContent.trim(), new Set([...r.getClientRects()].map(x => Math.round(x.top))).size];
     }))"""
+
+
+# Each Runs-tab figure -> how far its title runs past the figure's right edge (px; <= 0: it fits)
+TITLE_OVERRUN = """() => [...document.querySelectorAll('[id^="plot-"] .js-plotly-plot')].map(p => {
+    const right = (sel) => p.querySelector(sel).getBoundingClientRect().right;
+    return [p.closest('[id^="plot-"]').id, right('.gtitle') - right('.main-svg')];
+})"""
 
 
 def _value(page, selector: str) -> str:
@@ -119,6 +127,8 @@ def test_the_researchers_path(tmp_path, isolated_runs_dir, detour_run_dir, tiny_
                 for row in page.evaluate(CELL_LINES):
                     numbers = row[1:-1]  # between the run's name and its error (those two wrap)
                     assert all(n <= 1 for t, n in numbers if t), (width, row)
+                overrun = page.evaluate(TITLE_OVERRUN)  # the curves' titles fit their figures
+                assert len(overrun) == 6 and all(px <= 1 for _, px in overrun), (width, overrun)
             page.set_viewport_size({"width": 1400, "height": 1000})
 
             # Cancel on the pair's running run: the picker stays on it while its sibling starts, Resume answers for it
