@@ -260,7 +260,10 @@ def scrub(run: str | None, tokens, masked_text: str, text: str, top_k=5) -> tupl
     fig = timeline_figure(pts, read_metrics(run_dir), selected=i)
     try:
         fill = fill_mask([point["model"]], masked_text, top_k=int(top_k))[0]
-        fill["model"] = f"fill-mask at {point['label']}"
+        # the chart's title, short: it takes half the page ("fill-mask at step 22 (end-decay) = final · decay: MLM"
+        # ran past its edge at 1000 px); the message under the slider names the model whole
+        fill["model"] = "top-k, the start model" if point["tag"] == "start" else (
+            f"top-k at step {point['step']} ({point['phase']})")  # fmt: skip
         bars, problem = plots.fill_mask_figure(fill), ""
     except DetourError as exc:
         bars, problem = None, "\n\n" + warn(exc)

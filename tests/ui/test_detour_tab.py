@@ -75,6 +75,10 @@ def test_scrub_through_a_run(monkeypatch):
         selected = [s for s in timeline.layout.shapes if s.line.width == 3]
         assert [s.x0 for s in selected] == [512 * i]
         assert any(s.x0 == 1024 for s in timeline.layout.shapes if s.line.dash == "dash")  # the CLM -> MLM switch
+        # the top-k chart's title fits its half of the page ("fill-mask at step 8 (end-decay) = final · decay: MLM"
+        # ran past the edge at 1000 px); the message names the model whole
+        want = "top-k, the start model" if i == 0 else f"top-k at step {2 * i} ({'main' if i <= 2 else 'decay'})"
+        assert fill.layout.title.text == want, fill.layout.title.text
         seen.append(html)
     assert "phase **main** (CLM)" in detour_tab.scrub("scrub", 1024, "The [MASK].", "x")[3]
     assert "phase **decay** (MLM)" in detour_tab.scrub("scrub", 1400, "The [MASK].", "x")[3]  # the nearest: 1536
