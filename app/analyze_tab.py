@@ -252,7 +252,7 @@ def compute_trajectory(
     # each chart names its run and reference: a trajectory drawn for another run stays on screen beside new results
     subject = f"{plots.fit_label(model_name(run))} from {plots.fit_label(model_name(ref))}"
     fig = plots.trajectory_figure(x, div, res["layers"], tags=tags, measure=res["measure"], caption=caption,
-                                  title=f"Divergence of {subject} across its checkpoints")  # fmt: skip
+                                  title=f"Divergence of {subject}")  # fmt: skip
     wfig = None
     if res.get("weight_change") and all(w is not None for w in res["weight_change"]):
         weights = ([start["weight_change"]] if start else []) + res["weight_change"]
@@ -260,9 +260,7 @@ def compute_trajectory(
         wfig = plots.trajectory_figure(
             [x[i] for i in have], [weights[i] for i in have], res["weight_layers"], tags=[tags[i] for i in have]
         )
-        wfig.update_layout(
-            title={"text": f"Relative weight change of {subject} across its checkpoints"}, yaxis_title="‖ΔW‖ / ‖W‖"
-        )
+        wfig.update_layout(title={"text": f"Weight change of {subject}"}, yaxis_title="‖ΔW‖ / ‖W‖")
     msg = f"✓ {len(res['points'])} checkpoints against {md_escape(ref)} in {res['elapsed_s']:.1f} s"
     hint = few_checkpoints_hint(res["points"], cfg, read_status(run_spec))
     return fig, wfig, "\n\n".join(m for m in (msg, note, hint) if m)
@@ -365,9 +363,11 @@ def build(ctx) -> dict:
         refresh = gr.Button("Refresh models", scale=0, min_width=200)
     note = gr.Markdown(note0, elem_id="an-note")
     msg = gr.Markdown("", elem_id="an-msg")
+    # side by side on a wide page, one under the other below ~1,150 px: their titles name both models and ran past
+    # the edge of a half page at 1000 px
     with gr.Row():
-        heat = gr.Plot(label="CKA heatmap", elem_id="an-heat")
-        div = gr.Plot(label="Divergence per layer", elem_id="an-div")
+        heat = gr.Plot(label="CKA heatmap", elem_id="an-heat", min_width=560)
+        div = gr.Plot(label="Divergence per layer", elem_id="an-div", min_width=560)
     table = gr.Dataframe(
         headers=["layer", "similarity", "divergence", "control", "ratio", "shuffled baseline"],
         interactive=False,
@@ -387,8 +387,8 @@ def build(ctx) -> dict:
         traj_btn = gr.Button("Trajectory", elem_id="an-traj-btn")
     traj_msg = gr.Markdown("", elem_id="an-traj-msg")
     with gr.Row():
-        traj_plot = gr.Plot(label="Divergence across checkpoints", elem_id="an-traj")
-        traj_w = gr.Plot(label="Weight change across checkpoints")
+        traj_plot = gr.Plot(label="Divergence across checkpoints", elem_id="an-traj", min_width=560)
+        traj_w = gr.Plot(label="Weight change across checkpoints", elem_id="an-traj-w", min_width=560)
 
     def on_cka(a_, b_, ca_, cb_, t_, n_, l_, m_, progress=gr.Progress()):
         return compute_cka(a_, b_, ca_, cb_, t_, n_, l_, m_, progress=lambda f, m="": progress(f, desc=m))

@@ -21,7 +21,7 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 360) -> go
         xaxis_title=x,
         yaxis_title=y,
         height=height,
-        margin={"l": 55, "r": 40, "t": 70 if "<br>" in title else 45, "b": 45},  # a title's second line too
+        margin={"l": 55, "r": 40, "t": 55 + 15 * title.count("<br>") if "<br>" in title else 45, "b": 45},
         legend={"orientation": "h", "y": -0.22},
     )
     return fit_y_range(fig)
@@ -353,12 +353,8 @@ def divergence_figure(
     fig.update_layout(barmode="group")
     name = SHORT.get(measure, measure)
     pair = f": {fit_label(models[0])} vs {fit_label(models[1])}" if models else ""
-    title = f"Divergence per layer{pair} (1 − {name} of matching layers)" + (
-        f"<br><sup>{caption}</sup>" if caption else ""
-    )
-    fig = _layout(fig, title, "layer", f"1 − {name.split(' (')[0]}")
-    if caption:
-        fig.update_layout(margin={"t": 70})
+    sub = f"1 − {name} of matching layers" + (f"<br>{caption}" if caption else "")  # one line each: it fits
+    fig = _layout(fig, f"Divergence per layer{pair}<br><sup>{sub}</sup>", "layer", f"1 − {name.split(' (')[0]}")
     if not any(divergence) and not any(control or []):  # autoscaled, zeros drew as full bars of ±1e-15
         fig.update_yaxes(range=[-0.01, 0.01], tickformat=".3f")
         fig.add_annotation(text="0 in every layer: the two models' representations are the same", x=0.5, y=0.75,

@@ -4,8 +4,8 @@ traps a walk in Chromium met where the page itself was at fault. One app start s
 - Enter in a model picker with a partial name ("detour") or an emptied slot chose the first model of the list;
 - the Detour scrub's arrow keys moved one slider step (the saved models' greatest common gap), not to the next
   saved model, and left the slider between two of them;
-- the Runs table broke numbers across lines at 1000 and 800 px wide ("10." / "076"), and two curves' titles ran
-  past their figures' edge;
+- the Runs table broke numbers across lines at 1000 and 800 px wide ("10." / "076"); two of its curves' titles and
+  Analyze's heatmap and divergence titles (which name both models) ran past their charts' edge;
 - Cancel on a pair's running run: within one poll the Run picker jumped to the pair's other run (which then
   started), so Resume and a second Cancel went to it."""
 
@@ -35,10 +35,11 @@ CELL_LINES = """() => [...document.querySelectorAll('#runs-table .virtual-body .
 
 
 # Each Runs-tab figure -> how far its title runs past the figure's right edge (px; <= 0: it fits)
-TITLE_OVERRUN = """() => [...document.querySelectorAll('[id^="plot-"] .js-plotly-plot')].map(p => {
+TITLE_OVERRUN = """(ids) => [...document.querySelectorAll('.js-plotly-plot')].map(p => {
     const right = (sel) => p.querySelector(sel).getBoundingClientRect().right;
-    return [p.closest('[id^="plot-"]').id, right('.gtitle') - right('.main-svg')];
-})"""
+    return [(p.closest('[id]') || {}).id, right('.gtitle') - right('.main-svg')];
+}).filter(([id]) => ids.includes(id))"""
+CURVES = ["plot-train", "plot-eval", "plot-eval-clm", "plot-lr", "plot-grad-norm", "plot-tokens-per-s"]
 
 
 def _value(page, selector: str) -> str:
@@ -104,6 +105,15 @@ def test_the_researchers_path(tmp_path, isolated_runs_dir, detour_run_dir, tiny_
             page.wait_for_selector("#dt-scrub-msg :text('2 of 4')", timeout=30_000)
             assert _value(page, "#dt-scrub input[type=number]") == "1024"
 
+            # Analyze at 1000 px: the heatmap's and the divergence's titles (they name both models) fit their charts
+            page.set_viewport_size({"width": 1000, "height": 1000})
+            page.get_by_role("tab", name="Analyze").click()
+            page.click("#an-cka-btn")
+            page.wait_for_selector("#an-msg :text('✓')", timeout=120_000)
+            overrun = page.evaluate(TITLE_OVERRUN, ["an-heat", "an-div"])
+            assert len(overrun) == 2 and all(px <= 1 for _, px in overrun), overrun
+            page.set_viewport_size({"width": 1400, "height": 1000})
+
             # a pair launched from the form
             page.get_by_role("tab", name="Launch").click()
             page.get_by_text("Load a config").click()
@@ -127,7 +137,7 @@ def test_the_researchers_path(tmp_path, isolated_runs_dir, detour_run_dir, tiny_
                 for row in page.evaluate(CELL_LINES):
                     numbers = row[1:-1]  # between the run's name and its error (those two wrap)
                     assert all(n <= 1 for t, n in numbers if t), (width, row)
-                overrun = page.evaluate(TITLE_OVERRUN)  # the curves' titles fit their figures
+                overrun = page.evaluate(TITLE_OVERRUN, CURVES)  # the curves' titles fit their figures
                 assert len(overrun) == 6 and all(px <= 1 for _, px in overrun), (width, overrun)
             page.set_viewport_size({"width": 1400, "height": 1000})
 
