@@ -348,7 +348,13 @@ def _queue_missing(out: Path, m: dict) -> list[Path]:
                 if rundir.read_status(d).get("state") == "running":  # killed without saying so
                     rundir.write_status(d, state="failed", error="the training process is gone (killed?)")
                 rundir.write_status(
-                    d, state="queued", resume_requested=True, error=None, queued_at=rundir.now(), launched_pid=None
+                    d,
+                    state="queued",
+                    resume_requested=True,
+                    error=None,
+                    queued_at=rundir.now(),
+                    launched_pid=None,
+                    cancel_requested=None,
                 )
                 to_start.append(d)
             elif state == "queued":
