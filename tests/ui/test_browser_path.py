@@ -6,6 +6,7 @@ traps a walk in Chromium met where the page itself was at fault. One app start s
   saved model, and left the slider between two of them;
 - the Runs table broke numbers across lines at 1000 and 800 px wide ("10." / "076"); two of its curves' titles and
   Analyze's heatmap and divergence titles (which name both models) ran past their charts' edge;
+- at 1000 px the Sweeps form squeezed a check box's label to a letter a line and the sweep picker under its arrow;
 - Cancel on a pair's running run: within one poll the Run picker jumped to the pair's other run (which then
   started), so Resume and a second Cancel went to it."""
 
@@ -39,6 +40,13 @@ TITLE_OVERRUN = """(ids) => [...document.querySelectorAll('.js-plotly-plot')].ma
     const right = (sel) => p.querySelector(sel).getBoundingClientRect().right;
     return [(p.closest('[id]') || {}).id, right('.gtitle') - right('.main-svg')];
 }).filter(([id]) => ids.includes(id))"""
+# the Sweeps form's check box: how many lines its label takes; and how wide the sweep picker is (px)
+LABEL_LINES_AND_PICK = """() => {
+    const r = document.createRange();
+    r.selectNodeContents([...document.querySelectorAll('#sw-unmatched span')].find(s => s.textContent.trim()));
+    return [new Set([...r.getClientRects()].map(x => Math.round(x.top))).size,
+            document.querySelector('#sw-pick').getBoundingClientRect().width];
+}"""
 CURVES = ["plot-train", "plot-eval", "plot-eval-clm", "plot-lr", "plot-grad-norm", "plot-tokens-per-s"]
 
 
@@ -105,8 +113,14 @@ def test_the_researchers_path(tmp_path, isolated_runs_dir, detour_run_dir, tiny_
             page.wait_for_selector("#dt-scrub-msg :text('2 of 4')", timeout=30_000)
             assert _value(page, "#dt-scrub input[type=number]") == "1024"
 
-            # Analyze at 1000 px: the heatmap's and the divergence's titles (they name both models) fit their charts
+            # Sweeps at 1000 px: the form's check box keeps its label readable, the sweep picker its name
             page.set_viewport_size({"width": 1000, "height": 1000})
+            page.get_by_role("tab", name="Sweeps").click()
+            page.wait_for_selector("#sw-unmatched", timeout=30_000)
+            lines, pick = page.evaluate(LABEL_LINES_AND_PICK)
+            assert lines <= 2 and pick >= 300, (lines, pick)  # was: a letter a line, and a 150-px picker
+
+            # Analyze at 1000 px: the heatmap's and the divergence's titles (they name both models) fit their charts
             page.get_by_role("tab", name="Analyze").click()
             page.click("#an-cka-btn")
             page.wait_for_selector("#an-msg :text('✓')", timeout=120_000)
