@@ -25,6 +25,11 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$
 _LISTED_RUNS: set[str] = set()
 
 
+# the pickers whose typed text is a value (a model, a run, a corpus): Enter keeps it (``main.JS``), never the first
+# option the filter shows
+TYPED_PICKER = ["typed-picker"]
+
+
 class PathNotAllowed(DetourError):
     def __init__(self, what: str, value: str, message: str):
         self.key, self.value = what, value
@@ -44,7 +49,8 @@ def _inside(p: Path, root: Path) -> bool:
 
 
 def check_path(value: str | Path, what: str = "path", must_exist: bool = True) -> Path:
-    """Resolve ``value`` (symlinks included) and require it inside an allowed root."""
+    """Resolve ``value`` (symlinks included) and require it inside an allowed root (and, with ``must_exist``, on
+    disk: a missing file is said to be missing first, wherever it was looked for)."""
     raw = str(value).strip()
     if not raw:
         raise PathNotAllowed(what, raw, f"{what}: empty path")
@@ -56,16 +62,18 @@ def check_path(value: str | Path, what: str = "path", must_exist: bool = True) -
             what, raw, f"{what}: '{raw}' cannot be resolved ({exc}); fix the link or the path"
         ) from None
     roots = allowed_roots()
-    if not any(_inside(p, r) for r in roots):
-        listed = ", ".join(str(r) for r in roots)
+    inside = any(_inside(p, r) for r in roots)
+    listed = ", ".join(str(r) for r in roots)
+    if must_exist and not p.exists():  # the first thing to fix: a file named "outside" sent users to the wrong fix
+        where = "" if inside else f" (this app reads files in {listed})"
+        raise PathNotAllowed(what, raw, f"{what}: '{raw}' does not exist{where}")
+    if not inside:
         raise PathNotAllowed(
             what,
             raw,
             f"{what}: '{raw}' is outside the folders this app may read ({listed}); "
             f"add its folder to {ALLOWED_ROOTS_ENV} (':'-separated) to allow it",
         )
-    if must_exist and not p.exists():
-        raise PathNotAllowed(what, raw, f"{what}: '{raw}' does not exist")
     return p
 
 
@@ -144,13 +152,36 @@ def model_name(spec: str | None) -> str:
     return strip_label((spec or "").strip())
 
 
+def local_corpora() -> dict[str, str]:
+    """The corpora a bare word may have meant, by name -> what to type: 'demo', and each file or folder directly in
+    the uploads folder and in the folders ``DETOUR_ALLOWED_ROOTS`` adds (``../shared/data``'s corpora)."""
+    found = {"demo": "demo"}
+    extra = [Path(p.strip()).expanduser() for p in os.environ.get(ALLOWED_ROOTS_ENV, "").split(os.pathsep) if p.strip()]
+    for root in (uploads_dir(), *extra):
+        try:
+            found.update({p.name: str(p) for p in sorted(root.iterdir())[:200] if not p.name.startswith(".")})
+        except OSError:  # a root that is missing, a file or unreadable offers nothing
+            continue
+    return found
+
+
 def check_corpus_spec(spec: str, what: str = "data.corpus") -> str:
+    """A corpus as typed in the Launch form -> the spec the config gets. A bare word close to a local corpus
+    ('demp', a corpus folder's name without its path) is refused naming it: it passed as a hub dataset id and
+    failed only at launch, offline or not."""
+    from backend.engine.model_ref import close_names
+
     spec = (spec or "").strip()
     if spec in ("", "demo"):
         return "demo"
     if looks_like_path(spec):
         return str(check_path(spec, what))
     if HUB_ID.match(spec):
+        local = local_corpora()
+        if "/" not in spec and (near := close_names(spec, list(local))):
+            shown = ", ".join(f"'{local[n]}'" for n in near)
+            raise PathNotAllowed(what, spec, f"{what}: '{spec}' is not 'demo', an allowed file or folder, or a hub "
+                                 f"dataset id (org/name); did you mean {shown}?")  # fmt: skip
         return spec
     raise PathNotAllowed(what, spec, f"{what}: '{spec}' is not 'demo', an allowed file or folder, or a hub dataset id")
 
@@ -249,13 +280,15 @@ def default_picks(choices: list[str], slots: int) -> list[str | None]:
     return (picks + [None] * slots)[:slots]
 
 
-def fill_empty_picks(picks: list, choices: list[str]) -> list:
-    """A tab's slot values after its lists are read again: with nothing picked beside the first slot (the page as
-    built, before any run), the ``default_picks``; otherwise the picks as they are."""
-    if any(picks[1:]):
-        return list(picks)
-    defaults = default_picks(choices, len(picks))
-    return [picks[0] or defaults[0], *defaults[1:]]
+def follow_defaults(picks: list, shown: list | None, defaults: list) -> list:
+    """A group of pickers' values when its lists are read again (page load, tab select, the tab's Refresh button):
+    while every picker of the group still holds the default it was last given (``shown``, the defaults a tab keeps
+    per page), the group takes the new ``defaults``; once the user has changed one of them (emptied it too), the
+    group keeps its picks: they are a comparison the user chose. A slot filled once used to stay as it was: a page
+    opened while a pair trained showed the detour run beside the base, and never the MLM run once it had saved."""
+    shown = list(shown) if shown is not None else [None] * len(picks)
+    untouched = all((p or None) == (s or None) for p, s in zip(picks, shown, strict=True))
+    return list(defaults) if untouched else list(picks)
 
 
 def md_escape(text: object) -> str:

@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from app import (
+    TYPED_PICKER,
     check_model_spec,
     check_path,
+    follow_defaults,
     labelled,
     labelled_choices,
     md_escape,
@@ -123,7 +125,7 @@ def compute_cka(
     )
     caption = plots.similarity_caption(**described)
     if res.get("divergence") is None:  # different depths: no layer-by-layer match (the heatmap still shows)
-        div = plots.divergence_figure([], [], measure=res["measure"], caption=caption)
+        div = plots.divergence_figure([], [], measure=res["measure"], caption=caption, models=(a, b))
         layers = []
     else:
         div = plots.divergence_figure(
@@ -133,6 +135,7 @@ def compute_cka(
             res.get("ratio"),
             measure=res["measure"],
             caption=caption,
+            models=(a, b),
         )
         layers = res["layers_a"]
     rows = []
@@ -168,17 +171,22 @@ def _round(v, digits: int):
 def default_models() -> tuple[str | None, str | None, str]:
     """(A, B, note) by the rule every tab shares (``app.newest_pair``): the newest pair's detour run as A and its
     MLM sibling as B (the pairing the seed-noise ratio expects); without a pair, the newest run against the base
-    model it started from. Without a second run B is None and the note says so: with models in the Hugging Face
-    cache the list offers them, else there is only one model."""
+    model it started from. Without a second model B is None and the note says why: only one model, or which others
+    the pickers list (a cached hub model on a fresh install is not picked for the user: it may be a large one)."""
     a, b, _ = newest_pair()
     choices = model_choices()
     if a is None:
         a = DEFAULT_MODEL if DEFAULT_MODEL in choices else None
     if b is None or b == a:
-        others = [c for c in choices if model_name(c) != a]
+        others = [model_name(c) for c in choices if c != a]
         if others:
-            listed = f"{len(others)} more in the list, e.g. {model_name(others[0])}"
-            return a, None, f"No run to compare {a} with yet: pick model B ({listed}), or train one on the Launch tab."
+            listed = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            return (
+                a,
+                None,
+                f"Pick model B to compare with A: the pickers list {listed}; or train a run on the "
+                "Launch tab to compare it with its base.",
+            )
         only = a or "no model"
         return a, None, f"Only one model is available ({only}): train a run on the Launch tab to compare it."
     return a, b, ""
@@ -242,7 +250,10 @@ def compute_trajectory(
     tags = [f"{p.get('tag') or ''} {p.get('phase') or ''}".strip() for p in points]
     div = ([start["divergence"]] if start else []) + res["divergence"]
     caption = plots.similarity_caption(res["measure"], res["samples"], res["hidden_sizes"])
-    fig = plots.trajectory_figure(x, div, res["layers"], tags=tags, measure=res["measure"], caption=caption)
+    # each chart names its run and reference: a trajectory drawn for another run stays on screen beside new results
+    subject = f"{plots.fit_label(model_name(run))} from {plots.fit_label(model_name(ref))}"
+    fig = plots.trajectory_figure(x, div, res["layers"], tags=tags, measure=res["measure"], caption=caption,
+                                  title=f"Divergence of {subject}")  # fmt: skip
     wfig = None
     if res.get("weight_change") and all(w is not None for w in res["weight_change"]):
         weights = ([start["weight_change"]] if start else []) + res["weight_change"]
@@ -250,9 +261,7 @@ def compute_trajectory(
         wfig = plots.trajectory_figure(
             [x[i] for i in have], [weights[i] for i in have], res["weight_layers"], tags=[tags[i] for i in have]
         )
-        wfig.update_layout(
-            title={"text": "Relative weight change from the reference across checkpoints"}, yaxis_title="‖ΔW‖ / ‖W‖"
-        )
+        wfig.update_layout(title={"text": f"Weight change of {subject}"}, yaxis_title="‖ΔW‖ / ‖W‖")
     msg = f"✓ {len(res['points'])} checkpoints against {md_escape(ref)} in {res['elapsed_s']:.1f} s"
     hint = few_checkpoints_hint(res["points"], cfg, read_status(run_spec))
     return fig, wfig, "\n\n".join(m for m in (msg, note, hint) if m)
@@ -331,15 +340,14 @@ def build(ctx) -> dict:
     shown = labelled_choices(choices)  # a run still training says so
     with gr.Accordion("What CKA, divergence and the seed-noise control mean", open=not runs, elem_id="an-explain"):
         gr.Markdown(EXPLAIN)
+    picker = {"allow_custom_value": True, "elem_classes": TYPED_PICKER}  # a typed name is a value
     with gr.Row():
-        a = gr.Dropdown(choices=shown, value=a0, label="Model A (rows)", allow_custom_value=True, elem_id="an-a")
-        b = gr.Dropdown(choices=shown, value=b0, label="Model B (columns)", allow_custom_value=True, elem_id="an-b")
+        a = gr.Dropdown(choices=shown, value=a0, label="Model A (rows)", elem_id="an-a", **picker)
+        b = gr.Dropdown(choices=shown, value=b0, label="Model B (columns)", elem_id="an-b", **picker)
     with gr.Accordion("Seed-noise control (optional): ratio = div(A, B) / div(MLM seed 2, MLM seed 1)", open=False):
         with gr.Row():
-            ca = gr.Dropdown(choices=shown, value=None, label="MLM seed 1 (blank = model B)", allow_custom_value=True)
-            cb = gr.Dropdown(
-                choices=shown, value=None, label="MLM seed 2 (B's recipe, another seed)", allow_custom_value=True
-            )
+            ca = gr.Dropdown(choices=shown, value=None, label="MLM seed 1 (blank = model B)", **picker)
+            cb = gr.Dropdown(choices=shown, value=None, label="MLM seed 2 (B's recipe, another seed)", **picker)
     with gr.Row():
         texts = gr.Textbox(value="demo", label="Texts ('demo' or a .txt/.jsonl file in an allowed folder)", max_lines=1)
         n_texts = gr.Number(value=100, precision=0, label=f"texts (≤ {MAX_TEXTS}; paper: 500)")
@@ -356,9 +364,11 @@ def build(ctx) -> dict:
         refresh = gr.Button("Refresh models", scale=0, min_width=200)
     note = gr.Markdown(note0, elem_id="an-note")
     msg = gr.Markdown("", elem_id="an-msg")
+    # side by side on a wide page, one under the other below ~1,150 px: their titles name both models and ran past
+    # the edge of a half page at 1000 px
     with gr.Row():
-        heat = gr.Plot(label="CKA heatmap", elem_id="an-heat")
-        div = gr.Plot(label="Divergence per layer", elem_id="an-div")
+        heat = gr.Plot(label="CKA heatmap", elem_id="an-heat", min_width=560)
+        div = gr.Plot(label="Divergence per layer", elem_id="an-div", min_width=560)
     table = gr.Dataframe(
         headers=["layer", "similarity", "divergence", "control", "ratio", "shuffled baseline"],
         interactive=False,
@@ -371,17 +381,15 @@ def build(ctx) -> dict:
             choices=labelled_choices(runs),
             value=default_run(a0, runs),
             label="Run",
-            allow_custom_value=True,
             elem_id="an-run",
+            **picker,
         )
-        ref = gr.Dropdown(
-            choices=shown, value=None, label="Reference (blank = the run's starting model)", allow_custom_value=True
-        )
+        ref = gr.Dropdown(choices=shown, value=None, label="Reference (blank = the run's starting model)", **picker)
         traj_btn = gr.Button("Trajectory", elem_id="an-traj-btn")
     traj_msg = gr.Markdown("", elem_id="an-traj-msg")
     with gr.Row():
-        traj_plot = gr.Plot(label="Divergence across checkpoints", elem_id="an-traj")
-        traj_w = gr.Plot(label="Weight change across checkpoints")
+        traj_plot = gr.Plot(label="Divergence across checkpoints", elem_id="an-traj", min_width=560)
+        traj_w = gr.Plot(label="Weight change across checkpoints", elem_id="an-traj-w", min_width=560)
 
     def on_cka(a_, b_, ca_, cb_, t_, n_, l_, m_, progress=gr.Progress()):
         return compute_cka(a_, b_, ca_, cb_, t_, n_, l_, m_, progress=lambda f, m="": progress(f, desc=m))
@@ -414,25 +422,26 @@ def build(ctx) -> dict:
         api_name="trajectory",
     )
 
-    def lists(a_, b_, run_):
-        """Every model list read again; an empty A, B or run gets the default (with B empty, A = the base is the
-        page's build state, not a choice: it gives way to the newest detour run too), and the note says when there
-        is only one model."""
+    shown = gr.State([a0, b0, default_run(a0, runs)])  # the defaults A, B and the run were last given on this page
+
+    def lists(a_, b_, run_, given):
+        """Every model list read again; A and B while both are on their defaults, and the run while it is, take
+        the new ones (the newest pair); a choice made is kept; the note says when B is empty and why."""
         names = model_choices()
         ch = labelled_choices(names)
         da, db, note_ = default_models()
         run_ch = run_choices(names)
-        if not b_ and a_ == DEFAULT_MODEL:  # the page's state when it was built with nothing to compare
-            a_ = None
-        a_ = a_ or da
-        b_ = b_ or (db if db != a_ else None)
+        new = [da, db, default_run(da, run_ch)]
+        a_, b_ = follow_defaults([a_, b_], given[:2], new[:2])  # a comparison: A and B follow together
+        (run_,) = follow_defaults([run_], given[2:], new[2:])
         return [
             gr.update(choices=ch, value=a_),
             gr.update(choices=ch, value=b_),
             *[gr.update(choices=ch) for _ in (ca, cb, ref)],
-            gr.update(choices=labelled_choices(run_ch), value=run_ or default_run(da, run_ch)),
+            gr.update(choices=labelled_choices(run_ch), value=run_),
             "" if b_ else note_,
+            new,
         ]
 
-    keep_fresh(lists, [a, b, ca, cb, ref, run, note], inputs=[a, b, run], button=refresh)
+    keep_fresh(lists, [a, b, ca, cb, ref, run, note, shown], inputs=[a, b, run, shown], button=refresh)
     return {"heat": heat, "div": div, "lists": lists}

@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 from app import (
+    TYPED_PICKER,
     check_model_spec,
     default_picks,
-    fill_empty_picks,
+    follow_defaults,
     labelled,
     labelled_choices,
     md_escape,
@@ -32,6 +33,7 @@ from backend.explain.checkpoints import surprise_through_run
 from backend.explain.figures import layers_text, masks_figure, surprise_html, timeline_figure, trace_figure
 from backend.explain.masks import MAX_SEQ_LEN
 from backend.explain.surprise import MAX_TOKENS
+from backend.explain.surprise import check_text as check_surprise_text
 
 SLOTS = 4
 EXAMPLE_TEXT = "The patient was treated with intravenous furosemide and her blood pressure improved within two days."
@@ -71,7 +73,7 @@ SCRUB_TEXT = (
 )
 
 
-SLIDER_LABEL = "tokens seen (drag to scrub: it stops at the nearest saved model)"
+SLIDER_LABEL = "tokens seen (drag to scrub: it stops at the nearest saved model; the arrow keys step to the next)"
 
 
 def show_masks(spec: str | None, seq_len=128) -> tuple:
@@ -122,22 +124,32 @@ def _table(results: list[dict]) -> str:
 
 
 def show_surprise(text: str, specs: list[str | None]) -> tuple[str, str]:
-    """-> (coloured tokens as HTML, message with the means)."""
+    """-> (coloured tokens as HTML, message with the means). Each slot stands alone, as in Fill-mask: one that does
+    not resolve or load is named under the others' results (one mistyped slot refused the whole request)."""
     chosen = [(i, model_name(s)) for i, s in enumerate(specs) if s and s.strip()]
     if not chosen:
         return "", "⚠ choose at least one model"
     t0 = time.perf_counter()
     try:
-        resolved = [model_ref(s, f"model {i + 1}") for i, s in chosen]  # once per action, passed down
-        results = token_surprise(resolved, text, MAX_TOKENS)
+        check_surprise_text(text)  # the text's own problem is every slot's: said once
     except DetourError as exc:
         return "", warn(exc)
-    for r, (_, s) in zip(results, chosen, strict=True):
+    results, notes = [], []
+    for i, s in chosen:
+        what = f"model {i + 1}"
+        try:
+            (r,) = token_surprise([model_ref(s, what)], text, MAX_TOKENS)  # resolved once, passed down
+        except DetourError as exc:
+            notes.append(warn(exc if str(exc).startswith(what) else f"{what}: {exc}"))
+            continue
         r["model"] = labelled(s)  # the name the user chose, not the resolved path; a run still training says so
+        results.append(r)
+    if not results:
+        return "", "\n\n".join(notes)
     msg = _table(results) + f" Computed in {time.perf_counter() - t0:.1f} s."
     if any(r["truncated"] for r in results):
         msg += f" The text was cut to its first {MAX_TOKENS} tokens."
-    return surprise_html(results), msg
+    return surprise_html(results), "\n\n".join([msg, *notes])
 
 
 def run_choices(choices: list[str] | None = None) -> list[str]:
@@ -203,6 +215,17 @@ def load_run(run: str | None) -> tuple[dict, str]:
     return {"minimum": 0, "maximum": max(ticks[-1], 1), "value": 0, "step": max(step, 1)}, msg
 
 
+def saved_ticks(run: str | None) -> str:
+    """The slider positions of ``run``'s saved models, comma-separated ("" when there are none): the page's keys
+    step from one to the next (``main.JS``); a slider step (the gaps' greatest common divisor) fell between two
+    saved models, so an arrow key showed the same model again and left the slider off it."""
+    try:
+        pts = run_checkpoints(_run_dir(run))["points"] if (run or "").strip() else []
+    except DetourError:
+        return ""
+    return ",".join(str(t) for t in sorted(set(_ticks(pts))))
+
+
 def nearest_point(points: list[dict], tokens) -> int:
     """The saved model nearest to ``tokens`` seen (the slider's value), the earlier one on a tie."""
     ticks = _ticks(points)
@@ -240,7 +263,10 @@ def scrub(run: str | None, tokens, masked_text: str, text: str, top_k=5) -> tupl
     fig = timeline_figure(pts, read_metrics(run_dir), selected=i)
     try:
         fill = fill_mask([saved], masked_text, top_k=int(top_k))[0]
-        fill["model"] = f"fill-mask at {point['label']}"
+        # the chart's title, short: it takes half the page ("fill-mask at step 22 (end-decay) = final · decay: MLM"
+        # ran past its edge at 1000 px); the message under the slider names the model whole
+        fill["model"] = "top-k, the start model" if point["tag"] == "start" else (
+            f"top-k at step {point['step']} ({point['phase']})")  # fmt: skip
         bars, problem = plots.fill_mask_figure(fill), ""
     except DetourError as exc:
         bars, problem = None, "\n\n" + warn(exc)
@@ -292,7 +318,7 @@ def build(ctx) -> dict:
     gr.Markdown("### 1 · The masks\n" + MASKS_TEXT)
     with gr.Row():
         m_model = gr.Dropdown(choices=labelled_choices(choices), value=defaults[0], label="Model",
-                              allow_custom_value=True, elem_id="dt-mask-model")  # fmt: skip
+                              allow_custom_value=True, elem_id="dt-mask-model", elem_classes=TYPED_PICKER)  # fmt: skip
         m_len = gr.Slider(8, MAX_SEQ_LEN, value=128, step=8, label="sequence length (tokens)", elem_id="dt-mask-len")
         m_btn = gr.Button("Show the masks", variant="primary", elem_id="dt-mask-btn")
     m_msg = gr.Markdown("", elem_id="dt-mask-msg")
@@ -308,6 +334,7 @@ def build(ctx) -> dict:
                 label=f"Model {i + 1}",
                 allow_custom_value=True,
                 elem_id=f"dt-model-{i}",
+                elem_classes=TYPED_PICKER,
             )  # fmt: skip
             for i in range(SLOTS)
         ]
@@ -318,9 +345,11 @@ def build(ctx) -> dict:
     gr.Markdown("### 3 · Through a run\n" + SCRUB_TEXT)
     with gr.Row():
         r_run = gr.Dropdown(choices=labelled_choices(runs), value=default_run(defaults, runs), label="Run",
-                            allow_custom_value=True, elem_id="dt-run")  # fmt: skip
+                            allow_custom_value=True, elem_id="dt-run", elem_classes=TYPED_PICKER)  # fmt: skip
         r_load = gr.Button("Load its saved models", variant="primary", elem_id="dt-run-btn")
-    r_slider = gr.Slider(0, 1, value=0, step=1, label=SLIDER_LABEL, elem_id="dt-scrub", elem_classes=["snap-on-enter"])
+    r_slider = gr.Slider(0, 1, value=0, step=1, label=SLIDER_LABEL, elem_id="dt-scrub",
+                         elem_classes=["snap-on-enter", "step-to-ticks"])  # fmt: skip
+    r_ticks = gr.Textbox("", visible="hidden", elem_id="dt-scrub-ticks")  # where the keys step to (``main.JS``)
     r_info = gr.Markdown(NO_RUNS if not runs else "", elem_id="dt-run-msg")  # a fresh install: how to make a run
     with gr.Row():
         r_masked = gr.Textbox(value=EXAMPLE_MASKED, label="Fill-mask sentence (one [MASK])", max_lines=2)
@@ -336,17 +365,18 @@ def build(ctx) -> dict:
 
     def on_load(run):
         slider, msg = load_run(run)
-        return gr.update(**slider), msg
+        return gr.update(**slider), msg, saved_ticks(run)
 
     scrub_io = {"inputs": [r_run, r_slider, r_masked, r_text], "outputs": [r_timeline, r_fill, r_html, r_msg]}
     busy = {"concurrency_limit": 1, "concurrency_id": "detour"}
     m_btn.click(show_masks, inputs=[m_model, m_len], outputs=[m_plot, m_msg], api_name="detour_masks", **busy)
     s_btn.click(lambda text, *specs: show_surprise(text, list(specs)), inputs=[s_text, *s_models],
                 outputs=[s_html, s_msg], api_name="detour_surprise", **busy)  # fmt: skip
-    loaded = r_load.click(on_load, inputs=[r_run], outputs=[r_slider, r_info], api_name="detour_run")
+    loaded = r_load.click(on_load, inputs=[r_run], outputs=[r_slider, r_info, r_ticks], api_name="detour_run")
     loaded.then(scrub, **scrub_io, **busy, api_visibility="undocumented")  # documented once, as detour_scrub
-    # dragging, arrow keys and a typed value all scrub (.input); letting go (pointer up, or leaving the number box)
-    # also moves the slider onto the saved model shown, so its tokens are the model's
+    # dragging, the keys (from one saved model to the next: main.JS) and a typed value all scrub (.input); letting go
+    # (pointer up, or leaving the number box) also moves the slider onto the saved model shown, so its tokens are
+    # the model's
     r_slider.input(scrub, **scrub_io, api_name="detour_scrub", trigger_mode="always_last", **busy)
 
     def on_release(run, tokens, masked, text):
@@ -357,21 +387,29 @@ def build(ctx) -> dict:
                      api_name="detour_scrub_release", trigger_mode="always_last", **busy)  # fmt: skip
     t_btn.click(trace, inputs=[r_run, r_text], outputs=[t_plot, t_msg], api_name="detour_trace", **busy)
 
-    def lists(model, *picks):
-        """Every list read again (page load, tab select, the button). Empty picks get the defaults, so a pair that
-        finished after the page was built is what the surprise and the scrub show; a choice made is kept."""
-        *slots, run, info = picks
+    # the defaults this page's pickers were last given (the masks' model, the four slots, the run): each group still
+    # on its defaults follows the newest pair when the lists are read again; a choice made is kept
+    shown = gr.State([defaults[0], *defaults, default_run(defaults, runs)])
+
+    def lists(*values):
+        """Every list read again (page load, tab select, the button): pickers still on their defaults take the new
+        ones, so a pair that finished after the page was built is what the surprise and the scrub show."""
+        *picks, info, given = values
         c = model_choices()
-        runs_now, d, shown = run_choices(c), default_picks(c, SLOTS), labelled_choices(c)
+        runs_now, d, names = run_choices(c), default_picks(c, SLOTS), labelled_choices(c)
+        new = [d[0], *d, default_run(d, runs_now)]
+        groups = ((0, 1), (1, 1 + SLOTS), (1 + SLOTS, 2 + SLOTS))  # the masks' model, the surprise's slots, the run
+        model, *slots, run = [v for a, b in groups for v in follow_defaults(picks[a:b], given[a:b], new[a:b])]
         return [
-            gr.update(choices=shown, value=model or d[0]),
-            *[gr.update(choices=shown, value=v) for v in fill_empty_picks(slots, c)],
-            gr.update(choices=labelled_choices(runs_now), value=run or default_run(d, runs_now)),
+            gr.update(choices=names, value=model),
+            *[gr.update(choices=names, value=v) for v in slots],
+            gr.update(choices=labelled_choices(runs_now), value=run),
             run_hint(runs_now, info),
+            new,
         ]
 
     outs = [m_model, *s_models, r_run]
-    keep_fresh(lists, [*outs, r_info], inputs=[*outs, r_info], button=refresh)
+    keep_fresh(lists, [*outs, r_info, shown], inputs=[*outs, r_info, shown], button=refresh)
     for d in (m_model, *s_models):
         d.focus(lambda: gr.update(choices=labelled_choices(model_choices())), outputs=[d], queue=False,
                 api_visibility="private")  # fmt: skip

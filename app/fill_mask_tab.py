@@ -3,7 +3,16 @@
 
 from __future__ import annotations
 
-from app import default_picks, fill_empty_picks, md_escape, model_choices, model_name, model_ref, warn
+from app import (
+    TYPED_PICKER,
+    default_picks,
+    follow_defaults,
+    md_escape,
+    model_choices,
+    model_name,
+    model_ref,
+    warn,
+)
 from backend.analysis import plots
 from backend.analysis.fill_mask import check_text, predict_batch
 from backend.core import inference_lane
@@ -116,6 +125,7 @@ def build(ctx) -> dict:
                         label=f"Model {i + 1}",
                         allow_custom_value=True,
                         elem_id=f"fm-model-{i}",
+                        elem_classes=TYPED_PICKER,
                     )
                 )
                 trusts.append(gr.Checkbox(value=False, label="trust remote code (this model)"))
@@ -143,10 +153,15 @@ def build(ctx) -> dict:
         api_name="fill_mask",
     )
 
-    def lists(*picks):
-        """Every list read again; with nothing picked beside the first slot, the base and the newest pair."""
-        ch = model_choices()
-        return [gr.update(choices=ch, value=v) for v in fill_empty_picks(list(picks), ch)]
+    shown = gr.State(defaults)  # the defaults this page's slots were last given: while on them, they follow
 
-    keep_fresh(lists, specs, inputs=specs, button=refresh)
+    def lists(*values):
+        """Every list read again; slots all still on their defaults take the new ones (the base and the newest
+        pair); a choice made in any slot keeps them all."""
+        *picks, given = values
+        ch = model_choices()
+        new = default_picks(ch, SLOTS)
+        return [*[gr.update(choices=ch, value=v) for v in follow_defaults(picks, given, new)], new]
+
+    keep_fresh(lists, [*specs, shown], inputs=[*specs, shown], button=refresh)
     return {"text": text, "button": go_btn, "plots": outs, "message": msg, "lists": lists}

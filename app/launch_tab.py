@@ -7,7 +7,7 @@ itself (``launch_submit``). Their names are read here too, where the tests and t
 
 from __future__ import annotations
 
-from app import model_choices, warn
+from app import TYPED_PICKER, model_choices, warn
 from app.launch_checks import CHECKING_CORPUS, check_corpus, corpus_pending, validate_form  # noqa: F401
 from app.launch_configs import load_config_file, save_config, saved_configs, store_upload  # noqa: F401
 from app.launch_form import (  # noqa: F401
@@ -53,9 +53,11 @@ def build(ctx) -> dict:
         elif f.kind == "multi":
             c = gr.Dropdown(choices=f.choices, value=list(v or []), multiselect=True, label=f.label, info=f.info)
         elif f.kind == "model":
-            c = gr.Dropdown(choices=model_choices(), value=v, label=f.label, info=f.info, allow_custom_value=True)
+            c = gr.Dropdown(choices=model_choices(), value=v, label=f.label, info=f.info, allow_custom_value=True,
+                            elem_classes=TYPED_PICKER)  # fmt: skip
         elif f.kind == "corpus":
-            c = gr.Dropdown(choices=["demo"], value=v, label=f.label, info=f.info, allow_custom_value=True)
+            c = gr.Dropdown(choices=["demo"], value=v, label=f.label, info=f.info, allow_custom_value=True,
+                            elem_classes=TYPED_PICKER)  # fmt: skip
         elif f.kind == "int":
             c = gr.Number(value=v, label=f.label, info=f.info, precision=0)
         elif f.kind == "float":
@@ -87,8 +89,10 @@ def build(ctx) -> dict:
                     recipe_head = head if title == RECIPE_GROUP else recipe_head
                     with gr.Row(equal_height=True):  # cells stretch to the row's tallest: no ragged grey gaps
                         for k in keys:
-                            with gr.Column(min_width=200, visible=k not in hidden0) as cols[k]:
+                            with gr.Column(min_width=200, visible=k not in hidden0) as cell:
                                 make(FIELD_BY_KEY[k], vals[k])
+                                if k in RECIPE_KEYS:  # only a recipe key's cell follows the recipe (show_recipe)
+                                    cols[k] = cell
                                 if k == "data.corpus":  # the upload sits under the corpus it fills in
                                     upload = gr.File(
                                         label=f"…or upload a corpus (≤ {ctx.max_upload_bytes // 2**20} MB)",

@@ -33,19 +33,59 @@ from app import (  # noqa: E402
 )
 
 DEFAULT_MAX_UPLOAD = 50 * 1024 * 1024
+# The Runs table's run names stay in view when a narrow page scrolls it sideways (``runs_tab.WIDTHS``).
 CSS = """
 .field-error { color: #b91c1c; font-size: 0.85em; margin-top: -6px; }
 .field-error p { color: #b91c1c; }
+#runs-table .first-column { position: sticky; left: 0; z-index: 2; background: inherit; }
 """
-# A typed value + Enter in a slider's number box ends the edit as leaving the box does (Gradio sends 'release' on
-# blur, not on Enter), so the Detour tab's scrub snaps onto the saved model it shows.
+# Keys the page handles itself (capture phase, before Gradio's own handlers):
+# - a typed value + Enter in a slider's number box (``.snap-on-enter``) ends the edit as leaving the box does (Gradio
+#   sends 'release' on blur, not on Enter), so the Detour tab's scrub snaps onto the saved model it shows;
+# - the arrow, Page and Home/End keys on a slider of ``.step-to-ticks`` go from one saved model to the next (the
+#   positions listed in the hidden box ``#<slider id>-ticks``): a slider step fell between two saved models;
+# - Enter in a picker of ``.typed-picker`` (the model and corpus pickers) keeps the text typed, as leaving the box
+#   does, unless an option was picked with the arrow keys: Gradio took the first option its filter showed, so
+#   "detour" + Enter chose detour-tiny-en, and an emptied slot + Enter the first model of the list.
 JS = """() => {
+  const arrowed = new WeakSet();
+  const ticksOf = (slider) => {
+    const box = document.querySelector(`#${slider.id}-ticks textarea, #${slider.id}-ticks input`);
+    return (box ? box.value : "").split(",").filter((t) => t.trim() !== "").map(Number).sort((a, b) => a - b);
+  };
   document.addEventListener("keydown", (e) => {
     const t = e.target;
-    if (e.key === "Enter" && t instanceof HTMLInputElement && t.type === "number" && t.closest(".snap-on-enter")) {
+    if (!(t instanceof HTMLInputElement)) return;
+    if (e.key === "Enter" && t.type === "number" && t.closest(".snap-on-enter")) {
+      t.blur();
+      return;
+    }
+    const slider = t.type === "range" ? t.closest(".step-to-ticks") : null;
+    if (slider) {
+      const ticks = ticksOf(slider), v = Number(t.value);
+      const up = ["ArrowRight", "ArrowUp", "PageUp"].includes(e.key);
+      const down = ["ArrowLeft", "ArrowDown", "PageDown"].includes(e.key);
+      if (!ticks.length || !(up || down)) return;
+      e.preventDefault();
+      e.stopImmediatePropagation();
+      const next = up ? ticks.find((x) => x > v) : [...ticks].reverse().find((x) => x < v);
+      if (next === undefined) return;
+      t.value = String(next);
+      t.dispatchEvent(new Event("input", { bubbles: true }));
+      return;
+    }
+    if (t.getAttribute("role") !== "combobox" || !t.closest(".typed-picker")) return;
+    if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+      arrowed.add(t);
+    } else if (e.key === "Enter" && !arrowed.has(t)) {
+      e.preventDefault();
+      e.stopImmediatePropagation();
       t.blur();
     }
   }, true);
+  for (const type of ["input", "focusin"]) {
+    document.addEventListener(type, (e) => arrowed.delete(e.target), true);
+  }
 }"""
 THEME = gr.themes.Soft(
     font=["ui-sans-serif", "system-ui", "Segoe UI", "Roboto", "sans-serif"],  # no web fonts: no network at start

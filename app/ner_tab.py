@@ -9,7 +9,7 @@ import html
 import zlib
 from dataclasses import dataclass, field
 
-from app import md_escape, model_choices, model_ref, warn
+from app import TYPED_PICKER, md_escape, model_choices, model_ref, warn
 from app.ner_evaluations import F1_HEADERS, LIVE_HEADERS, evaluate_live, f1_table, finetuned_choices
 from backend.core import inference_lane
 from backend.core.errors import DetourError
@@ -243,7 +243,7 @@ def build(ctx) -> dict:
                             value=default_slots([None] * SLOTS, choices)[i],
                             label=f"Model {i + 1} (fine-tuned here, or any token-classification model)",
                             elem_id=f"ner-model-{i}",
-                            elem_classes=["ner-slot"],
+                            elem_classes=["ner-slot", *TYPED_PICKER],
                             allow_custom_value=True,  # paths and hub ids are checked by the handler
                         )
                     )

@@ -22,11 +22,13 @@ POLL_S = 2.0
 LOG_WIDTH = 110  # characters: the log panel does not wrap (CodeMirror's wrapping breaks its line numbers here)
 TABLE_COLUMNS = ["run", "state", "phase", "step", "tokens", "%", "ETA", "time", "tok/s", "train loss", "held-out MLM",
                  "held-out CLM", "error"]  # fmt: skip
-# share of the width per column: the table fits the page, and a long error gets its own share (and only the start
-# of its text) instead of crushing the other columns
-WIDTHS = {"run": 13, "state": 8, "phase": 6, "step": 7, "tokens": 10, "%": 5, "ETA": 6, "time": 6, "tok/s": 5,
-          "train loss": 6, "held-out MLM": 7, "held-out CLM": 7, "error": 14}  # fmt: skip
-COLUMN_WIDTHS = [f"{WIDTHS[c]}%" for c in TABLE_COLUMNS]
+# each column's width in pixels: wide enough for what it holds (a loss of 10.108, 45.1k/45.1k tokens, "cancelled")
+# at 8.4 px a character plus the cell's 16 px of padding, so no number breaks across lines (shares of the width broke
+# "10.108" into "10." and "108" at 1,000 px). On a page narrower than their sum (1,164 px) the table scrolls sideways
+# with the run's name kept in view (``main.CSS``). The run's name and the error wrap.
+WIDTHS = {"run": 140, "state": 94, "phase": 64, "step": 96, "tokens": 112, "%": 56, "ETA": 94, "time": 76, "tok/s": 60,
+          "train loss": 70, "held-out MLM": 76, "held-out CLM": 76, "error": 150}  # fmt: skip
+COLUMN_WIDTHS = [f"{WIDTHS[c]}px" for c in TABLE_COLUMNS]
 FIGURES = [  # (row type, metrics key, elem id): the Runs tab's curves, in their order on the page
     ("train", "loss", "plot-train"),
     ("eval", "eval_mlm_loss", "plot-eval"),
@@ -174,7 +176,7 @@ def curves(names: list[str] | None, axis: str = "tokens_seen") -> tuple:
 
 NO_RUNS = (
     "No runs yet. Make one on the Launch tab: the defaults train the bundled model (a few minutes on a laptop; "
-    "recipe 'pair' trains a CLM-detour run and its MLM sibling), then press 'Launch (queue)'. It shows here as it "
+    "recipe 'pair' trains a CLM-detour run and its MLM sibling), then press 'Launch'. It shows here as it "
     "queues, and this page follows it. From a terminal: python -m backend train --name my-run"
 )
 
@@ -256,9 +258,13 @@ def _size(p: Path) -> int:
         return -1
 
 
-def poll_update(selected, log_name, axis: str, state: dict | None, force: bool = False) -> dict:
+def poll_update(
+    selected, log_name, axis: str, state: dict | None, force: bool = False, pinned: str | None = None
+) -> dict:
     """One timer tick: what changed since ``state``. ``None`` for a part = unchanged (the UI sends nothing), so an
-    idle page costs a few stat() calls, not a re-sent figure every two seconds."""
+    idle page costs a few stat() calls, not a re-sent figure every two seconds. ``pinned``: the run the user last
+    pressed Cancel or Resume on; the Run picker stays on it (it jumped to the pair's sibling, which then started,
+    within one tick, and the next Resume or Cancel went to that run)."""
     state = dict(state or {})
     names = run_names()
     out = {"names": names, "names_changed": names != state.get("names"), "selected": list(selected or [])}
@@ -267,7 +273,7 @@ def poll_update(selected, log_name, axis: str, state: dict | None, force: bool =
     # the log follows the running run (a pair's second run, a new launch) until the user picks another one
     auto = state.get("log_auto", log_name if "names" not in state else None)
     vanished = log_name in (state.get("names") or []) and log_name not in names  # a deleted run; a typo stays
-    follow = log_name in (None, auto) or vanished
+    follow = (log_name in (None, auto) and (log_name is None or log_name != pinned)) or vanished
     picked = default_run() if follow else log_name
     out["log_run_changed"] = picked != log_name
     out["log_run"] = log_name = picked
@@ -354,17 +360,18 @@ def build(ctx) -> dict:
                 elem_id="runs-log",
             )
         with gr.Column(scale=1, min_width=200):
-            cancel_btn = gr.Button("Cancel", variant="stop")
-            resume_btn = gr.Button("Resume")
-            action_msg = gr.Markdown("")
+            cancel_btn = gr.Button("Cancel", variant="stop", elem_id="runs-cancel")
+            resume_btn = gr.Button("Resume", elem_id="runs-resume")
+            action_msg = gr.Markdown("", elem_id="runs-action")
     export_panel.build(log_run)  # the picked finished run as a folder with its model card
     panel = throughput_panel.build(log_run)  # the doctor's diagnosis of the run picked here, following it
     known = gr.State({})  # empty: the first tick of every page sends the run names and curves as they are now
     action = gr.State(None)  # the run the message under Cancel/Resume speaks of, and the state it left it in
+    pinned = gr.State(None)  # the run last cancelled or resumed here: the Run picker stays on it (``poll_update``)
     timer = gr.Timer(POLL_S, active=True)
 
-    def poll(selected, log_name, axis_, state, followed, force=False):
-        up = poll_update(selected, log_name, axis_, state, force=force)
+    def poll(selected, log_name, axis_, state, followed, pin, force=False):
+        up = poll_update(selected, log_name, axis_, state, force=force, pinned=pin)
         note, followed = action_followup(followed)
         sk = gr.skip()
         # new choices keep the user's ticks (a value sent here would undo a tick made since this tick began)
@@ -381,21 +388,22 @@ def build(ctx) -> dict:
         note_up = gr.skip() if note is None else note
         return table_up, *figs, log_val, sel_up, log_up, panel_val, timeline_val, up["state"], note_up, followed
 
-    def refresh(selected, log_name, axis_, state, followed):
-        return poll(selected, log_name, axis_, state, followed, force=True)
+    def refresh(selected, log_name, axis_, state, followed, pin):
+        return poll(selected, log_name, axis_, state, followed, pin, force=True)
 
     outs = [table, *plots_, log_box, compare, log_run, panel, timeline, known, action_msg, action]
     timer.tick(
         poll,
-        inputs=[compare, log_run, axis, known, action],
+        inputs=[compare, log_run, axis, known, action, pinned],
         outputs=outs,
         show_progress="hidden",
         queue=False,
         api_name="runs_poll",
     )
-    refresh_btn.click(refresh, inputs=[compare, log_run, axis, known, action], outputs=outs, api_name="runs_refresh")
+    refresh_btn.click(refresh, inputs=[compare, log_run, axis, known, action, pinned], outputs=outs,
+                      api_name="runs_refresh")  # fmt: skip
     # shown: the table, curves and log as they are now, without waiting for the timer's first tick
-    gr.on(on_show(tab), poll, inputs=[compare, log_run, axis, known, action], outputs=outs, queue=False,
+    gr.on(on_show(tab), poll, inputs=[compare, log_run, axis, known, action, pinned], outputs=outs, queue=False,
           show_progress="hidden", api_visibility="private")  # fmt: skip
     live.change(lambda on: gr.Timer(active=on), inputs=[live], outputs=[timer], api_visibility="private")
 
@@ -408,14 +416,14 @@ def build(ctx) -> dict:
 
     def cancel(name):
         msg = cancel_run(name)
-        return msg, action_state(name, msg)
+        return msg, action_state(name, msg), name or None
 
     def resume(name):
         msg = resume_run(name, ctx.max_concurrent)
-        return msg, action_state(name, msg)
+        return msg, action_state(name, msg), name or None
 
-    cancel_btn.click(cancel, inputs=[log_run], outputs=[action_msg, action], api_name="cancel")
-    resume_btn.click(resume, inputs=[log_run], outputs=[action_msg, action], api_name="resume")
+    cancel_btn.click(cancel, inputs=[log_run], outputs=[action_msg, action, pinned], api_name="cancel")
+    resume_btn.click(resume, inputs=[log_run], outputs=[action_msg, action, pinned], api_name="resume")
     return {
         "table": table,
         "plot_train": plots_[0],

@@ -186,12 +186,21 @@ def cancel_sweep(name: str) -> str:
 
 
 def resume_sweep(name: str) -> str:
+    """Queue again what the sweep left unfinished and start its waiter; a sweep with nothing to queue says so (and,
+    every run done without a report, has its report written)."""
     from backend.core.process import spawn_detached
+    from backend.sweeps.manifest import cell_states, resume_line, to_resume
     from backend.sweeps.sweep import resume
 
-    out = resume(sweep_dir(name))
-    spawn_detached(_waiter(out), out / LOG_NAME)
-    return f"Resumed `{out.name}`: unfinished cells are queued again."
+    d = sweep_dir(name)
+    left = to_resume(d)
+    line = resume_line(d, left)  # before the runs change state
+    if left:
+        spawn_detached(_waiter(resume(d)), d / LOG_NAME)
+    elif not (d / "report.md").exists() and all(s == "done" for s in cell_states(d).values()):
+        spawn_detached(_waiter(d), d / LOG_NAME)  # every run done, no report (its waiter was stopped): write it
+        line += " (writing it now)"
+    return line
 
 
 def build(ctx) -> dict:
@@ -225,18 +234,23 @@ def build(ctx) -> dict:
                 label="Axis 2 (lines, optional)",
                 elem_id="sw-a2",
             )
-            v2 = gr.Textbox(label="values", value="20000,40000", elem_id="sw-v2")
+            # the smallest budgets at which the default config's decay (10% of them) holds one optimizer step of
+            # 16 x 256 = 4,096 tokens, and twice that: 20,000 and 40,000 were refused as each run was queued
+            v2 = gr.Textbox(label="values", value="40960,81920", elem_id="sw-v2")
+        # two rows, the check box sharing its row with the two numbers alone: in one row of six, a 1000-px page gave
+        # it 40 px (Gradio lays a check box out with no min_width or scale of its own), its label a letter a line
         with gr.Row():
             seeds = gr.Number(value=2, precision=0, minimum=1, label="Seeds", elem_id="sw-seeds")
             conc = gr.Number(
                 value=ctx.max_concurrent or 1, precision=0, minimum=1, label="Cells at once", elem_id="sw-conc"
             )
-            unmatched = gr.Checkbox(label="Allow unmatched budgets", value=False)
+            unmatched = gr.Checkbox(label="Allow unmatched budgets", value=False, elem_id="sw-unmatched")
+        with gr.Row():
             task = gr.Dropdown(["none", "ner", "classification"], value="none", label="Fine-tune each cell on")
             eval_data = gr.Textbox(label="Task data folder", elem_id="sw-evaldata")
-            executor = gr.Radio(list(EXECUTORS), value=next(iter(EXECUTORS)), label="Cells run on",
-                                info="Slurm: a job array, at most 'Cells at once' running; the config's slurm.* "
-                                "settings", elem_id="sw-executor")  # fmt: skip
+            executor = gr.Radio(list(EXECUTORS), value=next(iter(EXECUTORS)), label="Cells run on", scale=2,
+                                min_width=380, info="Slurm: a job array, at most 'Cells at once' running; the "
+                                "config's slurm.* settings", elem_id="sw-executor")  # fmt: skip
         go_btn = gr.Button("Launch sweep", variant="primary", elem_id="sw-launch")
         msg = gr.Markdown("", elem_id="sw-msg")
     with gr.Row():
@@ -247,10 +261,12 @@ def build(ctx) -> dict:
             allow_custom_value=True,
             elem_id="sw-pick",
             scale=3,
+            min_width=300,
         )
-        refresh = gr.Button("Refresh", scale=1)
-        cancel_btn = gr.Button("Cancel the rest", scale=1, elem_id="sw-cancel")
-        resume_btn = gr.Button("Resume", scale=1, elem_id="sw-resume")
+        # buttons narrower than the 160-px default: three of those left the picker 176 px of a 1000-px page
+        refresh = gr.Button("Refresh", scale=1, min_width=100)
+        cancel_btn = gr.Button("Cancel the rest", scale=1, min_width=100, elem_id="sw-cancel")
+        resume_btn = gr.Button("Resume", scale=1, min_width=100, elem_id="sw-resume")
     v0 = view(names[0] if names else None)
     status = gr.Markdown(v0["status"], elem_id="sw-status")
     table = gr.Dataframe(value=v0["table"], headers=["cell", "tokens", "runs"], interactive=False, elem_id="sw-cells")

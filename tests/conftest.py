@@ -66,6 +66,7 @@ LONGEST_FIRST = (
     "runs/test_compile.py",
     "runs/test_accelerate_launch.py",
     "ui/test_browser.py",
+    "ui/test_browser_path.py",
     "sweeps/test_sweep_e2e.py",
     "ui/test_sweeps_browser.py",
     "bench/test_bench_gpu_smoke.py",

@@ -21,7 +21,7 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 360) -> go
         xaxis_title=x,
         yaxis_title=y,
         height=height,
-        margin={"l": 55, "r": 40, "t": 45, "b": 45},
+        margin={"l": 55, "r": 40, "t": 55 + 15 * title.count("<br>") if "<br>" in title else 45, "b": 45},
         legend={"orientation": "h", "y": -0.22},
     )
     return fit_y_range(fig)
@@ -81,9 +81,10 @@ TRAIN_METRICS = {  # metrics.jsonl train-row key -> (figure title, y axis)
     "grad_norm": ("Gradient norm (before clipping)", "grad norm"),
     "tokens_per_s": ("Throughput", "tokens/s"),
 }
-EVAL_METRICS = {  # metrics.jsonl eval-row key -> (figure title, y axis)
-    "eval_mlm_loss": ("Held-out MLM loss (15% masks; comparable across recipes)", "MLM loss"),
-    "eval_clm_loss": ("Held-out CLM loss (next token; the curve the detour lowers)", "CLM loss"),
+EVAL_METRICS = {  # metrics.jsonl eval-row key -> (figure title, y axis); the gloss on a line of its own: in one
+    # line it ran past the figure's edge at 1000 px and below ("Held-out CLM loss (next token; the curve the")
+    "eval_mlm_loss": ("Held-out MLM loss<br><sup>15% masks; comparable across recipes</sup>", "MLM loss"),
+    "eval_clm_loss": ("Held-out CLM loss<br><sup>next token; the curve the detour lowers</sup>", "CLM loss"),
 }
 
 
@@ -326,8 +327,10 @@ def divergence_figure(
     *,
     measure: str = DEFAULT_MEASURE,
     caption: str = "",
+    models: tuple[str, str] | None = None,
 ) -> go.Figure:
-    """Per-layer divergence 1 - similarity(A_l, B_l), the seed-noise control, and their ratio (right axis)."""
+    """Per-layer divergence 1 - similarity(A_l, B_l), the seed-noise control, and their ratio (right axis);
+    ``models``: (A, B), named in the title so the chart says what it shows beside later ones."""
     x = [str(v) for v in layers]
     divergence = snap_noise(divergence)
     fig = go.Figure()
@@ -349,10 +352,9 @@ def divergence_figure(
         fig.update_layout(yaxis2={"title": "ratio", "overlaying": "y", "side": "right", "type": "log"})
     fig.update_layout(barmode="group")
     name = SHORT.get(measure, measure)
-    title = f"Divergence per layer (1 − {name} of matching layers)" + (f"<br><sup>{caption}</sup>" if caption else "")
-    fig = _layout(fig, title, "layer", f"1 − {name.split(' (')[0]}")
-    if caption:
-        fig.update_layout(margin={"t": 70})
+    pair = f": {fit_label(models[0])} vs {fit_label(models[1])}" if models else ""
+    sub = f"1 − {name} of matching layers" + (f"<br>{caption}" if caption else "")  # one line each: it fits
+    fig = _layout(fig, f"Divergence per layer{pair}<br><sup>{sub}</sup>", "layer", f"1 − {name.split(' (')[0]}")
     if not any(divergence) and not any(control or []):  # autoscaled, zeros drew as full bars of ±1e-15
         fig.update_yaxes(range=[-0.01, 0.01], tickformat=".3f")
         fig.add_annotation(text="0 in every layer: the two models' representations are the same", x=0.5, y=0.75,
@@ -378,10 +380,13 @@ def trajectory_figure(
     *,
     measure: str = DEFAULT_MEASURE,
     caption: str = "",
+    title: str | None = None,
 ) -> go.Figure:
     """Divergence from the reference (1 - similarity of matching layers) per layer across a run's checkpoints:
-    ``divergence`` is points x layers."""
-    title = "Divergence from the reference across checkpoints" + (f"<br><sup>{caption}</sup>" if caption else "")
+    ``divergence`` is points x layers. ``title``: what the chart shows (the analysis names its run and reference)."""
+    title = (title or "Divergence from the reference across checkpoints") + (
+        f"<br><sup>{caption}</sup>" if caption else ""
+    )
     if not divergence:
         return _empty(title, "no complete checkpoints yet")
     fig = go.Figure()

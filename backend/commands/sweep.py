@@ -125,8 +125,15 @@ def run(args: argparse.Namespace) -> int:
             sweep.wait(args.report, progress=lambda st: print(f"{st['name']}: {sweep._counts_line(st['counts'])}"))
         _print_report(sweep.finish(args.report))
         return 0
+    left = None
     if args.resume:
-        m, out = sweep.read_manifest(args.resume), args.resume
+        from backend.sweeps.manifest import resume_line, to_resume
+
+        m, out, left = sweep.read_manifest(args.resume), args.resume, to_resume(args.resume)
+        if not left:  # every run done or still running: said so, not "queued N runs"
+            print(resume_line(out, left))
+            if not args.wait:
+                return 0
     else:
         if args.out:  # a file, or a folder inside a run: refused before planning validates every cell
             sweep.check_out(args.out)
@@ -150,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
     res = sweep.run_sweep(m, out, wait_for=args.wait)
     if res["report"] is None:
-        n = sum(len(c["runs"]) for c in m["cells"])
+        n = sum(len(c["runs"]) for c in m["cells"]) if left is None else len(left)
         print(f"queued {n} runs in {res['out']}; follow with: python -m backend sweep --status {res['out']}")
         return 0
     _print_report(res["report"])

@@ -25,8 +25,14 @@ def _with_step_of(cfg: dict, tokens: int) -> list[Phase]:
 
 
 def _times(ratio: float) -> str:
-    """1.2x, not "1x", for a step just over the budget; 12,500x for a far larger one."""
-    return f"{ratio:,.1f}x" if ratio < 10 else f"{ratio:,.0f}x"
+    """1.2x, not "1x", for a step just over the budget; 12,500x for a far larger one; never "1.0x" for a step over it
+    (512 tokens against 500 is 1.02x: more decimals until the figure says "more")."""
+    if ratio >= 10:
+        return f"{ratio:,.0f}x"
+    digits = 1
+    while digits < 4 and round(ratio, digits) <= 1:
+        digits += 1
+    return f"{ratio:.{digits}f}x"
 
 
 def check_step_fits(cfg: dict, world_size: int = 1) -> None:

@@ -133,13 +133,13 @@ def _hub(spec: str) -> ModelRef:
     if hub_cache.snapshot_of(spec) is not None:
         snap = hub_cache.check_snapshot(spec)
         return ModelRef("hub", spec, spec, str(snap) if snap else None)
+    if "/" not in spec:  # the hub names models org/name; a bare word is a local name mistyped, online or not
+        raise ModelSpecError(
+            f"model '{spec}': not a bundled model, a run, a folder or a cached model{_close(spec, candidates())} "
+            "(a hub id names its organisation, e.g. answerdotai/ModernBERT-base)"
+        )
     if hub_cache.offline():
         raise ModelSpecError(hub_cache.not_available(spec) + _close(spec, candidates()))
-    if "/" not in spec:  # the hub names models org/name; a bare word is a local name mistyped
-        raise ModelSpecError(
-            f"model '{spec}': not a bundled model, a run, a folder or a cached model, and a hub id names its "
-            f"organisation (e.g. answerdotai/ModernBERT-base){_close(spec, candidates())}"
-        )
     return ModelRef("hub", spec, spec)
 
 
@@ -203,17 +203,17 @@ def _sweep_runs(sweep: Path) -> list[str]:
 
 
 def candidates() -> list[str]:
-    """Every name that resolves here: bundled models, runs, pairs, sweeps' runs (``SWEEP/RUN``), cached models
-    (encoders and taggers)."""
+    """Every name that resolves to one model here: bundled models, runs, sweeps' runs (``SWEEP/RUN``), cached
+    models (encoders and taggers). A pair's name is not one (it is refused naming its two runs): offered, it led to a
+    second refusal."""
     from backend.engine.rundir import list_runs
 
     runs = [r.name for r in list_runs(runs_dir())]
-    pairs = sorted({n.removesuffix(f"-{PAIR_ROLES[0]}") for n in runs if n.endswith(f"-{PAIR_ROLES[0]}")})
     root = sweeps_dir()
     sweeps = sorted(p for p in root.iterdir() if (p / "runs").is_dir()) if root.is_dir() else []
     swept = [f"{s.name}/{r}" for s in sweeps for r in _sweep_runs(s)]
     cached = [m.hub_id for m in [*hub_cache.cached_encoders(), *hub_cache.cached_taggers()]]
-    return [*bundled_models(), *runs, *pairs, *swept, *cached]
+    return [*bundled_models(), *runs, *swept, *cached]
 
 
 def close_names(spec: str, names: list[str], n: int = 4) -> list[str]:

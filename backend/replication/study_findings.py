@@ -205,6 +205,30 @@ def _delta_text(d: dict | None) -> str:
     return f"{md['value']:+.2f}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "")
 
 
+def _rules(f: dict) -> list[str]:
+    """The rules the findings table follows, for the parts the study ran: a study without its seed-noise control
+    and freezes (``--no-interventions``) read "the lower third's blocks (None)" and rules for rows it did not have."""
+    ran_control = any(r["control"] for r in f["budgets"])
+    ran_freezes = any(r["freeze"]["low"] or r["freeze"]["mid"] for r in f["budgets"])
+    if f["measures"] and f["low_range"]:
+        rules = [f"Low-layer ratio: per pretraining seed, the geometric mean over the lower third's blocks "
+                 f"({f['low_range']}) of div(detour, MLM) / div(control, MLM), div = 1 - CKA on held-out paragraphs; "
+                 "then the geometric mean over seeds with a 95% t interval on the logs. Verdict: above seed noise when "
+                 f"the interval lies above 1 (replicated at the paper's {PAPER_RATIO:.0f}x or more, partly below), "
+                 f"not replicated when it lies below {PARTLY_RATIO:.0f}x, else inconclusive; with one seed the point "
+                 "alone decides and the seed-to-seed spread is not measured."]  # fmt: skip
+    else:
+        rules = ["Low-layer ratio: not measured (it needs the seed-noise control run and CKA on each run; this study "
+                 "ran without them, e.g. with --no-interventions)."]  # fmt: skip
+    if ran_freezes:
+        rules.append("Freezes: need the detour's gain at that budget; removed = low frozen not better than MLM and "
+                     "below the detour, kept = mid frozen better than MLM.")  # fmt: skip
+    if ran_control:
+        rules.append("The control row is two MLM runs that differ only in their seed: a verdict other than "
+                     "inconclusive there is seed noise read as an effect.")  # fmt: skip
+    return rules
+
+
 def render(f: dict) -> list[str]:
     """The findings table of the report and the rules it follows."""
     ms = f["measures"]
@@ -223,15 +247,7 @@ def render(f: dict) -> list[str]:
                 f"{fr['verdict']} ({fr['why']})",
                 f"{_delta_text(r['control'])}, {short((r['control'] or {}).get('verdict'))}"]  # fmt: skip
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", f"Low-layer ratio: per pretraining seed, the geometric mean over the lower third's blocks "
-              f"({f['low_range']}) of div(detour, MLM) / div(control, MLM), div = 1 - CKA on held-out paragraphs; "
-              "then the geometric mean over seeds with a 95% t interval on the logs. Verdict: above seed noise when "
-              f"the interval lies above 1 (replicated at the paper's {PAPER_RATIO:.0f}x or more, partly below), not "
-              f"replicated when it lies below {PARTLY_RATIO:.0f}x, else inconclusive; with one seed the point alone "
-              "decides and the seed-to-seed spread is not measured. Freezes: need the detour's gain at that budget; "
-              "removed = low frozen not better than MLM and below the detour, kept = mid frozen better than MLM. The "
-              "control row is two MLM runs that differ only in their seed: a verdict other than inconclusive there "
-              "is seed noise read as an effect.", ""]  # fmt: skip
+    lines += ["", " ".join(_rules(f)), ""]
     lowr = [(r["tokens"], m, r["freeze_low_ratio"].get(m), r["freeze_mid_ratio"].get(m)) for r in f["budgets"]
             for m in ms]  # fmt: skip
     if any(lo or mi for _, _, lo, mi in lowr):

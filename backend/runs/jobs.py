@@ -186,6 +186,9 @@ def cancel(run_dir: str | Path) -> str:
     field = "pid" if state == "running" else "launched_pid"
     if rundir.runs_process(st, field):
         pid = int(st[field])
+        # a trainer still starting (importing, checking) has no SIGTERM handler yet and dies without a word: the
+        # worker reads this mark and records the end as the cancel it was, not as a failure
+        rundir.write_status(run_dir, cancel_requested=True)
         try:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
@@ -213,7 +216,13 @@ def resume(run_dir: str | Path, root: str | Path | None = None, max_concurrent: 
     else:
         note = f" from {rundir.list_checkpoints(run_dir)[-1].name}"
     rundir.write_status(
-        run_dir, state="queued", resume_requested=True, error=None, queued_at=rundir.now(), launched_pid=None
+        run_dir,
+        state="queued",
+        resume_requested=True,
+        error=None,
+        queued_at=rundir.now(),
+        launched_pid=None,
+        cancel_requested=None,
     )
     ensure_worker(root or run_dir.parent, max_concurrent)
     return f"{run_dir.name}: queued to resume{note}"
@@ -309,11 +318,16 @@ def _log(msg: str) -> None:
 
 
 def _finish_child(run_dir: Path, proc: subprocess.Popen) -> None:
-    """After a trainer exits: a run still marked queued/running ended without saying so -> failed. A status that
+    """After a trainer exits: a run still marked queued/running ended without saying so -> failed, or cancelled when
+    a cancel was sent to it (one that came while it started killed it before its handler was set). A status that
     cannot be written (a full disk, a read-only folder) is one line in the worker's log, and the worker serves on:
     readers already see a dead pid's ``running`` as failed."""
     st = rundir.read_status(run_dir)
-    if st.get("state") in ("queued", "running") or (st.get("state") == "failed" and not st.get("finished_at")):
+    unfinished = st.get("state") in ("queued", "running") or (st.get("state") == "failed" and not st.get("finished_at"))
+    if unfinished and st.get("cancel_requested"):  # cancelled before its trainer could say so (``cancel``)
+        _write_status(run_dir, state="cancelled", finished_at=rundir.now(), error=None)
+        _log(f"{run_dir.name}: cancelled while it started (exit code {proc.returncode})")
+    elif unfinished:
         error = (
             st.get("error")
             or f"the training process exited with code {proc.returncode} without finishing; see train.log"

@@ -51,7 +51,7 @@ class Cell:
 def parse_axis(item: str) -> Axis:
     """``KEY=V1,V2,...`` -> Axis; each value is read as a YAML scalar (``0.25``, ``mlm``, ``null``, ``"0-3"``)."""
     if "=" not in item:
-        raise ConfigError("--grid", item, "expected KEY=V1,V2,..., e.g. phases.main.tokens=20000,40000")
+        raise ConfigError("--grid", item, "expected KEY=V1,V2,..., e.g. phases.main.tokens=40960,81920")
     key, raw = item.split("=", 1)
     if not raw.strip():
         raise ConfigError("--grid", item, "give at least one value after '='")

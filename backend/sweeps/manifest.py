@@ -115,3 +115,29 @@ def sweep_status(out: str | Path) -> dict:
 
 def all_terminal(states: dict[str, str]) -> bool:
     return all(s in TERMINAL for s in states.values())
+
+
+RESUMABLE = ("missing", "failed", "cancelled", "queued")  # the states a resume hands to the executor again
+
+
+def to_resume(out: str | Path) -> list[str]:
+    """The runs a resume queues again (``sweep._queue_missing``): not prepared yet, failed, cancelled or queued.
+    Empty when every run is done or still running: a resume then has nothing to queue."""
+    return [r for r, s in cell_states(out).items() if s in RESUMABLE]
+
+
+def resume_line(out: str | Path, left: list[str]) -> str:
+    """What a resume of the sweep in ``out`` says, the app's Resume and ``sweep --resume`` alike, given ``left``
+    (``to_resume`` before it): how many runs it queued again, or that it had none to queue (a finished sweep's
+    resume said its cells were queued again)."""
+    out = Path(out)
+    m = read_manifest(out)
+    states = cell_states(out, m)
+    if left:
+        shown = ", ".join(left[:4]) + (f" and {len(left) - 4} more" if len(left) > 4 else "")
+        return f"{m['name']}: {len(left)} of {len(states)} runs queued again ({shown})"
+    running = sum(s == "running" for s in states.values())
+    if running:
+        return f"{m['name']}: nothing to resume: {running} of {len(states)} runs still running, none left to queue"
+    report = "its report is written" if (out / "report.md").exists() else "its report is not written yet"
+    return f"{m['name']}: nothing to resume: all {len(states)} runs are done; {report}"

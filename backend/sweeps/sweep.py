@@ -84,7 +84,7 @@ def plan_sweep(
     if max_concurrent is None:
         max_concurrent = len(visible_gpus()) if pin_gpus else 1
     if not grid:
-        raise ConfigError("--grid", None, "give at least one axis, e.g. --grid phases.main.tokens=20000,40000")
+        raise ConfigError("--grid", None, "give at least one axis, e.g. --grid phases.main.tokens=40960,81920")
     if len(grid) > 2:
         raise ConfigError("--grid", list(grid), "at most two axes (one line per value of the second)")
     if executor not in EXECUTORS:
@@ -348,7 +348,13 @@ def _queue_missing(out: Path, m: dict) -> list[Path]:
                 if rundir.read_status(d).get("state") == "running":  # killed without saying so
                     rundir.write_status(d, state="failed", error="the training process is gone (killed?)")
                 rundir.write_status(
-                    d, state="queued", resume_requested=True, error=None, queued_at=rundir.now(), launched_pid=None
+                    d,
+                    state="queued",
+                    resume_requested=True,
+                    error=None,
+                    queued_at=rundir.now(),
+                    launched_pid=None,
+                    cancel_requested=None,
                 )
                 to_start.append(d)
             elif state == "queued":

@@ -60,7 +60,7 @@ def test_the_analyze_tab_compares_two_released_encoders(released_hub):
 
     a, b, note = analyze_tab.default_models()  # no run yet, but cached encoders: not "only one model"
     assert (a, b) == ("detour-tiny-en", None) and "Only one model" not in note
-    assert "pick model B (3 more in the list, e.g. biolab/bert-wordpiece)" in note, note
+    assert "Pick model B to compare with A: the pickers list biolab/bert-wordpiece" in note, note
 
     a, b = (next(c for c in model_choices() if c.startswith(h)) for h in ("biolab/bert-wordpiece", "biolab/roberta"))
     heat, div, rows, msg = analyze_tab.compute_cka(a, b, None, None, "demo", n_texts=8, max_len=32)

@@ -55,3 +55,9 @@ def test_validate_refuses_it_in_one_line(capsys):
     assert main(["validate", "--set", "recipe=alternate", "--set", "alternate.tokens=100"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "phase 'b1-clm' gets 17 tokens" in err
+
+
+def test_a_step_just_over_the_budget_is_not_called_1_0x_the_budget():
+    """A 512-token step against a 500-token phase read "1.0x the whole budget", as if it fitted."""
+    msg = refused("recipe=clm_detour", "phases.main.tokens=500", "train.batch_size=2")
+    assert "one optimizer step is 512 tokens" in msg and "1.02x the whole budget of phase 'main' (500 tokens)" in msg

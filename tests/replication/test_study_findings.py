@@ -89,3 +89,24 @@ def test_the_answer_names_a_budget_only_where_its_interval_lies_above_0(points, 
 
     st = crossover([{"tokens": t, "value": v, "ci95": list(ci)} for t, v, ci in points])
     assert pays_from(st).startswith(says)
+
+
+def test_a_study_without_its_control_and_freezes_states_no_rule_for_them(tmp_path):
+    """Run with --no-interventions (the detour against MLM alone), the report read "the geometric mean over the lower
+    third's blocks (None)" and gave rules for a control row and freezes it did not have."""
+    import json
+
+    from backend.replication.study_findings import findings, render
+
+    cells = [{"values": {"arm": arm, "phases.main.tokens": 1024000}, "runs": {"0": f"{arm}-s0"}}
+             for arm in ("mlm", "clm_detour")]  # fmt: skip
+    manifest = {"axes": [{"key": "arm"}, {"key": "phases.main.tokens"}], "cells": cells}
+    (tmp_path / "sweep.json").write_text(json.dumps(manifest))
+    point = {"tokens": 1024000, "verdict": "inconclusive", "mean_delta": {"value": -4.51, "ci95": [-12.25, 3.23]}}
+    rep = {"panels": {"CLM detour": [point]}}
+    settings = {"budgets": [1024000], "cka": {"measures": ["debiased"]}}  # no "layers": --no-interventions
+    f = findings(rep, tmp_path, settings, {"clm_detour": "CLM detour", "mlm": "MLM"})
+    text = "\n".join(render(f))
+    assert "None" not in text and "lower third's blocks" not in text, text
+    assert "Low-layer ratio: not measured" in text and "control row" not in text and "Freezes:" not in text
+    assert "-4.51 [-12.25, +3.23]" in text

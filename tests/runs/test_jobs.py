@@ -30,6 +30,7 @@ resume = "--resume" in sys.argv
 seconds = float(os.environ.get("FAKE_SECONDS", "0.3"))
 if os.path.exists(os.path.join(d, "crash")):
     sys.exit(3)  # dies before writing any status
+time.sleep(float(os.environ.get("FAKE_START_S", "0")))  # importing torch, checking the config: no handler yet
 def on_term(signum, frame):
     rundir.write_status(d, state="cancelled", finished_at=time.time())
     with open(os.path.join(os.path.dirname(d), "events.log"), "a") as f:
@@ -162,6 +163,29 @@ def test_cancel_queued_and_running_then_resume(isolated_runs_dir, fake, monkeypa
     assert events(root)[-2][:2] == ["start", "a"] and events(root)[-2][3] == "resume=True"
     with pytest.raises(jobs.JobError, match="only cancelled or failed"):
         jobs.resume(a)
+
+
+def test_a_cancel_while_the_trainer_starts_reads_cancelled_not_failed(isolated_runs_dir, fake, monkeypatch):
+    """Cancel on a run whose trainer was still starting (a sweep cancelled right after its launch): SIGTERM killed it
+    before its handler was set, and the worker marked it failed, "exited with code -15 without finishing"."""
+    monkeypatch.setenv("FAKE_START_S", "30")
+    d = make_run(isolated_runs_dir, "early", 1.0)
+    t = threading.Thread(target=jobs.run_worker, args=(isolated_runs_dir,), kwargs=dict(poll_s=0.05, launch=fake))
+    t.start()
+    deadline = time.time() + 20
+    while not rundir.runs_process(rundir.read_status(d), "launched_pid") and time.time() < deadline:
+        time.sleep(0.05)
+    assert "SIGTERM" in jobs.cancel(d)
+    t.join(timeout=20)
+    assert not t.is_alive()
+    st = rundir.read_status(d)
+    assert st["state"] == "cancelled" and not st.get("error"), st
+    monkeypatch.setenv("FAKE_START_S", "0")
+    monkeypatch.setattr(jobs, "ensure_worker", lambda *a, **k: None)  # run the worker in-process below
+    jobs.resume(d)
+    assert not rundir.read_status(d).get("cancel_requested")  # a later failure is a failure again
+    jobs.run_worker(isolated_runs_dir, poll_s=0.05, launch=fake)
+    assert rundir.read_status(d)["state"] == "done"
 
 
 def test_lock_keeps_a_second_worker_out(isolated_runs_dir, fake, monkeypatch, tmp_path):

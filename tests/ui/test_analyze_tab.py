@@ -151,3 +151,28 @@ def test_trajectory_with_no_run_yet_says_how_to_make_one(isolated_runs_dir):
     """Found in the fresh-install browser walk: the Trajectory button said "run: choose a model"."""
     fig, wfig, msg = analyze_tab.compute_trajectory("", "", "demo")
     assert fig is None and wfig is None and msg == analyze_tab.NO_RUNS and "Launch" in msg
+
+
+def test_a_missing_texts_file_is_said_to_be_missing_not_outside(tiny_modernbert_dir, tmp_path, monkeypatch):
+    """A texts file typed with a slip (here, relative to where the app runs) was called "outside the folders this app
+    may read": the user looked for a permission to change. Missing comes first, wherever it was looked for."""
+    monkeypatch.setenv("DETOUR_ALLOWED_ROOTS", str(tiny_modernbert_dir))
+    monkeypatch.chdir(tmp_path)
+    for typed in ("abstracts.txt", str(tmp_path / "uploads" / "abstracts.txt")):
+        heat, _, _, msg = analyze_tab.compute_cka("detour-tiny-en", str(tiny_modernbert_dir), None, None, typed)
+        assert heat is None and f"texts: '{typed}' does not exist" in msg and "outside" not in msg, msg
+
+
+def test_every_chart_names_what_it_shows(tiny_modernbert_dir, isolated_runs_dir):
+    """After a new pair was compared, the previous pair's divergence, weight-change and trajectory charts stayed on
+    screen with nothing saying whose they were: each chart's title names its models, or its run and reference."""
+    other = save_tiny_model(isolated_runs_dir / "other", TINY_MODERNBERT, seed=5)
+    run_with_checkpoints(isolated_runs_dir, tiny_modernbert_dir, [(10, other), (20, other)], total_steps=20)
+    from backend.analysis.plots import fit_label
+
+    fig, wfig, msg = analyze_tab.compute_trajectory("traj", str(other), "demo", n_texts=6, max_len=32)
+    for f in (fig, wfig):
+        assert f"traj from {fit_label(str(other))}" in f.layout.title.text, (f.layout.title.text, msg)
+    a, b = str(tiny_modernbert_dir), str(other)
+    _, div, _, msg = analyze_tab.compute_cka(a, b, None, None, "demo", n_texts=6, max_len=32)
+    assert div.layout.title.text.startswith(f"Divergence per layer: {fit_label(a)} vs {fit_label(b)}"), msg

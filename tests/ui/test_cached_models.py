@@ -94,3 +94,13 @@ def test_the_trajectory_offers_runs_only_not_cached_models(hub_cache, isolated_r
     choices = model_choices()
     assert any(c.startswith(CACHED) for c in choices)  # offered where a model is asked for ...
     assert analyze_tab.run_choices(choices) == ["traj"]  # ... but the trajectory follows a run's checkpoints
+
+
+def test_a_fresh_install_with_a_cached_model_does_not_say_only_one_model(hub_cache, isolated_runs_dir):
+    """Analyze said "Only one model is available" on a fresh install while its pickers listed the bundled model and
+    a cached one. B stays empty (a cached model may be a large one, not picked for the user) and the note names it."""
+    from app import analyze_tab
+
+    a, b, note = analyze_tab.default_models()
+    assert (a, b) == (DEFAULT_MODEL, None)
+    assert "Only one model" not in note and f"list {CACHED}" in note and "(cached," not in note, note

@@ -54,6 +54,14 @@ def test_surprise_view_side_by_side(tiny_modernbert_dir, tiny_bert_dir):
     assert "outside" in msg
 
 
+def test_one_bad_slot_leaves_the_others_surprise_shown(tiny_modernbert_dir):
+    """A mistyped second slot refused the whole request: the first slot's model was not shown either."""
+    html, msg = detour_tab.show_surprise("The cell divides.", [str(tiny_modernbert_dir), "detuor-tiny-en", None, None])
+    assert html.count("next token (causal)") == 1  # the good slot's rows
+    assert "| " in msg and "nats" in msg and "model 2: model 'detuor-tiny-en'" in msg, msg
+    assert "did you mean: detour-tiny-en" in msg
+
+
 def test_scrub_through_a_run(monkeypatch):
     assert "scrub" in detour_tab.run_choices()
     slider, msg = detour_tab.load_run("scrub")
@@ -67,20 +75,24 @@ def test_scrub_through_a_run(monkeypatch):
         selected = [s for s in timeline.layout.shapes if s.line.width == 3]
         assert [s.x0 for s in selected] == [512 * i]
         assert any(s.x0 == 1024 for s in timeline.layout.shapes if s.line.dash == "dash")  # the CLM -> MLM switch
+        # the top-k chart's title fits its half of the page ("fill-mask at step 8 (end-decay) = final · decay: MLM"
+        # ran past the edge at 1000 px); the message names the model whole
+        want = "top-k, the start model" if i == 0 else f"top-k at step {2 * i} ({'main' if i <= 2 else 'decay'})"
+        assert fill.layout.title.text == want, fill.layout.title.text
         seen.append(html)
     assert "phase **main** (CLM)" in detour_tab.scrub("scrub", 1024, "The [MASK].", "x")[3]
     assert "phase **decay** (MLM)" in detour_tab.scrub("scrub", 1400, "The [MASK].", "x")[3]  # the nearest: 1536
     assert len(set(seen)) == 5  # every saved model judges the text differently
     timeline, fill, html, msg = detour_tab.scrub("scrub", 512, "no mask here", "x")
     assert fill is None and "no mask token" in msg and timeline is not None and "step 2" in html  # the rest shows
-    # a name that is no run and no model: online, it is "not a" run or model; offline (CI sets HF_HUB_OFFLINE), the
-    # one line says it is not cached and the hub not reachable. Both are set here: the suite passed only while a
-    # test that ran earlier unset the variable for every test after it
+    # a name that is no run and no model is "not a" run or model, in one line, online and offline alike (CI sets
+    # HF_HUB_OFFLINE): a bare word is no hub id. Both are set here: the suite passed only while a test that ran
+    # earlier unset the variable for every test after it
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     assert "not a" in detour_tab.scrub("nope", 0, "The [MASK].", "x")[3]
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     msg = detour_tab.scrub("nope", 0, "The [MASK].", "x")[3]
-    assert "not in your Hugging Face cache" in msg and "HF_HUB_OFFLINE is set" in msg and "\n" not in msg.strip()
+    assert "not a bundled model" in msg and "hf download" not in msg and "\n" not in msg.strip()
 
 
 def test_trace_a_text_through_the_run(detour_run_dir):

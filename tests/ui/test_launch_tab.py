@@ -239,3 +239,30 @@ def test_a_blank_optional_field_is_null_so_the_untouched_form_is_the_bare_comman
     assert res["ok"] and res["python"] == f"python -m backend train --name {cfg['name']}", res["python"]
     values[launch_tab.KEYS.index("slurm.partition")] = "  gpu "
     assert "--set slurm.partition=gpu " in launch_tab.validate_form(values)["python"]
+
+
+def test_a_corpus_typo_is_caught_by_the_forms_live_check(tiny_modernbert_dir, tmp_path, monkeypatch):
+    """'demp' (or a corpus folder's name without its path) passed the form's live check as a hub dataset id and
+    failed only at launch. A bare word close to a local corpus is refused under the field, naming it."""
+    shared = tmp_path / "shared-data"
+    (shared / "craft_pmc_oa_text").mkdir(parents=True)
+    monkeypatch.setenv("DETOUR_ALLOWED_ROOTS", f"{tiny_modernbert_dir}:{shared}")
+    for typed, meant in (("demp", "'demo'"), ("craft_pmc_oa_txt", f"'{shared / 'craft_pmc_oa_text'}'")):
+        res = launch_tab.validate_form(form(tiny_modernbert_dir, data__corpus=typed), deep=False)
+        assert not res["ok"] and list(res["errors"]) == ["data.corpus"], res["message"]
+        assert f"did you mean {meant}?" in res["errors"]["data.corpus"]
+    assert launch_tab.validate_form(form(tiny_modernbert_dir, data__corpus="org/some-dataset"), deep=False)["ok"]
+
+
+def test_changing_the_recipe_shows_its_fields_without_an_error():
+    """Loading a config or picking a recipe raised KeyError 'name' in the page (an Error toast): the fields that follow
+    the recipe held every cell of the form, the name's too."""
+    from app import main
+    from app.launch_form import recipe_fields
+
+    demo = main.build_app(main.AppContext())
+    fn = next(f for f in demo.fns.values() if f.name == "show_recipe")  # on the recipe and on a loaded config
+    for recipe in ("pair", "mlm", "hybrid", "alternate"):
+        head, *cells = fn.fn(recipe, None)
+        assert f"Recipe `{recipe}`" in head and len(cells) == len(recipe_fields(recipe, None))
+        assert sum(c["visible"] for c in cells) == sum(recipe_fields(recipe, None).values()), recipe

@@ -187,3 +187,20 @@ def test_a_name_that_resolves_to_nothing_is_refused_everywhere_with_its_candidat
         err = capsys.readouterr().err
         assert near in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert not (tmp_path / "w.json").exists()
+
+
+def test_a_mistyped_run_name_is_said_to_be_a_local_name_and_no_pair_name_is_offered(lab, capsys):
+    """Offline, a mistyped run's name was taken for a hub id: its hint began "not in your Hugging Face cache ...
+    (hf download class-demo-detuor)" and offered the pair's name, which is refused in turn. A bare word is never a
+    hub id (the hub names its models org/name), and only names that resolve to one model are offered."""
+    from app import PathNotAllowed, check_model_spec
+
+    with pytest.raises(PathNotAllowed) as err:
+        check_model_spec("class-demo-detuor", "model")
+    msg = str(err.value)
+    assert "hf download" not in msg and "Hugging Face cache" not in msg, msg
+    near = msg.split("did you mean: ")[1].split("?")[0].split(", ")
+    assert near[0] == "class-demo-detour" and "class-demo" not in near, msg
+    assert cli(["fill-mask", TEXT, "--model", "detour"]) == 2
+    err = capsys.readouterr().err
+    assert "hf download" not in err and "did you mean: detour-tiny-en" in err, err

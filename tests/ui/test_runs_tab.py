@@ -109,6 +109,18 @@ def test_the_log_follows_the_running_run_until_one_is_picked(isolated_runs_dir):
     assert tick["log_run"] == "older"
 
 
+def test_the_run_cancelled_or_resumed_stays_picked_when_its_sibling_starts(isolated_runs_dir):
+    """Cancel on a pair's running detour run: its MLM sibling started and the picker followed it within one poll,
+    so Resume and a second Cancel went to the sibling. The run acted on is pinned."""
+    a = make_run(isolated_runs_dir, "pair-detour", state="running", pid=os.getpid(), created_at=2.0)
+    make_run(isolated_runs_dir, "pair-mlm", state="queued", created_at=2.0)
+    tick = runs_tab.poll_update([], "pair-detour", "tokens_seen", {})
+    rundir.write_status(a, state="cancelled")  # Cancel pressed on it (pinned), then its sibling starts
+    rundir.write_status(isolated_runs_dir / "pair-mlm", state="running", pid=os.getpid())
+    tick = runs_tab.poll_update([], "pair-detour", "tokens_seen", tick["state"], pinned="pair-detour")
+    assert tick["log_run"] == "pair-detour" and not tick["log_run_changed"]
+
+
 def test_the_throughput_panel_and_the_timeline_follow_the_run(isolated_runs_dir):
     tick = runs_tab.poll_update([], None, "tokens_seen", None)  # a page opened before any run
     assert tick["timeline"] is not None and tick["timeline"].layout.annotations[0].text == "no run to draw"
@@ -170,3 +182,21 @@ def test_the_line_under_cancel_resume_follows_the_run(isolated_runs_dir):
     rundir.write_status(run, state="done")
     assert runs_tab.action_followup(followed) == ("r1: done now", None)
     assert runs_tab.action_state("r1", "choose a run first") is None
+
+
+def test_the_no_runs_texts_name_buttons_the_page_has(isolated_runs_dir):
+    """The empty Runs tab said to press 'Launch (queue)', a button called "Launch": each tab's text for a lab with
+    no run names, after "press", only buttons the built page shows."""
+    import re
+
+    import gradio as gr
+
+    from app import analyze_tab, detour_tab, main
+
+    demo = main.build_app(main.AppContext())
+    buttons = {b.value for b in demo.blocks.values() if isinstance(b, gr.Button)}
+    for text in (runs_tab.NO_RUNS, analyze_tab.NO_RUNS, detour_tab.NO_RUNS):
+        named = re.findall(r"press (?:'([^']+)'|\*\*([^*]+)\*\*)", text)
+        assert named, text
+        for quoted, bold in named:
+            assert (quoted or bold) in buttons, (quoted or bold, sorted(buttons))

@@ -21,7 +21,7 @@ def test_shipped_suites_are_offered():
     [
         ("", "detour-tiny-en", "", "x", r"suite: pick one"),
         (DEMO, "", "", "x", r"models: give at least one"),
-        (DEMO, "detour-tiny-en ./no/such/model", "", "x", r"outside the folders this app may read"),
+        (DEMO, "detour-tiny-en ./no/such/model", "", "x", r"./no/such/model. does not exist \(this app reads files in"),
         (DEMO, "detour-tiny-en class-demo-detuor", "", "x", r"model 2: .*class-demo-detuor"),
         (DEMO, "detour-tiny-en", "a b", "x", r"labels: give one per model \(1\)"),
         (DEMO, "detour-tiny-en", "", "../up", r"name '../up'"),

@@ -4,6 +4,7 @@ cancel the rest, and read a finished sweep's report and figure."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -67,8 +68,13 @@ def test_the_reports_tab_does_not_start_the_hybrid_study_twice(tmp_path, monkeyp
 
 def test_the_forms_defaults_plan_a_sweep_that_launches(roots):
     """With an empty config (recipe pair) the form's axes were a budget alone: the launch was refused (a pair is two
-    runs a cell); its defaults now make the recipe an axis, so pressing Launch as the page opens works."""
+    runs a cell); its defaults now make the recipe an axis, so pressing Launch as the page opens works. Its budgets
+    (20,000 and 40,000 tokens) were then refused as each run was queued: the decay, 10% of them, held less than one
+    optimizer step of the default config (4,096 tokens). Every run of the default grid passes the check a run is
+    queued with."""
     from app import main
+    from backend.runs.preflight import check
+    from backend.sweeps.grid import Cell, run_config
     from backend.sweeps.sweep import check_one_run_per_cell, plan_sweep
 
     demo = main.build_app(main.AppContext())
@@ -79,3 +85,44 @@ def test_the_forms_defaults_plan_a_sweep_that_launches(roots):
     m = plan_sweep(None, [], grid, int(value["sw-seeds"]))
     check_one_run_per_cell(m)  # raises for a cell with the recipe pair
     assert {c["values"]["recipe"] for c in m["cells"]} == {"mlm", "clm_detour"} and m["reference"] == "mlm"
+    for c in m["cells"]:
+        cell = Cell(c["index"], c["values"], c["label"], c["slug"])
+        for seed in c["runs"]:
+            check(run_config(m["base"], cell, int(seed), m["name"]), check_data=False)  # jobs.submit's preflight
+
+
+def _finished_sweep(roots, model_dir, report: bool = True) -> Path:
+    """A sweep whose two runs are done (folders as the queue leaves them), with its report when ``report``."""
+    from backend.engine import rundir
+    from backend.sweeps.manifest import write_manifest
+    from backend.sweeps.sweep import plan_sweep
+
+    m = plan_sweep(_config(roots, model_dir), [], ["recipe=mlm,clm_detour"], 1, name="done-sweep")
+    out = paths.sweeps_dir() / "done-sweep"
+    write_manifest(out, {**m, "state": "done"})
+    for c in m["cells"]:
+        for r in c["runs"].values():
+            (out / "runs" / r).mkdir(parents=True)
+            (out / "runs" / r / "config.yaml").write_text(f"name: {r}\n")
+            rundir.write_status(out / "runs" / r, state="done")
+    if report:
+        (out / "report.md").write_text("# done-sweep\n")
+    return out
+
+
+def test_resume_on_a_finished_sweep_says_nothing_was_queued(roots, tiny_modernbert_dir, capsys):
+    """Resume on a finished sweep said "unfinished cells are queued again" (the CLI: "queued 2 runs"); nothing was."""
+    from backend.__main__ import main as cli
+    from backend.engine import rundir
+
+    out = _finished_sweep(roots, tiny_modernbert_dir)
+    msg = sweeps_tab.resume_sweep("done-sweep")
+    assert msg == "done-sweep: nothing to resume: all 2 runs are done; its report is written", msg
+    assert cli(["sweep", "--resume", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == msg
+    runs = sorted((out / "runs").iterdir())
+    assert all(rundir.read_status(r)["state"] == "done" for r in runs)  # nothing was queued again
+    from backend.sweeps.manifest import resume_line, to_resume
+
+    rundir.write_status(runs[0], state="cancelled")
+    assert resume_line(out, to_resume(out)) == f"done-sweep: 1 of 2 runs queued again ({runs[0].name})"

@@ -63,6 +63,11 @@ def test_ner_evaluation_list_shows_a_run_made_after_build(isolated_runs_dir, tin
     assert "late-run" in new["choices"]
 
 
+def built_state(fn):
+    """The value the page was built with of the refresher's last input: the defaults its pickers were given."""
+    return fn.inputs[-1].value
+
+
 def test_analyze_and_fill_mask_lists_refresh_and_fill_defaults(isolated_runs_dir, tiny_bert_dir):
     demo = main.build_app(main.AppContext())
     by_id = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}
@@ -70,24 +75,28 @@ def test_analyze_and_fill_mask_lists_refresh_and_fill_defaults(isolated_runs_dir
     assert (tab_id(demo, "analyze"), "select") in set(fn.targets)
     # built with the bundled base only: nothing to compare, and the page says so
     assert by_id["an-b"].value is None and "Only one model" in by_id["an-note"].value
+    built = built_state(fn)
 
     saved_run(isolated_runs_dir, "x-detour", tiny_bert_dir, "clm_detour", pair="x")
     saved_run(isolated_runs_dir, "x-mlm", tiny_bert_dir, "mlm", pair="x")
     ids = [o.elem_id for o in fn.outputs]
-    values = dict(zip(ids, fn.fn("detour-tiny-en", None, None), strict=True))  # the page as built: A = base
+    values = dict(zip(ids, fn.fn("detour-tiny-en", None, None, built), strict=True))  # the page as built: A = base
     assert {"x-detour", "x-mlm"} <= {v for _, v in values["an-a"]["choices"]}
     assert values["an-a"]["value"] == "x-detour" and values["an-b"]["value"] == "x-mlm"  # the pair, as on a new page
     assert values["an-run"]["value"] == "x-detour" and values["an-note"] == ""
-    chosen = dict(zip(ids, fn.fn("x-mlm", None, "x-mlm"), strict=True))
+    chosen = dict(zip(ids, fn.fn("x-mlm", None, "x-mlm", built), strict=True))
     assert chosen["an-a"]["value"] == "x-mlm" and chosen["an-run"]["value"] == "x-mlm"  # a chosen model is kept
-    assert dict(zip(ids, fn.fn("detour-tiny-en", "x-mlm", None), strict=True))["an-a"]["value"] == "detour-tiny-en"
+    assert chosen["an-b"]["value"] is None  # B is A's partner in a comparison the user is making: it stays empty
+    kept = dict(zip(ids, fn.fn("detour-tiny-en", "x-mlm", None, built), strict=True))
+    assert kept["an-a"]["value"] == "detour-tiny-en" and kept["an-b"]["value"] == "x-mlm"
 
     fm = refresher(demo, by_id["fm-model-1"])
     assert (tab_id(demo, "fill-mask"), "select") in set(fm.targets)
-    slots = fm.fn("detour-tiny-en", None, None, None)  # as built: the base only
+    slots = fm.fn("detour-tiny-en", None, None, None, built_state(fm))  # as built: the base only
     assert "x-mlm" in slots[1]["choices"]
     assert [s["value"] for s in slots[:3]] == ["detour-tiny-en", "x-detour", "x-mlm"]  # the base and the pair
-    assert [s["value"] for s in fm.fn("x-mlm", None, "detour-tiny-en", None)][:3] == ["x-mlm", None, "detour-tiny-en"]
+    picked = fm.fn("x-mlm", None, "detour-tiny-en", None, built_state(fm))
+    assert [s["value"] for s in picked[:3]] == ["x-mlm", None, "detour-tiny-en"]
 
 
 def test_detour_tab_lists_fill_in_the_newest_pair_made_after_build(isolated_runs_dir, tiny_bert_dir):
@@ -98,14 +107,53 @@ def test_detour_tab_lists_fill_in_the_newest_pair_made_after_build(isolated_runs
     fn = refresher(demo, by_id["dt-run"])
     assert (tab_id(demo, "detour"), "select") in set(fn.targets)
     assert by_id["dt-run"].value is None and by_id["dt-model-1"].value is None  # built with no run
+    built = built_state(fn)
 
     saved_run(isolated_runs_dir, "y-detour", tiny_bert_dir, "clm_detour", pair="y")
     saved_run(isolated_runs_dir, "y-mlm", tiny_bert_dir, "mlm", pair="y")
     ids = [o.elem_id for o in fn.outputs]
-    values = dict(zip(ids, fn.fn("detour-tiny-en", "detour-tiny-en", None, None, None, None, ""), strict=True))
+    page = ("detour-tiny-en", "detour-tiny-en", None, None, None, None, "")
+    values = dict(zip(ids, fn.fn(*page, built), strict=True))
     assert [values[f"dt-model-{i}"]["value"] for i in range(3)] == ["detour-tiny-en", "y-detour", "y-mlm"]
     assert values["dt-run"]["value"] == "y-detour" and ("y-mlm", "y-mlm") in values["dt-run"]["choices"]
 
-    picked = dict(zip(ids, fn.fn("detour-tiny-en", "y-mlm", "detour-tiny-en", None, None, "y-mlm", ""), strict=True))
+    page = ("detour-tiny-en", "y-mlm", "detour-tiny-en", None, None, "y-mlm", "")
+    picked = dict(zip(ids, fn.fn(*page, built), strict=True))
     assert [picked[f"dt-model-{i}"]["value"] for i in range(2)] == ["y-mlm", "detour-tiny-en"]  # kept as chosen
     assert picked["dt-run"]["value"] == "y-mlm"
+
+
+def test_a_page_opened_while_a_pair_trains_shows_its_second_run_once_saved(isolated_runs_dir, tiny_bert_dir):
+    """A page opened while a pair's detour run trained (its MLM run queued, nothing saved) showed the detour run
+    beside the base in Fill-mask, Detour and Analyze, and never the MLM run, even after Refresh: a slot filled once
+    was a choice. Pickers still on the defaults the page gave them follow the newest pair; a choice made is kept."""
+    demo = main.build_app(main.AppContext())
+    by_id = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}
+    saved_run(isolated_runs_dir, "z-detour", tiny_bert_dir, "clm_detour", pair="z")
+    mlm = isolated_runs_dir / "z-mlm"
+    mlm.mkdir()
+    atomic.write_yaml(mlm / "config.yaml", {**default_config(), "name": "z-mlm", "recipe": "mlm",
+                                            "_meta": {"pair": "z", "role": "mlm"}})  # fmt: skip
+    rundir.write_status(mlm, state="queued", created_at=time.time())
+
+    tabs = {"fill-mask": "fm-model-2", "detour": "dt-model-2", "analyze": "an-b"}  # where the MLM run belongs
+    pages = {}
+    for tab, elem in tabs.items():  # the page loads while the detour run alone has saved a model
+        fn = refresher(demo, by_id[elem])
+        ids = [o.elem_id for o in fn.outputs]
+        page = {o.elem_id: by_id[o.elem_id].value for o in fn.inputs[:-1]}  # the picks as built
+        out = fn.fn(*page.values(), built_state(fn))
+        values = {i: (u.get("value") if isinstance(u, dict) else u) for i, u in zip(ids, out, strict=True)}
+        pages[tab] = (fn, ids, {k: values[k] for k in page}, out[-1])  # what the page holds now
+    assert [pages["fill-mask"][2][f"fm-model-{i}"] for i in range(3)] == ["detour-tiny-en", "z-detour", None]
+    assert "z-mlm" not in pages["detour"][2].values()
+
+    shutil.copytree(tiny_bert_dir, mlm / "final")  # the MLM run saves its model
+    rundir.write_status(mlm, state="done")
+    for tab, (fn, ids, page, given) in pages.items():  # Refresh on the page opened before
+        out = fn.fn(*page.values(), given)
+        got = {i: u["value"] for i, u in zip(ids, out, strict=True) if isinstance(u, dict) and "value" in u}
+        assert got[tabs[tab]] == "z-mlm", (tab, got)
+    fm, ids, page, given = pages["fill-mask"]
+    out = fm.fn("detour-tiny-en", "z-detour", "detour-tiny-en", None, given)  # a slot the user changed: kept
+    assert [u["value"] for u in out[:3]] == ["detour-tiny-en", "z-detour", "detour-tiny-en"]
