@@ -62,7 +62,7 @@ def test_the_runs_tab_shows_its_runs_curves_and_log_as_soon_as_it_is_picked(demo
     for s in (1, 2):
         row = {"type": "train", "step": s, "phase": "main", "objective": "clm", "loss": 9.0, "tokens_seen": 64 * s}
         atomic.append_jsonl(d / "metrics.jsonl", row)
-    out = dict(zip(ids, poll.fn([], None, "tokens_seen", {}, None), strict=False))
+    out = dict(zip(ids, poll.fn([], None, "tokens_seen", {}, None, None), strict=False))
     assert out["runs-table"][0][0] == "picked-run"
     assert "loss 9.0" in out["runs-log"]
     assert isinstance(out["plot-train"], go.Figure) and isinstance(out["runs-timeline"], go.Figure)
