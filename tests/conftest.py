@@ -72,6 +72,8 @@ LONGEST_FIRST = (
     "bench/test_bench_gpu_smoke.py",
     "replication/test_study_stop.py",
     "bench/test_bench_plan_time_smoke.py",
+    "replication/test_crossover.py",
+    "bench/test_bench_app_load_smoke.py",
 )
 
 
