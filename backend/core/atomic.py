@@ -18,9 +18,11 @@ import yaml
 from backend.core.paths import open_confined, read_text_confined
 
 
-def write_bytes(path: str | Path, data: bytes) -> None:
+def write_bytes(path: str | Path, data: bytes, make_parents: bool = True) -> None:
+    """``make_parents`` False: a missing folder is an error, never recreated (a run folder moved away meanwhile)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -33,30 +35,31 @@ def write_bytes(path: str | Path, data: bytes) -> None:
         raise
 
 
-def write_text(path: str | Path, text: str) -> None:
-    write_bytes(path, text.encode("utf-8"))
+def write_text(path: str | Path, text: str, make_parents: bool = True) -> None:
+    write_bytes(path, text.encode("utf-8"), make_parents)
 
 
-def write_json(path: str | Path, obj: Any) -> None:
-    write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+def write_json(path: str | Path, obj: Any, make_parents: bool = True) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n", make_parents)
 
 
-def write_yaml(path: str | Path, obj: Any) -> None:
-    write_text(path, yaml.safe_dump(obj, sort_keys=False, allow_unicode=True))
+def write_yaml(path: str | Path, obj: Any, make_parents: bool = True) -> None:
+    write_text(path, yaml.safe_dump(obj, sort_keys=False, allow_unicode=True), make_parents)
 
 
 def json_line(row: dict) -> str:
     return json.dumps(row, default=str) + "\n"
 
 
-def append_jsonl(path: str | Path, row: dict) -> None:
+def append_jsonl(path: str | Path, row: dict, make_parents: bool = True) -> None:
     """Append one JSON line with a single write() + fsync.
 
     A line is written whole or (after a hard kill) as a partial last line that
     readers skip, so earlier rows are never damaged.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     line = json_line(row).encode("utf-8")
     with open(path, "ab") as f:
         f.write(line)

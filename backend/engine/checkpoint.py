@@ -119,20 +119,31 @@ def _seal(tmp: Path, final: Path, step: int, state: dict, keep: int) -> None:
     _prune(final.parent, keep)
 
 
+def _make_tmp(tmp: Path) -> None:
+    """A fresh ``.tmp-step-N`` in the run's ``checkpoints/``; the run folder itself is never made here (one moved
+    away meanwhile is not recreated: ``run_home.py``)."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(exist_ok=True)
+    (tmp / "state").mkdir(parents=True)
+
+
 def save(accelerator, lm, tokenizer, run_dir: Path, step: int, state: dict, keep: int) -> Path:
     """Save model (HF format), Accelerate state and trainer state for ``step``, synchronously. Collective call."""
     final, tmp = _paths(run_dir, step)
     if accelerator.is_main_process:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        _make_tmp(tmp)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp / "state"), safe_serialization=True)
-    full = full_state_dict(accelerator, lm)  # FSDP: gathered on every rank first
-    if accelerator.is_main_process:
-        hf = accelerator.unwrap_model(lm).hf_model
-        hf.save_pretrained(tmp / "model", safe_serialization=True, state_dict=full)
-        tokenizer.save_pretrained(tmp / "model")
-        _seal(tmp, final, step, state, keep)
+    try:
+        accelerator.save_state(str(tmp / "state"), safe_serialization=True)
+        full = full_state_dict(accelerator, lm)  # FSDP: gathered on every rank first
+        if accelerator.is_main_process:
+            hf = accelerator.unwrap_model(lm).hf_model
+            hf.save_pretrained(tmp / "model", safe_serialization=True, state_dict=full)
+            tokenizer.save_pretrained(tmp / "model")
+            _seal(tmp, final, step, state, keep)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a half-written checkpoint would keep a full disk full
+        raise
     accelerator.wait_for_everyone()
     return final
 
@@ -160,9 +171,13 @@ class Checkpointer:
     optimizer state, which accelerate writes in its own formats) ``save`` writes synchronously as before.
     """
 
-    def __init__(self, accelerator, lm, optimizer, tokenizer, run_dir: Path, keep: int, log=print, background=None):
+    def __init__(self, accelerator, lm, optimizer, tokenizer, run_dir: Path, keep: int, log=print, background=None,
+                 describe=str):  # fmt: skip
+        """``describe``: a path in a message as the user knows it (``RunHome.real``: ``run_dir`` may be the folder
+        held open, ``/proc/self/fd/N``)."""
         self.accelerator, self.lm, self.optimizer, self.tokenizer = accelerator, lm, optimizer, tokenizer
-        self.run_dir, self.keep, self.log = Path(run_dir), keep, log
+        self.run_dir, self.keep, self.log, self.describe = Path(run_dir), keep, log, describe
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.background = BACKGROUND and accelerator.distributed_type != "FSDP" if background is None else background
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -176,8 +191,7 @@ class Checkpointer:
         acc = self.accelerator
         final, tmp = _paths(self.run_dir, step)
         if acc.is_main_process:
-            shutil.rmtree(tmp, ignore_errors=True)
-            (tmp / "state").mkdir(parents=True)
+            _make_tmp(tmp)
         acc.wait_for_everyone()
         # this rank's RNG states (and fp16 loss scale) as they are now, by accelerate's own writer: a few KB
         save_accelerator_state(str(tmp / "state"), [], [], [], [], acc.process_index, acc.step, acc.scaler)
@@ -209,6 +223,7 @@ class Checkpointer:
             self.tokenizer.save_pretrained(tmp / "model")
             _seal(tmp, final, step, state, self.keep)
         except BaseException as exc:  # raised in the training thread by the next save / wait
+            shutil.rmtree(tmp, ignore_errors=True)  # a half-written checkpoint would keep a full disk full
             self._error = exc
 
     def wait(self) -> None:
@@ -218,7 +233,7 @@ class Checkpointer:
             self._thread = None
         if self._error is not None:
             exc, self._error = self._error, None
-            raise CheckpointError(f"writing a checkpoint failed: {type(exc).__name__}: {exc}") from exc
+            raise CheckpointError(self.describe(f"writing a checkpoint failed: {type(exc).__name__}: {exc}")) from exc
 
     def __enter__(self) -> Checkpointer:
         return self

@@ -133,13 +133,13 @@ def _hub(spec: str) -> ModelRef:
     if hub_cache.snapshot_of(spec) is not None:
         snap = hub_cache.check_snapshot(spec)
         return ModelRef("hub", spec, spec, str(snap) if snap else None)
+    if "/" not in spec:  # the hub names models org/name; a bare word is a run (renamed, moved?) or a name mistyped
+        raise ModelSpecError(
+            f"model '{spec}': no run named {spec} in {runs_dir()}, and no bundled, local or cached model of that "
+            f"name (a hub id names its organisation, e.g. answerdotai/ModernBERT-base){_close(spec, _runs_first())}"
+        )
     if hub_cache.offline():
         raise ModelSpecError(hub_cache.not_available(spec) + _close(spec, candidates()))
-    if "/" not in spec:  # the hub names models org/name; a bare word is a local name mistyped
-        raise ModelSpecError(
-            f"model '{spec}': not a bundled model, a run, a folder or a cached model, and a hub id names its "
-            f"organisation (e.g. answerdotai/ModernBERT-base){_close(spec, candidates())}"
-        )
     return ModelRef("hub", spec, spec)
 
 
@@ -213,6 +213,13 @@ def candidates() -> list[str]:
     swept = [f"{s.name}/{r}" for s in sweeps for r in _sweep_runs(s)]
     cached = [m.hub_id for m in hub_cache.cached_encoders()]
     return [*bundled_models(), *runs, *pairs, *swept, *cached]
+
+
+def _runs_first() -> list[str]:
+    """``candidates`` with the runs first: a bare name that is no run is most often a run renamed."""
+    from backend.engine.rundir import list_runs
+
+    return list(dict.fromkeys([*(r.name for r in list_runs(runs_dir())), *candidates()]))
 
 
 def close_names(spec: str, names: list[str], n: int = 4) -> list[str]:

@@ -283,6 +283,7 @@ def test_cancel_of_a_run_whose_process_is_gone_marks_it_failed(tmp_path):
     """Cancel still answers a dead pid's 'running' (read as failed): the file then says failed too, with why."""
     from backend.runs import jobs
 
+    (tmp_path / "config.yaml").write_text("name: gone\n")  # a run folder: its config and its status
     write_status(tmp_path, state="running", pid=DEAD_PID, finished_at=None)
     assert "its process is gone (nothing was signalled); marked failed" in jobs.cancel(tmp_path)
     on_disk = json.loads((tmp_path / "status.json").read_text())

@@ -198,7 +198,7 @@ def test_runs_table_curves_log_cancel(isolated_runs_dir):
     assert any(s.x0 == 4096 for s in f_train.layout.shapes)  # the CLM -> MLM boundary is marked
     assert [list(t.y) for t in f_eval.data][0] == [9 - 8 / 20, 9 - 16 / 20, 9 - 20 / 20]
     assert runs_tab.log_tail("alpha", 5).splitlines() == [f"line {i}" for i in range(95, 100)]
-    assert "not found" in runs_tab.log_tail("nope")
+    assert "no run named nope" in runs_tab.log_tail("nope")
     assert "name" in runs_tab.log_tail("../etc")  # a path is not a run name
     assert "removed from the queue" in runs_tab.cancel_run("beta")
     assert rundir.read_status(queued)["state"] == "cancelled"
