@@ -167,10 +167,13 @@ def resolve(args: argparse.Namespace) -> dict:
         s = resolve_hybrid(args.preset, corpus=args.corpus, seeds=args.pretrain_seeds, overrides=args.overrides,
                            budgets=bs.parse_budgets(args.budgets) if args.budgets else None, suite=args.suite,
                            drop_weights=args.drop_weights)  # fmt: skip
-        if args.seeds:
+        for flag, value in (("--seeds", args.seeds), ("--measure-jobs", args.measure_jobs)):
+            if value is not None and value < 1:  # 0 was skipped, and -3 --measure-jobs became 1, silently
+                raise DetourError(f"{flag} {value}: a whole number, at least 1")
+        if args.seeds is not None:
             s["eval"]["seeds"] = args.seeds
-        if args.measure_jobs:
-            s["measure_jobs"] = max(1, args.measure_jobs)
+        if args.measure_jobs is not None:
+            s["measure_jobs"] = args.measure_jobs
         return s
     return bs.resolve_budget_study(
         args.preset,
@@ -238,6 +241,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.report_only:
         return _report_only(args, out)
+    check_out_folder(out, "report")  # an evaluation, a sweep, a folder inside another artifact: refused, --plan too
     s = resolve(args)
     if args.plan:
         print_plan(args, s, out)

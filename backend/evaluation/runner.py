@@ -135,6 +135,7 @@ def evaluate_models(
     precision: str = "auto",
     report_to: list[str] | str | None = None,
     card_runs: bool = True,
+    part_of: str | Path | None = None,
     **hparams,
 ) -> dict:
     """Fine-tune every model with every seed on ``task`` and compare them. Returns the results dict (also written
@@ -145,13 +146,14 @@ def evaluate_models(
     ``precision: {requested, resolved, why}`` in results.json and every metrics.json. ``report_to``:
     experiment trackers (``logging.report_to``'s names) that get each seed's scores and the summary. When it
     finishes, the model cards get its results (``model_cards.record_evaluation``): each kept fine-tuned model's,
-    and, with ``card_runs`` (a suite records its own), each measured run's ``final/README.md``.
+    and, with ``card_runs`` (a suite records its own), each measured run's ``final/README.md``. ``part_of``: the
+    artifact (a suite, a sweep, a study) whose part ``out_dir`` is (``catalogue.check_out_folder``).
 
     ``progress(event)`` gets dicts with ``event`` (start | step | epoch | run_done | run_failed | run_resumed |
     done), ``model``, ``seed``, ``run`` (1-based) / ``runs``, ``fraction`` (0-1 overall), ``elapsed_s``,
     ``eta_s`` and a one-line ``message``; without a callback the messages are printed.
     """
-    check_output_dir(out_dir)  # a folder of something else: refused before any model or data is read
+    check_output_dir(out_dir, part_of=part_of)  # a folder of something else: refused before anything is read
     labels, dirs, seeds, hp, sources = _check_inputs(task, models, labels, data, seeds, hparams)
     lr_why = hp.pop("lr_why")
     prec = resolve_eval_precision(precision)
@@ -166,7 +168,7 @@ def evaluate_models(
         tags_column=tags_column,
     )
     data_obj = _subsample_data(data_obj, hp["max_train_examples"], hp["max_eval_examples"])
-    out_dir = _output_dir(out_dir)
+    out_dir = _output_dir(out_dir, part_of=part_of)
     identities = [model_identity(s) for s in sources]  # what each label measures: path + weights sha256
     results = _new_results(task, data_obj, seeds, hp, out_dir, labels, sources, dirs, identities)
     results["precision"] = prec
@@ -269,7 +271,9 @@ def model_config_of_source(source):
         return None
 
 
-def _output_dir(out_dir: str | Path | None, kind: str = "evaluation", name: str | None = None) -> Path:
+def _output_dir(
+    out_dir: str | Path | None, kind: str = "evaluation", name: str | None = None, part_of: str | Path | None = None
+) -> Path:
     """``out_dir`` (resolved: the resume key), or a fresh ``evals/<timestamp>`` folder, claimed for ``kind``
     (``catalogue.claim_folder``): a folder that holds anything but an evaluation (or, for a suite, the same suite)
     is refused before any work."""
@@ -285,10 +289,12 @@ def _output_dir(out_dir: str | Path | None, kind: str = "evaluation", name: str 
         out, i = stamp, 2
         while out.exists():  # two evaluations started in the same second
             out, i = stamp.with_name(f"{stamp.name}-{i}"), i + 1
-    return claim_folder(out, kind, name).resolve()
+    return claim_folder(out, kind, name, part_of=part_of).resolve()
 
 
-def check_output_dir(out_dir: str | Path | None, kind: str = "evaluation", name: str | None = None) -> None:
+def check_output_dir(
+    out_dir: str | Path | None, kind: str = "evaluation", name: str | None = None, part_of: str | Path | None = None
+) -> None:
     """Refuse an ``--out`` that ``_output_dir`` would refuse, writing nothing: called before any data or model
     is read."""
     from backend.core.catalogue import check_out_folder
@@ -297,7 +303,7 @@ def check_output_dir(out_dir: str | Path | None, kind: str = "evaluation", name:
         raw = Path(out_dir).expanduser()
         if raw.exists() and not raw.is_dir() and not raw.is_symlink():
             raise ConfigError("out", str(out_dir), "is a file; give a folder (new, or one an evaluation wrote)")
-        check_out_folder(raw, kind, name)
+        check_out_folder(raw, kind, name, part_of=part_of)
 
 
 def _new_results(task, data_obj, seeds, hp, out_dir: Path, labels, sources, dirs, identities) -> dict:

@@ -306,7 +306,7 @@ def _run_study(s: dict, out: Path, executor: str, command: list[str] | None, run
     m = manifest(s, executor)
     n = sum(len(c["runs"]) for c in m["cells"])
     run.stage("train", f"{n} runs on the sweep in {out / 'sweep'}")
-    sweep.launch(m, out / "sweep")
+    sweep.launch(m, out / "sweep", part_of=out)
     sweep.wait(out / "sweep", progress=lambda st: run.log(f"   sweep: {sweep._counts_line(st['counts'])}"))
     run.check(out / "sweep")
     t_train = time.time() - t0

@@ -315,7 +315,7 @@ def _run_hybrid(s: dict, out: Path, command: list[str] | None, run) -> dict:
     t0, load0 = time.time(), load_now()
     t = run.stage("splits", f"train {len(s['shares'])} splits x {len(s['budgets'])} budgets x seeds")
     splits = splits_manifest(s)
-    sweep.launch(splits, out / "splits")
+    sweep.launch(splits, out / "splits", part_of=out)
     sweep.wait(out / "splits", progress=lambda st: run.log(f"   splits: {sweep._counts_line(st['counts'])}"))
     run.check(out / "splits")
     study_time.record_trained(n_params(s), study_time.device(), out / "splits", t)
@@ -323,7 +323,7 @@ def _run_hybrid(s: dict, out: Path, command: list[str] | None, run) -> dict:
     if s.get("cpt", True):
         t = run.stage("cpt", "continue pure CLM and pure MLM with MLM 40%")
         cpt = cpt_manifest(s, out, splits)
-        sweep.launch(cpt, out / "cpt")
+        sweep.launch(cpt, out / "cpt", part_of=out)
         sweep.wait(out / "cpt", progress=lambda st: run.log(f"   cpt: {sweep._counts_line(st['counts'])}"))
         run.check(out / "cpt")
         times["cpt_train_s"] = time.time() - t

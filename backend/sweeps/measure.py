@@ -65,6 +65,7 @@ def _finetune(run_dir: Path, ev: dict, out_dir: Path, log: Callable[[str], None]
         labels=[run_dir.name],
         keep_models=False,
         progress=_progress(log),
+        part_of=out_dir.parent.parent,  # the sweep: evals/<run> is its own part
         **ev["hparams"],
     )
     by_seed = _seed_scores(res)
@@ -89,7 +90,8 @@ def _suite(run_dir: Path, ev: dict, out_dir: Path, log: Callable[[str], None]) -
     from backend.evaluation.suite import evaluate_suite
 
     rep = evaluate_suite(ev["suite"], [str(run_dir)], out_dir, labels=[run_dir.name], progress=_progress(log),
-                         keep_models=False, overrides=ev.get("hparams") or None)  # fmt: skip
+                         keep_models=False, overrides=ev.get("hparams") or None,
+                         part_of=out_dir.parent.parent)  # fmt: skip (the sweep: suites/<run> is its own part)
     scores, constant = {}, {}
     for t in rep["tasks"]:
         res = json.loads((out_dir / "tasks" / t["name"] / "results.json").read_text())

@@ -246,15 +246,16 @@ def _nothing_prepared(out: Path, m: dict) -> bool:
 # ------------------------------------------------------------------------------------------------ launch / resume
 
 
-def check_out(out: str | Path, flag: str = "--out") -> Path:
+def check_out(out: str | Path, flag: str = "--out", part_of: str | Path | None = None) -> Path:
     """The sweep folder ``--out`` names, refused before any planning or training when it cannot be one
     (``catalogue.check_out_folder``): a file, a link, a folder inside a run's folder (its runs would nest in
-    another run's files), a folder that holds anything but a sweep (a user's report.md would be replaced)."""
+    another run's files), a folder that holds anything but a sweep (a user's report.md would be replaced), a new
+    folder inside another artifact (a suite's ``tasks/``, another sweep's ``runs/``) unless it is ``part_of``'s."""
     from backend.core.catalogue import OutTaken, check_out_folder
 
     try:
         real = Path(out).expanduser().resolve() if not Path(out).is_symlink() else out
-        return check_out_folder(real, "sweep", flag=flag)
+        return check_out_folder(real, "sweep", flag=flag, part_of=part_of)
     except OutTaken as exc:
         raise SweepError(str(exc)) from None
 
@@ -272,10 +273,11 @@ def check_one_run_per_cell(m: dict) -> None:
             )
 
 
-def launch(m: dict, out: str | Path | None = None) -> Path:
+def launch(m: dict, out: str | Path | None = None, part_of: str | Path | None = None) -> Path:
     """Write the sweep folder (or find the same sweep there) and queue every run that is not done or running.
-    Rerunning with the same manifest resumes; a different sweep in the same folder is refused."""
-    out = check_out(out or default_out(m["name"]))  # the default folder too: it may hold something else
+    Rerunning with the same manifest resumes; a different sweep in the same folder is refused. ``part_of``: the
+    study whose part the sweep is (its folder holds it)."""
+    out = check_out(out or default_out(m["name"]), part_of=part_of)  # the default folder too: it may hold others
     check_one_run_per_cell(m)
     if m["executor"] == "slurm":  # before the folder is written: what is missing, in one line
         from backend.sweeps.cluster import check_sbatch
