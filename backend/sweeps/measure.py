@@ -89,9 +89,9 @@ def _suite(run_dir: Path, ev: dict, out_dir: Path, log: Callable[[str], None]) -
     """Every task of the sweep's suite on this run (``evaluate_suite`` into ``evals/<run>``)."""
     from backend.evaluation.suite import evaluate_suite
 
+    sweep = out_dir.parent.parent  # suites/<run> is the sweep's own part
     rep = evaluate_suite(ev["suite"], [str(run_dir)], out_dir, labels=[run_dir.name], progress=_progress(log),
-                         keep_models=False, overrides=ev.get("hparams") or None,
-                         part_of=out_dir.parent.parent)  # fmt: skip (the sweep: suites/<run> is its own part)
+                         keep_models=False, overrides=ev.get("hparams") or None, part_of=sweep)  # fmt: skip
     scores, constant = {}, {}
     for t in rep["tasks"]:
         res = json.loads((out_dir / "tasks" / t["name"] / "results.json").read_text())
