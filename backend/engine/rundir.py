@@ -146,14 +146,16 @@ class RunInfo:
         return st
 
 
-def root_problem(root: str | Path | None = None) -> str | None:
+def root_problem(root: str | Path | None = None, flag: str | None = None) -> str | None:
     """Why no run can be listed under ``root`` although it exists (a file where the runs folder belongs), or None:
-    the app says this line instead of an empty Runs table."""
+    the app says this line instead of an empty Runs table. ``flag``: the option that named ``root`` (else the
+    environment variable did)."""
     root = Path(root) if root else runs_dir()
     if root.exists() and not root.is_dir():
+        fix = f"give {flag} a folder" if flag else f"point {RUNS_ENV} at a folder"
         return (
             f"the runs folder {root} is a file, not a folder: no run can be listed or written there; move the file "
-            f"away or point {RUNS_ENV} at a folder"
+            f"away or {fix}"
         )
     return None
 

@@ -43,19 +43,25 @@ def safe_label(label: str) -> str:
     return s[:100] or "model"
 
 
+MAX_SEED = 2**32 - 1  # what every seeded generator a fine-tune sets takes (numpy's is the narrowest)
+
+
 def normalize_seeds(seeds) -> list[int]:
+    """A count (``5`` -> 0..4) or a list of distinct whole seeds in [0, 2**32 - 1], checked here once: 1.5 was
+    read as 1, and 4294967296 or -1 passed and then failed in every fine-tune."""
     if isinstance(seeds, bool):
         raise ConfigError("seeds", seeds, "give a count (e.g. 5) or a list of integers")
     if isinstance(seeds, int):
-        if seeds < 1:
-            raise ConfigError("seeds", seeds, "give a count >= 1")
+        if not 1 <= seeds <= 10_000:
+            raise ConfigError("seeds", seeds, "give a count from 1 to 10,000")
         return list(range(seeds))
-    try:
-        out = [int(s) for s in seeds]
-    except (TypeError, ValueError):
-        raise ConfigError("seeds", seeds, "give a count (e.g. 5) or a list of integers") from None
+    if not isinstance(seeds, list | tuple) or not all(type(s) is int for s in seeds):
+        raise ConfigError("seeds", seeds, "give a count (e.g. 5) or a list of whole numbers (e.g. [0, 1, 2])")
+    out = list(seeds)
     if not out or len(set(out)) != len(out):
         raise ConfigError("seeds", seeds, "give a non-empty list of distinct integers")
+    if bad := [s for s in out if not 0 <= s <= MAX_SEED]:
+        raise ConfigError("seeds", seeds, f"each seed from 0 to {MAX_SEED:,} (got {bad[0]:,})")
     return out
 
 

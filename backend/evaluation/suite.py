@@ -208,12 +208,7 @@ def evaluate_suite(
 
     spec = suite if isinstance(suite, dict) else load_suite(suite)
     check_output_dir(out_dir, "suite", spec["name"], part_of)  # another suite's, or anything else: refused now
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    unknown = [k for k in overrides if k not in (*DEFAULT_KEYS, "metric")]
-    if unknown:
-        raise SuiteError(f"suite {spec['path']}: cannot override {', '.join(unknown)}")
-    if overrides:
-        spec = {**spec, "tasks": [_override(t, overrides, spec["path"]) for t in spec["tasks"]]}
+    spec = with_overrides(spec, overrides)
     out = _output_dir(out_dir, "suite", spec["name"], part_of)
     meter = _SuiteProgress(spec, len(models), progress)
     for i, t in enumerate(spec["tasks"]):
@@ -236,6 +231,18 @@ def evaluate_suite(
     for warning in record_suite(rep):
         print(f"warning: {warning}", flush=True)
     return rep
+
+
+def with_overrides(spec: dict, overrides: dict | None) -> dict:
+    """``spec`` with ``overrides`` (seeds, epochs, caps, ...) in place of every task's own, each task's settings
+    checked as a fine-tune reads them: an unknown key or a bad value is one SuiteError naming it."""
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    unknown = [k for k in overrides if k not in (*DEFAULT_KEYS, "metric")]
+    if unknown:
+        raise SuiteError(f"suite {spec['path']}: cannot override {', '.join(unknown)}")
+    if not overrides:
+        return spec
+    return {**spec, "tasks": [_override(t, overrides, spec["path"]) for t in spec["tasks"]]}
 
 
 def _override(t: dict, overrides: dict, path: str) -> dict:

@@ -88,7 +88,8 @@ def resolve_budget_study(
     t = s["train"]
     per_step = t["batch_size"] * t["seq_len"]
     # the decay phase (decay_fraction of the budget) must hold one optimizer step too
-    s["budgets"] = check_budgets(budgets or s["budgets"], math.ceil(per_step / min(1.0, t["decay_fraction"] or 1.0)))
+    s["budgets"] = check_budgets(budgets or s["budgets"], math.ceil(per_step / min(1.0, t["decay_fraction"] or 1.0)),
+                                 "--budgets" if budgets else "budgets")  # fmt: skip
     if seeds is not None:
         s["seeds"] = seeds
     if isinstance(s["seeds"], bool) or not isinstance(s["seeds"], int) or s["seeds"] < 1:

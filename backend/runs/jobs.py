@@ -357,6 +357,8 @@ def run_worker(
     """Serve the queue of ``root`` until it is empty (returns 0 at once when another worker holds the lock).
     ``gpus``: pin each run to one of these GPU ids (one run per GPU); None or [] launches runs unpinned."""
     root = _root(root)
+    if problem := rundir.root_problem(root):  # mkdir raised FileExistsError, a traceback
+        raise JobError(problem)
     root.mkdir(parents=True, exist_ok=True)
     gpus = list(gpus or [])
     n = slots(default_max_concurrent() if max_concurrent is None else check_max_concurrent(max_concurrent), gpus)

@@ -182,12 +182,13 @@ def _evaluation(ev: dict | None) -> dict:
         raise ConfigError(
             "--eval-set", hparams, "fine-tuning settings need --eval ner, --eval classification or --eval-suite"
         )
-    if suite and hparams:  # the suite's overrides (seeds, epochs, example caps): refused now if unknown
-        from backend.evaluation.suite import DEFAULT_KEYS
+    if suite and hparams:  # the suite's overrides (seeds, epochs, example caps): refused now if unknown or bad
+        from backend.evaluation.suite import DEFAULT_KEYS, load_suite, with_overrides
 
         unknown = sorted(k for k in hparams if k not in DEFAULT_KEYS)
         if unknown:
             raise ConfigError("--eval-set", unknown, f"settings a suite takes: {', '.join(DEFAULT_KEYS)}")
+        with_overrides(load_suite(suite), hparams)  # each value as every task's fine-tune reads it
     asked = ev.get("cka_measures") or ev.get("cka_measure")
     measures = [_cka_measure(x) for x in (asked if isinstance(asked, list | tuple) else [asked])]
     if len(set(measures)) != len(measures):
