@@ -72,6 +72,13 @@ def on_scale(board: dict) -> dict:
     return board
 
 
+def seed_list(seeds: list[int] | None) -> str:
+    """Seeds said as seeds and none as none: '0' read as 'none' in one column and 'seed 0' in the next."""
+    if not seeds:
+        return "none"
+    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))
+
+
 def constant_models(results: dict[str, dict]) -> dict[str, set[str]]:
     """task -> the model labels every finished run of which gave one constant answer (the run records' flag)."""
     out: dict[str, set[str]] = {}
@@ -190,20 +197,19 @@ def render_markdown(rep: dict) -> str:
     if rep.get("leaderboard"):
         lines += leaderboard_md(rep["leaderboard"])
     lines += ["", "## Per model and task: 95% CI over seeds and fine-tuning stability", ""]
-    lines += ["| Model | Task | n | Mean | 95% CI (t) | sd | range | failed | diverged | constant answer |",
-              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += ["| Model | Task | n | Mean | 95% CI (t) | sd | range | seeds failed | seeds diverged | seeds with one "
+              "constant answer |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for m in rep["models"]:
         for n in tasks:
             c = rep["cells"].get(f"{m['label']}|{n}")
             if not c:
                 continue
             st = c.get("stability") or {}
-            seeds = lambda xs: ", ".join(map(str, xs)) if xs else "0"  # noqa: E731
             lines.append(
                 f"| {m['label']} | {n} | {c['n']} | {_f(c['mean'])} | {_ci_plain(c['ci95'])}{CLIP_MARK * clipped(c)} | "
                 f"{_f(st['sd'])} | "
-                f"{_ci_plain(st['range'], 1)} | {seeds(st['failed'])} | {seeds(st['diverged'])} | "
-                f"{seeds(st['constant'])} |"
+                f"{_ci_plain(st['range'], 1)} | {seed_list(st['failed'])} | {seed_list(st['diverged'])} | "
+                f"{seed_list(st['constant'])} |"
             )
     if any(clipped(c) for c in rep["cells"].values()):
         lines += ["", CLIP_NOTE]
