@@ -18,6 +18,7 @@ import argparse
 from pathlib import Path
 
 from backend.commands import add_overrides, add_slurm_arguments, slurm_overrides
+from backend.sweeps.bound import MAX_RUNS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,6 +44,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="one cell per GPU, each pinned with CUDA_VISIBLE_DEVICES (default: on where there are GPUs)",
+    )
+    p.add_argument(
+        "--max-runs",
+        type=int,
+        default=None,
+        help=f"the most runs (cells x seeds) this sweep may queue (default {MAX_RUNS}); a larger grid is refused, "
+        "saying its size, until you raise this on purpose",
     )
     p.add_argument(
         "--allow-unmatched-budget",
@@ -142,11 +150,12 @@ def run(args: argparse.Namespace) -> int:
             executor=args.executor,
             max_concurrent=args.max_concurrent,
             pin_gpus=args.pin_gpus,
+            max_runs=MAX_RUNS if args.max_runs is None else args.max_runs,
         )
         out = args.out
         print(m["summary"])
+        print_plan(m)  # the grid's size and cost, before anything is queued
         if args.plan:
-            print_plan(m)
             return 0
     res = sweep.run_sweep(m, out, wait_for=args.wait)
     if res["report"] is None:

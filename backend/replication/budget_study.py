@@ -183,6 +183,7 @@ def manifest(s: dict, executor: str = "queue") -> dict:
         executor=executor,
         max_concurrent=s["max_concurrent"],
         arms=arms,
+        max_runs=None,  # the study's size is its plan's (replicate --plan says it)
     )
 
 

@@ -270,6 +270,7 @@ def splits_manifest(s: dict) -> dict:
         reference="0.0",
         evaluation=_evaluation(s),
         max_concurrent=s["max_concurrent"],
+        max_runs=None,  # the study's size is its plan's (replicate --plan says it)
     )
 
 
@@ -301,6 +302,7 @@ def cpt_manifest(s: dict, out: Path, splits: dict) -> dict:
         name="cpt",
         evaluation=_evaluation(s),
         max_concurrent=s["max_concurrent"],
+        max_runs=None,  # the study's size is its plan's (replicate --plan says it)
     )
 
 

@@ -27,6 +27,7 @@ from backend.core.errors import ConfigError, DetourError
 from backend.core.paths import is_plain_name, sweeps_dir
 from backend.engine import rundir
 from backend.engine.config import load_config
+from backend.sweeps.bound import MAX_RUNS, check_max_runs, check_size
 from backend.sweeps.grid import (
     ARM_KEY,
     Axis,
@@ -68,6 +69,7 @@ def plan_sweep(
     pin_gpus: bool | None = None,
     slurm: dict | None = None,
     arms: dict[str, dict] | None = None,
+    max_runs: int | None = MAX_RUNS,
 ) -> dict:
     """The manifest of a sweep, checked (every run config validates, the budgets are matched); nothing on disk.
 
@@ -76,7 +78,8 @@ def plan_sweep(
     "seeds", "hparams", "cka_texts", "cka_n_texts", "cka_max_len", "cka_measure"}``; the held-out MLM loss is always
     read. ``arms``: name -> overrides, the values of an ``arm`` axis (``grid.ARM_KEY``), kept in the manifest.
     ``pin_gpus`` None: pin one cell per GPU where this machine has GPUs; ``max_concurrent`` None: one cell per GPU
-    when pinning, else 1 (on CPU the user sets the slots)."""
+    when pinning, else 1 (on CPU the user sets the slots). ``max_runs``: the most runs the grid may make, checked
+    from the axes before any run is planned (``bound.py``; None: a study that planned its own size)."""
     from backend.runs.gpus import visible_gpus
 
     if pin_gpus is None:
@@ -99,6 +102,7 @@ def plan_sweep(
     if not is_plain_name(name):
         raise ConfigError("--name", name, "a plain folder name: letters, digits, '_', '-', '.'")
     seeds_ = seed_list(base["train"]["seed"], seeds)
+    check_size([len(a.values) for a in axes], len(seeds_), check_max_runs(max_runs))
     cells = expand_cells(axes)
     tokens, cfgs = {}, []
     for c in cells:
@@ -327,35 +331,35 @@ def resume(out: str | Path) -> Path:
 
 
 def _queue_missing(out: Path, m: dict) -> list[Path]:
-    """Queue every cell's run that is missing, failed or cancelled (each checked at its preflight as it is queued);
-    returns the runs to start. Nothing runs yet."""
+    """Queue every cell's run that is missing, failed or cancelled (each checked at its preflight as it is queued;
+    what the preflight reads from files, once for the whole grid); returns the runs to start. Nothing runs yet."""
     from backend.runs import jobs
+    from backend.runs.preflight import checks_once
+    from backend.sweeps.grid import Cell
 
     root = out / "runs"
     states = cell_states(out, m)
     base = m["base"]
     to_start: list[Path] = []
-    for c in m["cells"]:
-        from backend.sweeps.grid import Cell
-
-        cell = Cell(c["index"], c["values"], c["label"], c["slug"])
-        for seed, r in c["runs"].items():
-            d = root / r
-            state = states[r]
-            if state == "missing":
-                cfg = run_config(base, cell, int(seed), m["name"], m.get("arms"))
-                cfg["name"] = r
-                jobs.submit(cfg, root=root, start_worker=False)
-                to_start.append(d)
-            elif state in ("failed", "cancelled"):
-                if rundir.read_status(d).get("state") == "running":  # killed without saying so
-                    rundir.write_status(d, state="failed", error="the training process is gone (killed?)")
-                rundir.write_status(
-                    d, state="queued", resume_requested=True, error=None, queued_at=rundir.now(), launched_pid=None
-                )
-                to_start.append(d)
-            elif state == "queued":
-                to_start.append(d)
+    with checks_once():  # the model, tokenizer and corpus are checked once for the grid, not once per run
+        for c in m["cells"]:
+            cell = Cell(c["index"], c["values"], c["label"], c["slug"])
+            for seed, r in c["runs"].items():
+                d = root / r
+                state = states[r]
+                if state == "missing":
+                    cfg = run_config(base, cell, int(seed), m["name"], m.get("arms"))
+                    cfg["name"] = r
+                    jobs.submit(cfg, root=root, start_worker=False)
+                    to_start.append(d)
+                elif state in ("failed", "cancelled"):
+                    if rundir.read_status(d).get("state") == "running":  # killed without saying so
+                        rundir.write_status(d, state="failed", error="the training process is gone (killed?)")
+                    rundir.write_status(d, state="queued", resume_requested=True, error=None,
+                                        queued_at=rundir.now(), launched_pid=None)  # fmt: skip
+                    to_start.append(d)
+                elif state == "queued":
+                    to_start.append(d)
     hashes = {r: h for c in m["cells"] for r in c["runs"].values()
               if (h := rundir.read_status(root / r).get("queued_config_sha256"))}  # fmt: skip
     if hashes != m.get("config_sha256"):  # the config each run was queued with (its report checks what ran)
