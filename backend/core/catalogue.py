@@ -235,11 +235,7 @@ def check_out_folder(
         alt = first_free(run.parent.parent / f"{run.name}-{kind}")
         where = "is the run folder" if run == p else "is inside the run folder"
         raise _refuse(flag, p, f"{where} {run} (a run owns its folder)", alt)
-    for parent in p.parents:
-        if parent.exists() or parent.is_symlink():
-            if not parent.is_dir():
-                raise OutTaken(f"{flag} {p}: {parent} is a file, not a folder; choose another {flag}")
-            break
+    _check_parents(p, flag)
     if not p.exists() or not any(p.iterdir()):
         if (above := artifact_above(p, part_of)) is not None:
             raise _refuse(flag, p, _inside(above), _beside(above, p.name))
@@ -256,6 +252,23 @@ def check_out_folder(
     if name is not None and (held := _recorded_name(p, kind)) not in (None, name):
         raise _refuse(flag, p, f"holds the {kind} '{held}', not '{name}'")
     return p
+
+
+def _check_parents(p: Path, flag: str) -> None:
+    """The nearest folder on the way to ``p`` that exists must be a folder. A root folder the environment sets that
+    is a file is said as that (``DETOUR_SWEEPS_DIR`` a file was 'choose another --out' with no --out given)."""
+    from backend.core import paths
+
+    envs = {paths.runs_dir(): paths.RUNS_ENV, paths.sweeps_dir(): paths.SWEEPS_ENV, paths.evals_dir(): paths.EVALS_ENV,
+            paths.reports_dir(): paths.REPORTS_ENV, paths.uploads_dir(): paths.UPLOADS_ENV}  # fmt: skip
+    for parent in p.parents:
+        if parent.exists() or parent.is_symlink():
+            if parent.is_dir():
+                return
+            if env := envs.get(parent.absolute()):
+                raise OutTaken(f"{env}={parent} is a file, not a folder: nothing can be written under it; move the "
+                               f"file away or point {env} at a folder")  # fmt: skip
+            raise OutTaken(f"{flag} {p}: {parent} is a file, not a folder; choose another {flag}")
 
 
 def _inside(above: tuple[Path, str]) -> str:
@@ -303,11 +316,7 @@ def check_out_file(path: str | Path, kind: str = "cka", flag: str = "--out") -> 
         raise _refuse(flag, p, f"is a link (to {raw.resolve()}); give a real file name")
     if p.is_dir():
         raise OutTaken(f"{flag} {p}: is a folder; give a file name, e.g. {flag} {p / f'{kind}.json'}")
-    for parent in p.parents:
-        if parent.exists() or parent.is_symlink():
-            if not parent.is_dir():
-                raise OutTaken(f"{flag} {p}: {parent} is a file, not a folder; choose another {flag}")
-            break
+    _check_parents(p, flag)
     if (run := run_owning(p.parent)) is not None:
         alt = first_free(Path.cwd() / f"{kind}.json")
         raise _refuse(flag, p, f"is inside the run folder {run} (a run owns its folder)", alt)
