@@ -15,23 +15,46 @@ from typing import Any
 
 import yaml
 
+from backend.core.faults import NO_SPACE
 from backend.core.paths import open_confined, read_text_confined
 
 
+class NoSpace(OSError):
+    """A write the disk had no room for, naming the file and the bytes it needed (an ``OSError`` with the same
+    errno, so whoever frees space and tries again still recognises it)."""
+
+    def __init__(self, number: int, path: Path, needed: int):
+        try:
+            free = f"{shutil.disk_usage(path.parent if path.parent.exists() else path.anchor).free:,} bytes free"
+        except OSError:
+            free = "free space unknown"
+        super().__init__(number, f"{os.strerror(number)} (writing {needed:,} bytes; {free} there)", str(path))
+        self.needed = needed
+
+
 def write_bytes(path: str | Path, data: bytes, make_parents: bool = True) -> None:
-    """``make_parents`` False: a missing folder is an error, never recreated (a run folder moved away meanwhile)."""
+    """``make_parents`` False: a missing folder is an error, never recreated (a run folder moved away meanwhile).
+    A failed write removes its temporary file (on a full disk it would keep the disk full) and a full disk is
+    ``NoSpace``, naming the file and the bytes it needed."""
     path = Path(path)
     if make_parents:
         path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        if exc.errno in NO_SPACE:
+            raise NoSpace(exc.errno, path, len(data)) from exc
+        raise
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+            raise NoSpace(exc.errno, path, len(data)) from exc
         raise
 
 
@@ -66,10 +89,15 @@ def append_jsonl(path: str | Path, row: dict, make_parents: bool = True) -> None
     if make_parents:
         path.parent.mkdir(parents=True, exist_ok=True)
     line = json_line(row).encode("utf-8")
-    with open(path, "ab") as f:
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(path, "ab") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:  # a partial last line is skipped by readers; the message says what did not fit
+        if exc.errno in NO_SPACE:
+            raise NoSpace(exc.errno, path, len(line)) from exc
+        raise
 
 
 def read_json(path: str | Path) -> Any:

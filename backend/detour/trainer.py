@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -340,13 +339,8 @@ def _save_final(s: _State) -> None:
     s.checkpoints.wait()
     finite.check_weights(s.accelerator, s.hf, s.run_dir, s.total_steps)
     full = full_state_dict(s.accelerator, s.lm)  # FSDP: gathered on every rank first
-    if s.main:
-        tmp = s.home.anchor() / ".final.tmp"  # written through the folder held open: a move meanwhile is followed
-        shutil.rmtree(tmp, ignore_errors=True)
-        s.hf.save_pretrained(tmp, safe_serialization=True, state_dict=full)
-        s.tokenizer.save_pretrained(tmp)
-        checkpoint.seal(tmp, "sealed\n")  # as a checkpoint is: loaders verify final/ against its manifest
-        atomic.replace_dir(tmp, s.home.anchor() / "final")
+    if s.main:  # through the folder held open: a move meanwhile is followed
+        checkpoint.write_final(s.home.anchor(), s.hf, s.tokenizer, full)
     s.accelerator.wait_for_everyone()
     trackers.finish(s.accelerator)
     s.accelerator.end_training()

@@ -333,7 +333,7 @@ def delta_figure(c: dict):
 
 def write_suite_report(out: str | Path, spec: dict, png: bool = True) -> dict:
     """suite.json, suite.md, suite.html and figures/deltas-<n>.html|png; returns the report dict."""
-    from backend.reporting.figure_files import export_pngs
+    from backend.reporting.figure_files import export_pngs, write_html
     from backend.reporting.html_page import md_to_html
 
     out = Path(out)
@@ -346,8 +346,7 @@ def write_suite_report(out: str | Path, spec: dict, png: bool = True) -> dict:
     rep["figures"] = {"html": [], "png": [], "png_error": None}
     for k, f in figs.items():
         p = fig_dir / f"{k}.html"
-        f.write_html(str(p), include_plotlyjs=True)
-        rep["figures"]["html"].append(str(p))
+        rep["figures"]["html"].append(str(write_html(f, p)))
     if png and figs:
         rep["figures"]["png"], rep["figures"]["png_error"] = export_pngs(figs, fig_dir)
     md = render_markdown(rep)
