@@ -43,11 +43,9 @@ from backend.engine.tokenstore import open_corpus
 EVAL_MASK_SEED = 4321  # the held-out MLM curve uses the same masks in every run
 
 
-def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, should_stop, log=print,
-                 home: RunHome | None = None) -> str:  # fmt: skip
-    """Train ``hf_model`` through the recipe's phases. Returns 'done' or 'cancelled'. ``home``: the run folder held
-    open (``run_home.py``): every write goes where the folder is now."""
-    s = _setup(cfg, Path(run_dir), hf_model, tokenizer, log, resume, home or RunHome(run_dir))
+def run_training(cfg: dict, home: RunHome, hf_model, tokenizer, resume: bool, should_stop, log=print) -> str:
+    """Train ``hf_model`` through the recipe's phases in the folder ``home`` (followed if moved): 'done'/'cancelled'."""
+    s = _setup(cfg, home.path, hf_model, tokenizer, log, resume, home)
     with s.checkpoints:  # the run reports its state only once its last checkpoint write has ended (or failed)
         return _train(s, resume, should_stop)
 

@@ -310,7 +310,7 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
             model, tok = _load_model(cfg)
             if warning := check_positions(model.config, cfg["train"]["seq_len"], model.config.pad_token_id):
                 log(f"warning: {warning}")
-            state = run_training(cfg, run_dir, model, tok, resume=resume, should_stop=stop, log=log, home=home)
+            state = run_training(cfg, home, model, tok, resume=resume, should_stop=stop, log=log)
         error = None if state == "done" else stop.why()
     except (Exception, KeyboardInterrupt) as exc:
         state = "failed" if not isinstance(exc, KeyboardInterrupt) else "cancelled"
