@@ -110,21 +110,24 @@ def read_json(path: str | Path) -> Any:
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
-    """Read JSON lines, skipping a torn last line left by a hard kill. A file that links out of its folder is
-    refused (``paths.OutsideRoot``), never read."""
+    """Read JSON lines, skipping a torn last line left by a hard kill, and any line that is not one JSON object
+    (bytes that are not UTF-8, a list or a number written by something else: every reader takes rows as mappings).
+    A file that links out of its folder is refused (``paths.OutsideRoot``), never read."""
     rows: list[dict] = []
     path = Path(path)
     if not path.exists():
         return rows
-    with open_confined(path, "r", encoding="utf-8") as f:
+    with open_confined(path, "r", encoding="utf-8", errors="replace") as f:
         for line in f:
             line = line.strip()
             if not line:
                 continue
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if isinstance(row, dict):
+                rows.append(row)
     return rows
 
 
