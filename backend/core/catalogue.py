@@ -209,6 +209,12 @@ def _a(word: str) -> str:
     return f"an {word}" if word[:1] in "aeiou" else f"a {word}"
 
 
+def _not_blank(path: str | Path, flag: str) -> None:
+    """An empty ``--out ''`` is no folder: ``Path('')`` is the working directory, where an export was written."""
+    if isinstance(path, str) and not path.strip():
+        raise OutTaken(f"{flag} is empty; give a folder (or leave {flag} out for the default)")
+
+
 def _refuse(flag: str, path: Path, why: str, alt: Path | None = None) -> OutTaken:
     alt = alt or free_alternative(path)
     return OutTaken(f"{flag} {path}: {why}; nothing was written (a free one: {flag} {alt})")
@@ -225,6 +231,7 @@ def check_out_folder(
     never made inside another artifact (a suite's ``tasks/``, a sweep's ``runs/``), except as a part of the artifact
     ``part_of`` that writes it. Writes nothing: call it before any work."""
     assert kind in KINDS, kind
+    _not_blank(path, flag)
     raw = Path(path).expanduser()
     p = raw.absolute()
     if raw.is_symlink():
@@ -310,6 +317,7 @@ def check_new_folder(path: str | Path, kind: str = "export", flag: str = "--out"
 def check_out_file(path: str | Path, kind: str = "cka", flag: str = "--out") -> Path:
     """``path`` (absolute) when a file artifact of ``kind`` may be written there: a new file, or one the same kind
     wrote (rewritten); not a folder, not a link, not inside a run's folder. ``OutTaken`` otherwise."""
+    _not_blank(path, flag)
     raw = Path(path).expanduser()
     p = raw.absolute()
     if raw.is_symlink():

@@ -71,6 +71,19 @@ def test_an_export_never_takes_what_is_not_its_own(run, tmp_path, capsys):
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing added or changed
 
 
+def test_an_empty_out_is_refused_not_the_working_directory(run, tmp_path, monkeypatch, capsys):
+    """``--out ''`` was the working directory: the export was written among whatever the user had there."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for blank in ("", "  "):
+        assert main(["export", run.name, "--out", blank]) == 2
+        assert "--out is empty; give a folder" in one_error_line(capsys)
+    assert list(work.iterdir()) == []
+    with pytest.raises(catalogue.OutTaken, match="--out is empty"):
+        catalogue.check_out_file("", "cka")
+
+
 def test_an_unfinished_run_is_not_exported(run, tmp_path, capsys):
     shutil.rmtree(run / "final")
     write_status(run, state="running", pid=None)
