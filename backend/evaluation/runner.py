@@ -233,7 +233,6 @@ def resolve_eval_precision(requested: str) -> dict:
 
 def _check_inputs(task: str, models, labels, data, seeds, hparams: dict) -> tuple:
     """Every argument checked before any data or model is read: (labels, folder names, seeds, hparams, sources)."""
-    from backend.engine.model_ref import resolve_model
 
     if task not in TASKS:
         raise ConfigError("task", task, f"use one of: {', '.join(TASKS)}")
@@ -246,13 +245,23 @@ def _check_inputs(task: str, models, labels, data, seeds, hparams: dict) -> tupl
     hp = resolve_hparams(task, **hparams)
     if task == "classification" and not data:
         raise ConfigError("data", data, "classification needs --data: a folder with train/dev/test CSV/JSONL/parquet")
-    sources = [resolve_model(m) for m in models]  # every kind of name, one resolver; refused here with candidates
-    if not labels:  # named as resolved: a picker's label (org/name (cached, ...)) never names a result
-        labels, dirs = _checked_labels([s.spec for s in sources], len(models))
+    labels, dirs, sources = check_models(models, labels)
     hp["lr_why"] = "given"
     if hparams.get("lr") is None:  # the paper's 5e-5 leaves a small model predicting nothing: by size, and why
         hp["lr"], hp["lr_why"] = sanity.default_lr([model_config_of_source(s) for s in sources])
     return labels, dirs, seeds, hp, sources
+
+
+def check_models(models: list[str], labels: list[str] | None) -> tuple[list[str], list[str], list]:
+    """(labels, folder names, sources) of the models an evaluation compares, each name resolved and every label
+    distinct: what ``evaluate`` refuses before any work, and what its ``--plan`` checks too (a plan named a model
+    that does not exist, or one model twice, and priced it)."""
+    from backend.engine.model_ref import resolve_model
+
+    sources = [resolve_model(m) for m in models]  # every kind of name, one resolver; refused here with candidates
+    # named as resolved when no labels are given: a picker's label (org/name (cached, ...)) never names a result
+    labels, dirs = _checked_labels(list(labels) if labels else [s.spec for s in sources], len(models))
+    return labels, dirs, sources
 
 
 def _checked_labels(labels: list[str], n: int) -> tuple[list[str], list[str]]:
