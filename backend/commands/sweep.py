@@ -115,8 +115,12 @@ def _evaluation(args) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from backend.core.errors import DetourError
     from backend.sweeps import sweep
 
+    for flag in ("--cancel", "--report", "--resume", "--status"):
+        if (value := getattr(args, flag[2:])) is not None and not value.strip():  # was taken as not given
+            raise DetourError(f"{flag} is empty: give the sweep's folder, e.g. {flag} sweeps/NAME")
     for flag, given in (("--cancel", args.cancel), ("--report", args.report), ("--resume", args.resume)):
         if given:  # each writes into DIR: a sweep's own folder, not a link to one
             sweep.read_manifest(given)  # "not a sweep folder" first: the plainer line
