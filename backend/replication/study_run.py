@@ -147,7 +147,8 @@ def stop(out: Path) -> list[str]:
     from backend.core.process import is_process
 
     out = Path(out)
-    st = atomic.read_json(out / STATUS) or {}
+    st = atomic.read_json(out / STATUS)
+    st = st if isinstance(st, dict) else {}  # a status.json that is a list or torn: nothing of it is read
     msgs = []
     live = st.get("state") == "running" and is_process(st.get("pid"), st.get("pid_identity"))
     pid = st.get("pid") if live else running_pid(out)  # else the lock holder: a study from before status.json
