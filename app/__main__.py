@@ -100,8 +100,11 @@ def main(argv=None) -> int:
         return 2
     reachable = args.share or args.host not in LOOPBACK
     if auth and reachable and (weak := weak_password(*auth)):
-        print(f"error: {weak}: the app is reachable from other machines (--host {args.host}"
-              f"{', --share' if args.share else ''}); set a stronger one, or serve on 127.0.0.1 only", file=sys.stderr)
+        print(
+            f"error: {weak}: the app is reachable from other machines (--host {args.host}"
+            f"{', --share' if args.share else ''}); set a stronger one, or serve on 127.0.0.1 only",
+            file=sys.stderr,
+        )
         return 2
     if args.max_concurrent is not None and args.max_concurrent < 1:
         print("error: --max-concurrent must be >= 1", file=sys.stderr)
@@ -119,7 +122,8 @@ def main(argv=None) -> int:
     try:
         max_upload = parse_size(args.max_upload)
     except ValueError:
-        print(f"error: --max-upload {args.max_upload!r}: expected a size like 50mb", file=sys.stderr)
+        said = "--max-upload" if args.max_upload != os.environ.get("DETOUR_MAX_UPLOAD") else "DETOUR_MAX_UPLOAD"
+        print(f"error: {said} {args.max_upload!r}: expected a positive size like 50mb", file=sys.stderr)
         return 2
     ctx = AppContext(max_concurrent=args.max_concurrent, max_upload_bytes=max_upload)
     start(args.host, args.port, args.share, ctx, auth=auth, block=True)

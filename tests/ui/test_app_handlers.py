@@ -363,6 +363,23 @@ def test_safe_launch_defaults(monkeypatch):
     assert os.environ["GRADIO_ANALYTICS_ENABLED"] == "False"
 
 
+@pytest.mark.parametrize("size", ["0", "-5mb", "infmb", "nanmb", "abc"])
+@pytest.mark.parametrize("where", ["flag", "env"])
+def test_an_upload_limit_that_is_not_a_positive_size_stops_the_start_in_one_line(size, where, monkeypatch, capsys):
+    """'-5mb' and '0' started an app that refused every upload; 'infmb' was an OverflowError traceback at start. The
+    line names where the value came from."""
+    import app.main
+    from app.__main__ import main
+
+    monkeypatch.setattr(app.main, "start", lambda *a, **kw: pytest.fail("the app started"))
+    if where == "env":
+        monkeypatch.setenv("DETOUR_MAX_UPLOAD", size)
+    assert main(["--port", "1"] + ([f"--max-upload={size}"] if where == "flag" else [])) == 2
+    err = capsys.readouterr().err.strip()
+    said = "--max-upload" if where == "flag" else "DETOUR_MAX_UPLOAD"
+    assert err == f"error: {said} '{size}': expected a positive size like 50mb", err
+
+
 def test_app_start_gives_queued_runs_a_worker(isolated_runs_dir, monkeypatch):
     calls = []
     monkeypatch.setattr(jobs, "ensure_worker", lambda root, n=None: calls.append((root, n)) or 4242)
