@@ -93,7 +93,8 @@ def resolve_budget_study(
     if seeds is not None:
         s["seeds"] = seeds
     if isinstance(s["seeds"], bool) or not isinstance(s["seeds"], int) or s["seeds"] < 1:
-        raise ConfigError("--seeds", s["seeds"], "a whole number of pretraining seeds, at least 1 (3 by default)")
+        raise ConfigError("--pretrain-seeds" if seeds is not None else "seeds", s["seeds"],
+                          "a whole number of pretraining seeds, at least 1 (3 by default)")  # fmt: skip
     if finetune_seeds is not None:
         s["finetune"]["seeds"] = finetune_seeds
     if drop_weights is not None:

@@ -30,3 +30,12 @@ def test_a_suite_plan_of_good_inputs_still_plans(capsys):
     assert main([*SUITE_PLAN, "detour-tiny-en", "--seeds", "3"]) == 0
     out = capsys.readouterr().out
     assert "demo-ner: 3 seeds" in out and "ncbi-slice: 3 seeds" in out and "  power: " in out
+
+
+def test_the_detour_studys_pretraining_seeds_are_named_by_their_own_flag(capsys):
+    """``--pretrain-seeds 0`` was said as '--seeds', the flag of the fine-tuning seeds."""
+    line = one_line(capsys, ["replicate", "--pretrain-seeds", "0", "--plan"])
+    assert "'--pretrain-seeds': got 0" in line
+    assert "config key 'seeds': got 0; a whole number of pretraining" in one_line(
+        capsys, ["replicate", "--set", "seeds=0", "--plan"]
+    )

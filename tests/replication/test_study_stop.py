@@ -130,6 +130,19 @@ def test_stop_on_a_study_that_is_not_running_says_so_in_one_line(tmp_path, monke
     assert len(err) == 1 and "done-study: not running (its state: done); nothing to stop" in err[0]
 
 
+def test_stop_on_a_study_that_does_not_exist_says_there_is_none(tmp_path, monkeypatch, capsys):
+    from backend.__main__ import main
+
+    monkeypatch.setenv(paths.REPORTS_ENV, str(tmp_path / "reports"))
+    assert main(["replicate", "--stop", "--out", "no-such-study"]) == 2
+    err = capsys.readouterr().err.strip()
+    reports = tmp_path / "reports"
+    assert (
+        err == f"error: no study in {reports / 'no-such-study'}: nothing to stop (a study's folder is under {reports})"
+    )
+    assert not (tmp_path / "reports" / "no-such-study").exists()
+
+
 @pytest.mark.parametrize("status", ["[1]", '"running"', "12"])
 def test_stop_on_a_status_json_that_is_not_a_mapping_says_so_in_the_app_and_the_cli(status, tmp_path, monkeypatch,
                                                                                     capsys):  # fmt: skip
