@@ -60,7 +60,7 @@ def test_an_export_never_takes_what_is_not_its_own(run, tmp_path, capsys):
     cases = [
         (["export", run.name, "--out", str(mine)], "holds other files (notes.txt), not an export"),
         (["export", run.name, "--out", str(run / "exported")], f"is inside the run folder {run}"),
-        (["export", run.name, "--out", str(ev / "models" / "x")], f"is inside an evaluation ({ev}"),
+        (["export", run.name, "--out", str(ev / "models" / "x")], f"is inside an evaluation {ev} ("),
         (["export", "detour-tiny-en", "--out", str(tmp_path / "a")], "is a bundled model, not one this lab made"),
         (["export", run.name], "give --out DIR (a new folder), --push-to-hub REPO, or both"),
     ]

@@ -48,7 +48,7 @@ HYBRID = [
     (["--measure-jobs", "0"], "--measure-jobs 0"),
     (["--set", "budgets=[0]"], "'budgets': got 0"),  # bypassed the --budgets checks
     (["--set", "cpt=maybe"], "cpt 'maybe'"),  # kept as text
-    (["--set", "eval.seeds=[1,2]"], "eval.seeds [1, 2]"),
+    (["--set", "eval.seeds=[1,2]"], "eval.seeds (--seeds) [1, 2]"),
     (["--set", "eval.epochs=x"], "'epochs': got 'x'"),
 ]
 
