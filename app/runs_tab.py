@@ -410,5 +410,11 @@ def build(ctx) -> dict:
 
     cancel_btn.click(cancel, inputs=[log_run], outputs=[action_msg, action], api_name="cancel")
     resume_btn.click(resume, inputs=[log_run], outputs=[action_msg, action], api_name="resume")
-    return {"table": table, "plot_train": plots_[0], "plot_eval": plots_[1], "plots": plots_, "timer": timer,
-            "live": live}
+    return {
+        "table": table,
+        "plot_train": plots_[0],
+        "plot_eval": plots_[1],
+        "plots": plots_,
+        "timer": timer,
+        "live": live,
+    }

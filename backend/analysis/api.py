@@ -48,6 +48,8 @@ Progress = Callable[[float, str], object]
 
 # ---------------------------------------------------------------------------------------------- texts
 _CKA_RULE = readers.Skipped(hint="(every text a string)")  # the corpus rule; CKA compares the texts it is given
+
+
 def load_text_pool(src: str | Path | Sequence[str]) -> tuple[list[str], str]:
     """All candidate texts and a label for where they came from.
 

@@ -145,7 +145,7 @@ def save(accelerator, lm, tokenizer, run_dir: Path, step: int, state: dict, keep
             _seal(tmp, final, step, state, keep)
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)  # a half-written checkpoint would keep a full disk full
-        if (full_disk := no_space(f"checkpoint {final}", final, _bytes(lm.state_dict()) * CHECKPOINT_COPIES, exc)):
+        if full_disk := no_space(f"checkpoint {final}", final, _bytes(lm.state_dict()) * CHECKPOINT_COPIES, exc):
             raise full_disk from exc
         raise
     accelerator.wait_for_everyone()
@@ -195,7 +195,7 @@ def write_final(run_dir: Path, hf, tokenizer, state_dict: dict) -> None:
         atomic.replace_dir(tmp, run_dir / "final")
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        if (full_disk := no_space(f"the final model {run_dir / 'final'}", run_dir, _bytes(state_dict), exc)):
+        if full_disk := no_space(f"the final model {run_dir / 'final'}", run_dir, _bytes(state_dict), exc):
             raise full_disk from exc
         raise
 

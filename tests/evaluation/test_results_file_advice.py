@@ -10,7 +10,7 @@ from backend.evaluation.merge import merge_previous
 from backend.evaluation.results_file import ResultsFileError, read_results
 
 
-@pytest.mark.parametrize("text", ["[]", "{\"task\": ", "{}", "{\"task\": \"ner\", \"hparams\": {}, \"models\": [1]}"])
+@pytest.mark.parametrize("text", ["[]", '{"task": ', "{}", '{"task": "ner", "hparams": {}, "models": [1]}'])
 def test_the_readers_advice_is_what_evaluate_accepts(tmp_path, text):
     (tmp_path / "results.json").write_text(text)
     with pytest.raises(ResultsFileError) as read:

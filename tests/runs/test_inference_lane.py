@@ -58,9 +58,10 @@ def test_an_app_that_leads_its_session_lowers_that_session_only(tmp_path):
     import sys
     from pathlib import Path
 
-    if not Path("/proc/self/autogroup").exists() or Path(
-        "/proc/sys/kernel/sched_autogroup_enabled"
-    ).read_text().strip() != "1":
+    if (
+        not Path("/proc/self/autogroup").exists()
+        or Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "1"
+    ):
         pytest.skip("this kernel groups no processes by session (no autogroup)")
     code = (
         "from backend.core import inference_lane as l; print(l.lower_session(7)); "

@@ -22,7 +22,6 @@ def app_env(tmp_path, monkeypatch):
     monkeypatch.delenv("DETOUR_ALLOWED_ROOTS", raising=False)
 
 
-
 def bad_runs(root, model_dir, tmp_path) -> dict[str, str]:
     """Three finished runs whose config.yaml cannot be read, each newer than the good ones."""
     unknown = saved_run(root, "bad-key", model_dir)
