@@ -108,12 +108,9 @@ def _resolve_field(spec: str, what: str):
     if not spec:
         raise PathNotAllowed(what, spec, f"{what}: choose a model")
     if spec in _LISTED_RUNS and not (runs_dir() / spec).exists():
-        raise PathNotAllowed(
-            what,
-            spec,
-            f"{what}: run '{spec}' is no longer in {runs_dir()} (deleted or moved since the list was read); "
-            "pick another model",
-        )
+        from backend.engine.rundir import no_run
+
+        raise PathNotAllowed(what, spec, f"{what}: {no_run(spec)} (renamed, moved or deleted since it was listed)")
     path = check_path(spec, what) if looks_like_path(spec) else None  # nothing outside the roots is even read
     try:
         ref = resolve_model(str(path) if path else spec)

@@ -91,6 +91,10 @@ def main(argv=None) -> int:
         os.environ["DETOUR_RUNS_DIR"] = str(Path(args.runs_dir).resolve())
     password = os.environ.get("DETOUR_PASSWORD")
     auth = (os.environ.get("DETOUR_USER", "detour"), password) if password else None
+    if auth and not auth[0].strip():  # the app started and nobody could log in (every attempt answered 422)
+        print("error: DETOUR_USER is set but blank, so nobody could log in; set a user name, or unset it for the "
+              "default 'detour'", file=sys.stderr)  # fmt: skip
+        return 2
     if refusal := public_without_password(args.host, args.share, auth):
         print(f"error: {refusal}", file=sys.stderr)
         return 2
@@ -118,7 +122,8 @@ def main(argv=None) -> int:
     try:
         max_upload = parse_size(args.max_upload)
     except ValueError:
-        print(f"error: --max-upload {args.max_upload!r}: expected a size like 50mb", file=sys.stderr)
+        said = "--max-upload" if args.max_upload != os.environ.get("DETOUR_MAX_UPLOAD") else "DETOUR_MAX_UPLOAD"
+        print(f"error: {said} {args.max_upload!r}: expected a positive size like 50mb", file=sys.stderr)
         return 2
     ctx = AppContext(max_concurrent=args.max_concurrent, max_upload_bytes=max_upload)
     start(args.host, args.port, args.share, ctx, auth=auth, block=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -126,16 +127,23 @@ class AppContext:
 
 
 def parse_size(value: str | int | None) -> int:
-    """'50mb' / '2gb' / '500kb' / bytes -> bytes."""
+    """'50mb' / '2gb' / '500kb' / bytes -> bytes, at least one; else ValueError ('-5mb' and '0' were taken, and
+    refused every upload; 'infmb' was an OverflowError at start)."""
     if value is None or value == "":
         return DEFAULT_MAX_UPLOAD
     if isinstance(value, int):
-        return value
-    v = str(value).strip().lower()
-    for unit, mult in (("gb", 1024**3), ("mb", 1024**2), ("kb", 1024), ("b", 1)):
-        if v.endswith(unit):
-            return int(float(v[: -len(unit)]) * mult)
-    return int(v)
+        size = value
+    else:
+        v = str(value).strip().lower()
+        unit, mult = next(((u, m) for u, m in (("gb", 1024**3), ("mb", 1024**2), ("kb", 1024), ("b", 1))
+                           if v.endswith(u)), ("", 1))  # fmt: skip
+        number = float(v[: len(v) - len(unit)])
+        if not math.isfinite(number):
+            raise ValueError(f"not a finite size: {value!r}")
+        size = int(number * mult)
+    if size < 1:
+        raise ValueError(f"not a positive size: {value!r}")
+    return size
 
 
 def warm_imports() -> None:

@@ -4,6 +4,7 @@ evaluate``) with each epoch's numbers shown as it trains."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from app import check_model_spec, evals_dir, warn
@@ -82,19 +83,35 @@ def run_evaluation(models: list[str], seeds: str, epochs, max_train, progress=No
         specs = [check_model_spec(m, "model") for m in (models or []) if m]
         if not specs:
             raise DetourError("choose at least one model to evaluate")
-        seed_list = [int(s) for s in str(seeds or "0").replace(",", " ").split()]
+        seed_list = [_whole(s, "Seeds") for s in str(seeds or "0").replace(",", " ").split()]
+        if _whole(epochs, "Epochs") is None:
+            raise DetourError("Epochs is blank: give a whole number, e.g. 2")
         res = evaluate_models(
             specs,
             task="ner",
             seeds=seed_list,
             labels=eval_labels([m for m in models if m], specs),
-            epochs=int(epochs),
-            max_train_examples=int(max_train) if max_train else None,
+            epochs=_whole(epochs, "Epochs"),
+            max_train_examples=_whole(max_train, "Max training sentences"),  # 0 is refused there, blank is all
             progress=progress,
         )
     except (DetourError, ValueError) as exc:
         return warn(exc)
     return f"✓ evaluation {Path(res['out_dir']).name}: {res['status']}"
+
+
+def _whole(value, what: str) -> int | None:
+    """A form field's value as a whole number, None when blank. ``int()`` said "cannot convert float NaN to integer"
+    or "invalid literal for int()", raised a TypeError on a blank Epochs, and cut 1.5 to 1 without a word."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise DetourError(f"{what} '{value}': give whole numbers, e.g. 0 1 2") from None
+    if not math.isfinite(number) or number != int(number):
+        raise DetourError(f"{what} {value}: give a whole number")
+    return int(number)
 
 
 LIVE_HEADERS = ["run", "model", "seed", "epoch", "dev F1 %", "train loss", "skipped steps", "best epoch"]

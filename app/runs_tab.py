@@ -15,7 +15,7 @@ from backend.core.errors import ConfigError, DetourError
 from backend.core.paths import runs_dir
 from backend.engine.config import check_run_name
 from backend.engine.progress import run_progress
-from backend.engine.rundir import list_runs, read_log, read_metrics, read_status, root_problem
+from backend.engine.rundir import list_runs, no_run, read_log, read_metrics, read_status, root_problem
 from backend.runs import jobs
 
 POLL_S = 2.0
@@ -145,7 +145,7 @@ def run_path(name: str) -> Path:
     check_run_name(name)
     p = run_folder(name)  # resolved, and refused when it is a link out of the runs folder
     if p is None:
-        raise DetourError(f"run '{name}': not found in {runs_dir()}")
+        raise no_run(name)
     return p
 
 

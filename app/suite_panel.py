@@ -13,6 +13,7 @@ import re
 import sys
 from pathlib import Path
 
+from backend.core import atomic
 from backend.core.errors import DetourError
 from backend.core.paths import is_plain_name
 from backend.evaluation.leaderboard_report import ROW_HEADERS
@@ -156,7 +157,7 @@ def start_suite(suite: str, models_text: str, labels_text: str, name: str, caps:
 
     claim_folder(out, "suite", spec["name"], flag="name")  # another suite's folder, or anything else: refused
     proc = spawn_detached(argv_for(spec["path"], models, out, labels, caps or {}), out / LOG)
-    (out / PID).write_text(str(proc.pid))
+    atomic.write_text(out / PID, str(proc.pid))
     return name
 
 

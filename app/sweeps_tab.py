@@ -14,6 +14,7 @@ from pathlib import Path
 
 from backend.core.errors import DetourError
 from backend.core.paths import is_plain_name, read_text_confined, sweeps_dir
+from backend.sweeps.bound import MAX_RUNS
 
 POLL_S = 3.0
 AXIS_KEYS = [
@@ -105,8 +106,10 @@ def start_sweep(
     eval_task: str | None = None,
     eval_data: str | None = None,
     executor: str = "queue",
+    max_runs: int | None = None,
 ) -> tuple[str, str]:
-    """Check and queue a sweep, start its detached waiter; returns (message, sweep name)."""
+    """Check and queue a sweep, start its detached waiter; returns (message, sweep name). ``max_runs``: the most
+    runs it may queue (``--max-runs``; default ``bound.MAX_RUNS``), raised on purpose for a larger grid."""
     from app import check_path
     from backend.core.process import spawn_detached
     from backend.sweeps.sweep import launch, plan_sweep
@@ -128,11 +131,13 @@ def start_sweep(
         evaluation=ev,
         max_concurrent=int(max_concurrent),
         executor=EXECUTORS.get(executor, executor),
+        max_runs=MAX_RUNS if max_runs in (None, "") else int(max_runs),
     )
     out = launch(m)
     spawn_detached(_waiter(out), out / LOG_NAME)
-    n = sum(len(c["runs"]) for c in m["cells"])
-    return f"Queued **{n} runs** in `{out}`. {m['summary']}", out.name
+    n, tokens = sum(len(c["runs"]) for c in m["cells"]), sum(c["tokens"] * len(c["runs"]) for c in m["cells"])
+    return (f"Queued **{n} runs** ({len(m['cells'])} cells x {len(m['seeds'])} seeds, {tokens:,} training tokens) "
+            f"in `{out}`. {m['summary']}", out.name)  # fmt: skip
 
 
 def status_table(name: str | None) -> list[list]:
@@ -251,6 +256,9 @@ def build(ctx) -> dict:
             executor = gr.Radio(list(EXECUTORS), value=next(iter(EXECUTORS)), label="Cells run on", scale=2,
                                 min_width=380, info="Slurm: a job array, at most 'Cells at once' running; the "
                                 "config's slurm.* settings", elem_id="sw-executor")  # fmt: skip
+            most = gr.Number(value=MAX_RUNS, precision=0, minimum=1, label="At most runs (cells x seeds)",
+                             info="a larger grid is refused, saying its size; raise this on purpose",
+                             elem_id="sw-max-runs")  # fmt: skip
         go_btn = gr.Button("Launch sweep", variant="primary", elem_id="sw-launch")
         msg = gr.Markdown("", elem_id="sw-msg")
     with gr.Row():
@@ -292,7 +300,7 @@ def build(ctx) -> dict:
 
     go_btn.click(
         launch,
-        inputs=[config, sets, a1, v1, a2, v2, seeds, conc, sw_name, unmatched, task, eval_data, executor],
+        inputs=[config, sets, a1, v1, a2, v2, seeds, conc, sw_name, unmatched, task, eval_data, executor, most],
         outputs=[msg, pick, *outs],
         api_name="sweep_launch",
     )

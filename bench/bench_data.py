@@ -54,7 +54,7 @@ SEQ_LEN = 256
 # ---------------------------------------------------------------------------------------------- corpora
 def build_corpus(root: Path, mtokens: float) -> Path:
     """A folder of copies of the shared texts holding about ``mtokens`` M tokens (reused if already there)."""
-    from backend.core.paths import SHARED_DATA_DIR
+    from backend.core.paths import shared_data_dir
 
     out = root / f"{mtokens:g}M"
     done = out / ".complete"
@@ -62,10 +62,10 @@ def build_corpus(root: Path, mtokens: float) -> Path:
         return out
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    books = sorted((SHARED_DATA_DIR / "gutenberg_en").glob("*.txt"))
-    craft = sorted((SHARED_DATA_DIR / "craft_pmc_oa_text" / "articles").glob("*.txt"))
+    books = sorted((shared_data_dir() / "gutenberg_en").glob("*.txt"))
+    craft = sorted((shared_data_dir() / "craft_pmc_oa_text" / "articles").glob("*.txt"))
     if not books or not craft:
-        raise SystemExit(f"bench_data: ../shared/data texts not found under {SHARED_DATA_DIR}")
+        raise SystemExit(f"bench_data: ../shared/data texts not found under {shared_data_dir()}")
     sources = [(b.name, b.read_bytes()) for b in books]
     sources.append(("craft_articles.txt", b"\n\n".join(a.read_bytes().strip() for a in craft) + b"\n"))
     target = mtokens * 1e6 * CHARS_PER_TOKEN
@@ -95,17 +95,17 @@ def single_file_name(mb: float, kind: str) -> str:
 
 def build_single_file(root: Path, mb: float, kind: str) -> Path:
     """ONE ``.txt`` or ``.jsonl`` file of about ``mb`` MB made of copies of the shared texts (reused if there)."""
-    from backend.core.paths import SHARED_DATA_DIR
+    from backend.core.paths import shared_data_dir
 
     out = root / single_file_name(mb, kind)
     done = root / f"{out.name}.complete"
     if done.exists() and out.exists():
         return out
     root.mkdir(parents=True, exist_ok=True)
-    books = sorted((SHARED_DATA_DIR / "gutenberg_en").glob("*.txt"))
-    craft = sorted((SHARED_DATA_DIR / "craft_pmc_oa_text" / "articles").glob("*.txt"))
+    books = sorted((shared_data_dir() / "gutenberg_en").glob("*.txt"))
+    craft = sorted((shared_data_dir() / "craft_pmc_oa_text" / "articles").glob("*.txt"))
     if not books or not craft:
-        raise SystemExit(f"bench_data: ../shared/data texts not found under {SHARED_DATA_DIR}")
+        raise SystemExit(f"bench_data: ../shared/data texts not found under {shared_data_dir()}")
     texts = [f.read_text() for f in books + craft]
     if kind == "txt":
         pieces = [(t.strip() + "\n\n").encode() for t in texts]

@@ -166,6 +166,35 @@ def isolated_cache_dir(tmp_path, monkeypatch) -> Path:
     return d
 
 
+def _mount(target: Path, size: str, readonly: bool = False) -> None:
+    import subprocess
+
+    target.mkdir(parents=True, exist_ok=True)
+    opts = f"size={size}" + (",ro" if readonly else "")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(target)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """``small_fs(name, size)``: a real tmpfs of ``size`` under tmp_path (a disk that fills up, or is read-only),
+    unmounted after the test; the test skips, saying why, where this process may not mount."""
+    import subprocess
+
+    mounted: list[Path] = []
+
+    def make(name: str, size: str = "4m", readonly: bool = False) -> Path:
+        target = tmp_path / name
+        _mount(target, size, readonly)
+        mounted.append(target)
+        return target
+
+    yield make
+    for m in reversed(mounted):
+        subprocess.run(["umount", "-l", str(m)], capture_output=True)
+
+
 @pytest.fixture
 def one_torch_thread():
     """Tiny models on a shared 2-core machine: one thread is ~10x faster than two contending ones."""

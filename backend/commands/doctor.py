@@ -16,7 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from backend.core.errors import DetourError
-    from backend.core.paths import runs_dir
+    from backend.engine.rundir import find_run
     from backend.evaluation.results_file import read_results
     from backend.runs.doctor import diagnose, evaluation_report, evaluation_throughput, report
 
@@ -25,10 +25,9 @@ def run(args) -> int:
         results = read_results(d)  # checked: a torn or foreign file is one line naming it
         print(json.dumps(evaluation_throughput(results), indent=2) if args.json else evaluation_report(results))
         return 0
-    if not (d / "metrics.jsonl").exists() and (runs_dir() / args.run / "metrics.jsonl").exists():
-        d = runs_dir() / args.run
+    d = find_run(args.run)  # a folder with config.yaml, by path or name; else "no run named R", with the close names
     if not (d / "metrics.jsonl").exists():
-        raise DetourError(f"{args.run}: no run directory with a metrics.jsonl there or under {runs_dir()}")
+        raise DetourError(f"run {d.name}: no metrics.jsonl yet (it has not started training); see its status.json")
     diagnosis = diagnose(d)
     print(json.dumps(diagnosis, indent=2, default=str) if args.json else report(diagnosis))
     return 0

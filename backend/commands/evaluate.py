@@ -202,11 +202,13 @@ def _run_suite(args) -> int:
 def _plan_suite(args, overrides: dict) -> int:
     """``--suite ... --plan``: the fine-tunes, their time here, and the smallest difference it can detect."""
     from backend.engine.progress import hms
+    from backend.evaluation.runner import check_models
     from backend.evaluation.suite import load_suite
     from backend.evaluation.suite_power import planned_tasks, text
 
     suite = load_suite(args.suite)
     tasks = planned_tasks(suite, overrides)
+    check_models(args.models, args.labels)  # a model that is not there, or one twice: refused as the run refuses it
     n = len(args.models) * sum(t["seeds"] for t in tasks)
     print(f"suite {suite['name']}: {len(tasks)} tasks x {len(args.models)} models; {n} fine-tunes")
     for t in tasks:

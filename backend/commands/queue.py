@@ -15,8 +15,11 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from backend.engine.rundir import root_problem
     from backend.runs.gpus import visible_gpus
-    from backend.runs.jobs import run_worker
+    from backend.runs.jobs import JobError, run_worker
 
+    if problem := root_problem(args.root, "--root" if args.root else None):
+        raise JobError(problem)
     gpus = visible_gpus() if args.pin_gpus else None
     return run_worker(args.root, max_concurrent=args.max_concurrent, poll_s=args.poll, gpus=gpus)

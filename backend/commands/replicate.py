@@ -167,10 +167,13 @@ def resolve(args: argparse.Namespace) -> dict:
         s = resolve_hybrid(args.preset, corpus=args.corpus, seeds=args.pretrain_seeds, overrides=args.overrides,
                            budgets=bs.parse_budgets(args.budgets) if args.budgets else None, suite=args.suite,
                            drop_weights=args.drop_weights)  # fmt: skip
-        if args.seeds:
+        for flag, value in (("--seeds", args.seeds), ("--measure-jobs", args.measure_jobs)):
+            if value is not None and value < 1:  # 0 was skipped, and -3 --measure-jobs became 1, silently
+                raise DetourError(f"{flag} {value}: a whole number, at least 1")
+        if args.seeds is not None:
             s["eval"]["seeds"] = args.seeds
-        if args.measure_jobs:
-            s["measure_jobs"] = max(1, args.measure_jobs)
+        if args.measure_jobs is not None:
+            s["measure_jobs"] = args.measure_jobs
         return s
     return bs.resolve_budget_study(
         args.preset,
@@ -238,6 +241,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.report_only:
         return _report_only(args, out)
+    check_out_folder(out, "report")  # an evaluation, a sweep, a folder inside another artifact: refused, --plan too
+    _check_same_study(out, "hybrid-splits" if args.study == "hybrid-splits" else "detour-budgets")
     s = resolve(args)
     if args.plan:
         print_plan(args, s, out)
@@ -246,6 +251,7 @@ def run(args: argparse.Namespace) -> int:
     if args.pilot:
         s = study_power.pilot_hybrid(s) if hybrid else study_power.pilot_detour(s)
         out = out.with_name(f"{out.name}-pilot")
+        _check_same_study(out, "hybrid-splits" if hybrid else "detour-budgets")
     check_out_folder(out, "report")  # anything but a study there: refused before any work
     claim_folder(out, "report")
     command = [sys.executable, "-m", "backend", *sys.argv[1:]]
@@ -265,6 +271,22 @@ def run(args: argparse.Namespace) -> int:
     _summary(rep, hybrid)
     print(f"report: {out / 'report.md'}")
     return 0
+
+
+def _check_same_study(out: Path, study: str) -> None:
+    """A study's folder is resumed only by the same study: the hybrid study onto the detour study's folder planned
+    and started there, and only its process found the other study (a torn settings.json: a traceback)."""
+    from backend.core import atomic
+
+    if not (out / "settings.json").exists():
+        return
+    held = atomic.read_json(out / "settings.json")
+    if not isinstance(held, dict):
+        raise DetourError(f"--out {out}: its settings.json is not a study's settings (not a JSON mapping); pick "
+                          "another --out")  # fmt: skip
+    if held.get("study", "the retired one-task pipeline") != study:
+        raise DetourError(f"--out {out}: holds another study ({held.get('study', 'the retired one-task pipeline')}), "
+                          f"not {study}; pick another --out")  # fmt: skip
 
 
 def _report_only(args: argparse.Namespace, out: Path) -> int:

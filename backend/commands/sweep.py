@@ -18,6 +18,7 @@ import argparse
 from pathlib import Path
 
 from backend.commands import add_overrides, add_slurm_arguments, slurm_overrides
+from backend.sweeps.bound import MAX_RUNS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,6 +44,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="one cell per GPU, each pinned with CUDA_VISIBLE_DEVICES (default: on where there are GPUs)",
+    )
+    p.add_argument(
+        "--max-runs",
+        type=int,
+        default=None,
+        help=f"the most runs (cells x seeds) this sweep may queue (default {MAX_RUNS}); a larger grid is refused, "
+        "saying its size, until you raise this on purpose",
     )
     p.add_argument(
         "--allow-unmatched-budget",
@@ -107,8 +115,12 @@ def _evaluation(args) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from backend.core.errors import DetourError
     from backend.sweeps import sweep
 
+    for flag in ("--cancel", "--report", "--resume", "--status"):
+        if (value := getattr(args, flag[2:])) is not None and not value.strip():  # was taken as not given
+            raise DetourError(f"{flag} is empty: give the sweep's folder, e.g. {flag} sweeps/NAME")
     for flag, given in (("--cancel", args.cancel), ("--report", args.report), ("--resume", args.resume)):
         if given:  # each writes into DIR: a sweep's own folder, not a link to one
             sweep.read_manifest(given)  # "not a sweep folder" first: the plainer line
@@ -149,11 +161,12 @@ def run(args: argparse.Namespace) -> int:
             executor=args.executor,
             max_concurrent=args.max_concurrent,
             pin_gpus=args.pin_gpus,
+            max_runs=MAX_RUNS if args.max_runs is None else args.max_runs,
         )
         out = args.out
         print(m["summary"])
+        print_plan(m)  # the grid's size and cost, before anything is queued
         if args.plan:
-            print_plan(m)
             return 0
     res = sweep.run_sweep(m, out, wait_for=args.wait)
     if res["report"] is None:

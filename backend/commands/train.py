@@ -40,8 +40,9 @@ def run(args) -> int:
                 f"other values make a new run: python -m backend train {Path(args.run_dir) / 'config.yaml'} "
                 "--set KEY=VALUE --name NEW",
             )
-        if not (Path(args.run_dir) / "config.yaml").exists():
-            raise ConfigError("--run-dir", args.run_dir, "not a prepared run directory (no config.yaml)")
+        from backend.engine.rundir import find_run
+
+        find_run(Path(args.run_dir))  # "no run named R", with the close names: a run renamed meanwhile among them
         if args.executor == "slurm":  # the job resumes the run where it has trained
             from backend.engine.rundir import read_config
             from backend.sweeps.cluster import submit_run

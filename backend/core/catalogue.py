@@ -152,6 +152,42 @@ def run_owning(path: str | Path) -> Path | None:
     return None
 
 
+def _looks_ours(folder: Path, kind: str) -> bool:
+    """A folder found by a kind's file that other programs also write (``settings.json``, ``results.json``) is one of
+    ours only when that file says so; the lab's marker, ``sweep.json`` and ``suite.json`` are ours by name."""
+    if read_marker(folder) is not None or kind not in ("report", "evaluation"):
+        return True
+    name = "settings.json" if kind == "report" else "results.json"
+    try:
+        d = json.loads((folder / name).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    keys = ("preset", "study") if kind == "report" else ("models", "task")
+    return isinstance(d, dict) and any(k in d for k in keys)
+
+
+def artifact_above(path: str | Path, part_of: str | Path | None = None) -> tuple[Path, str] | None:
+    """The nearest folder above ``path`` that is an artifact of the lab, with its kind, or None. ``part_of``: the
+    artifact that is writing ``path`` as one of its own parts (a suite's ``tasks/T``, a sweep's ``evals/RUN``, a
+    study's ``sweep/``): it and the folders above it are not looked at."""
+    p = Path(path).expanduser().absolute()
+    stop = Path(part_of).expanduser().absolute() if part_of is not None else None
+    for d in p.parents:
+        if stop is not None and stop.is_relative_to(d):
+            return None
+        if d.is_dir() and (k := kind_of(d)) is not None and _looks_ours(d, k):
+            return d, k
+    return None
+
+
+def _beside(above: tuple[Path, str], name: str) -> Path:
+    """A free ``name`` beside the outermost artifact that holds ``above`` (an alternative outside all of them)."""
+    top = above[0]
+    while (outer := artifact_above(top)) is not None:
+        top = outer[0]
+    return first_free(top.parent / name)
+
+
 def free_alternative(path: str | Path) -> Path:
     """The first of ``path-2``, ``path-3`` ... (``name-2.json`` for a file) that does not exist."""
     p = Path(path)
@@ -173,6 +209,12 @@ def _a(word: str) -> str:
     return f"an {word}" if word[:1] in "aeiou" else f"a {word}"
 
 
+def _not_blank(path: str | Path, flag: str) -> None:
+    """An empty ``--out ''`` is no folder: ``Path('')`` is the working directory, where an export was written."""
+    if isinstance(path, str) and not path.strip():
+        raise OutTaken(f"{flag} is empty; give a folder (or leave {flag} out for the default)")
+
+
 def _refuse(flag: str, path: Path, why: str, alt: Path | None = None) -> OutTaken:
     alt = alt or free_alternative(path)
     return OutTaken(f"{flag} {path}: {why}; nothing was written (a free one: {flag} {alt})")
@@ -181,11 +223,15 @@ def _refuse(flag: str, path: Path, why: str, alt: Path | None = None) -> OutTake
 # ------------------------------------------------------------------------------------------------ where to write
 
 
-def check_out_folder(path: str | Path, kind: str, name: str | None = None, flag: str = "--out") -> Path:
+def check_out_folder(
+    path: str | Path, kind: str, name: str | None = None, flag: str = "--out", part_of: str | Path | None = None
+) -> Path:
     """``path`` (absolute) when an artifact of ``kind`` may be written there: new, empty, or owned by ``kind`` (and,
-    for a kind with names such as a suite, by the same ``name``); otherwise ``OutTaken`` in one line. Writes
-    nothing: call it before any work."""
+    for a kind with names such as a suite, by the same ``name``); otherwise ``OutTaken`` in one line. A new one is
+    never made inside another artifact (a suite's ``tasks/``, a sweep's ``runs/``), except as a part of the artifact
+    ``part_of`` that writes it. Writes nothing: call it before any work."""
     assert kind in KINDS, kind
+    _not_blank(path, flag)
     raw = Path(path).expanduser()
     p = raw.absolute()
     if raw.is_symlink():
@@ -196,12 +242,10 @@ def check_out_folder(path: str | Path, kind: str, name: str | None = None, flag:
         alt = first_free(run.parent.parent / f"{run.name}-{kind}")
         where = "is the run folder" if run == p else "is inside the run folder"
         raise _refuse(flag, p, f"{where} {run} (a run owns its folder)", alt)
-    for parent in p.parents:
-        if parent.exists() or parent.is_symlink():
-            if not parent.is_dir():
-                raise OutTaken(f"{flag} {p}: {parent} is a file, not a folder; choose another {flag}")
-            break
+    _check_parents(p, flag)
     if not p.exists() or not any(p.iterdir()):
+        if (above := artifact_above(p, part_of)) is not None:
+            raise _refuse(flag, p, _inside(above), _beside(above, p.name))
         return p
     if (p / MARKER).is_symlink():
         raise _refuse(flag, p, f"its {MARKER} is a link; remove it, or choose another folder")
@@ -217,12 +261,36 @@ def check_out_folder(path: str | Path, kind: str, name: str | None = None, flag:
     return p
 
 
-def claim_folder(path: str | Path, kind: str, name: str | None = None, flag: str = "--out") -> Path:
+def _check_parents(p: Path, flag: str) -> None:
+    """The nearest folder on the way to ``p`` that exists must be a folder. A root folder the environment sets that
+    is a file is said as that (``DETOUR_SWEEPS_DIR`` a file was 'choose another --out' with no --out given)."""
+    from backend.core import paths
+
+    envs = {paths.runs_dir(): paths.RUNS_ENV, paths.sweeps_dir(): paths.SWEEPS_ENV, paths.evals_dir(): paths.EVALS_ENV,
+            paths.reports_dir(): paths.REPORTS_ENV, paths.uploads_dir(): paths.UPLOADS_ENV}  # fmt: skip
+    for parent in p.parents:
+        if parent.exists() or parent.is_symlink():
+            if parent.is_dir():
+                return
+            if env := envs.get(parent.absolute()):
+                raise OutTaken(f"{env}={parent} is a file, not a folder: nothing can be written under it; move the "
+                               f"file away or point {env} at a folder")  # fmt: skip
+            raise OutTaken(f"{flag} {p}: {parent} is a file, not a folder; choose another {flag}")
+
+
+def _inside(above: tuple[Path, str]) -> str:
+    d, k = above
+    return f"is inside {_a(k)} {d} ({KINDS[k].what}); an output goes into a new folder or one of its own kind"
+
+
+def claim_folder(
+    path: str | Path, kind: str, name: str | None = None, flag: str = "--out", part_of: str | Path | None = None
+) -> Path:
     """``check_out_folder``, then make the folder and write its marker: from now on it is a ``kind`` (named
     ``name``), so a later command of another kind, or another suite, is refused there."""
     from backend.core import atomic
 
-    p = check_out_folder(path, kind, name, flag)
+    p = check_out_folder(path, kind, name, flag, part_of)
     p.mkdir(parents=True, exist_ok=True)
     if read_marker(p) is None or (name and read_marker(p).get("name") != name):
         atomic.write_json(p / MARKER, {"kind": kind, "name": name})
@@ -249,20 +317,19 @@ def check_new_folder(path: str | Path, kind: str = "export", flag: str = "--out"
 def check_out_file(path: str | Path, kind: str = "cka", flag: str = "--out") -> Path:
     """``path`` (absolute) when a file artifact of ``kind`` may be written there: a new file, or one the same kind
     wrote (rewritten); not a folder, not a link, not inside a run's folder. ``OutTaken`` otherwise."""
+    _not_blank(path, flag)
     raw = Path(path).expanduser()
     p = raw.absolute()
     if raw.is_symlink():
         raise _refuse(flag, p, f"is a link (to {raw.resolve()}); give a real file name")
     if p.is_dir():
         raise OutTaken(f"{flag} {p}: is a folder; give a file name, e.g. {flag} {p / f'{kind}.json'}")
-    for parent in p.parents:
-        if parent.exists() or parent.is_symlink():
-            if not parent.is_dir():
-                raise OutTaken(f"{flag} {p}: {parent} is a file, not a folder; choose another {flag}")
-            break
+    _check_parents(p, flag)
     if (run := run_owning(p.parent)) is not None:
         alt = first_free(Path.cwd() / f"{kind}.json")
         raise _refuse(flag, p, f"is inside the run folder {run} (a run owns its folder)", alt)
+    if (above := artifact_above(p)) is not None:
+        raise _refuse(flag, p, _inside(above), _beside(above, p.name))
     if p.exists() and kind_of(p) != kind:
         alt = first_free(Path.cwd() / f"{kind}.json") if kind_of(p.parent) else None  # not into another's folder
         raise _refuse(flag, p, f"exists and is not {_a(kind)} result", alt)

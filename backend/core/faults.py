@@ -50,7 +50,7 @@ MACHINE = (*NO_SPACE, errno.EROFS, errno.EIO)
 
 
 def _os_line(exc: OSError) -> str:
-    what = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+    what = (exc.strerror or os.strerror(exc.errno)).lower() if exc.errno else str(exc)  # NoSpace: the bytes too
     where = f": {exc.filename}" if exc.filename else ""
     if exc.filename2:
         where += f" -> {exc.filename2}"

@@ -17,8 +17,7 @@ DEMO_DIR = ASSETS_DIR / "demo"
 DEMO_CORPUS = DEMO_DIR / "bio_corpus.txt"
 DEMO_NER_DIR = DEMO_DIR / "ner"
 DEFAULT_MODEL = "detour-tiny-en"
-# ../shared/data beside the checkout: real public data for tests/benchmarks; never copied in.
-SHARED_DATA_DIR = Path(os.environ.get("DETOUR_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+SHARED_ENV = "DETOUR_SHARED_DATA"
 
 
 RUNS_ENV, REPORTS_ENV, EVALS_ENV, UPLOADS_ENV = (
@@ -34,8 +33,35 @@ MAX_NAME_LEN = 100
 NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{MAX_NAME_LEN - 1}}}")  # a run or report name: one plain folder
 
 
+_SAID: set[str] = set()  # the variables whose value this process has said it reads otherwise
+
+
+def folder_from_env(env: str, default: Path) -> Path:
+    """The folder an environment variable names, absolute. Empty (``DETOUR_RUNS_DIR=''`` put a whole run into the
+    working directory) means the default; relative means that folder under the working directory of the process
+    that read it first. Either is said once, on stderr, and the absolute folder is put back in the environment so
+    the processes this one starts (the queue worker, the trainers: another working directory) use the same one."""
+    import sys
+
+    raw = os.environ.get(env)
+    if raw is None:
+        return Path(default).expanduser().resolve()
+    if not raw.strip():
+        path, said = Path(default).expanduser().resolve(), f"{env} is set but empty: using the default {{path}}"
+    elif not Path(raw).expanduser().is_absolute():
+        path = Path(raw).expanduser().resolve()
+        said = f"{env}={raw} is a relative path: using {{path}} (under the working directory {Path.cwd()})"
+    else:
+        return Path(raw).expanduser().resolve()
+    if env not in _SAID:
+        _SAID.add(env)
+        print("note: " + said.format(path=path), file=sys.stderr, flush=True)
+    os.environ[env] = str(path)
+    return path
+
+
 def _root(env: str, default: str) -> Path:
-    return Path(os.environ.get(env, REPO_ROOT / default)).expanduser().resolve()
+    return folder_from_env(env, REPO_ROOT / default)
 
 
 def runs_dir() -> Path:
@@ -70,7 +96,13 @@ def uploads_dir() -> Path:
 
 def cache_dir() -> Path:
     """Root of rebuildable caches such as token stores (``DETOUR_CACHE_DIR``; default ``~/.cache/detour-lab``)."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "detour-lab").expanduser().resolve()
+    return folder_from_env(CACHE_ENV, Path.home() / ".cache" / "detour-lab")
+
+
+def shared_data_dir() -> Path:
+    """``../shared/data`` beside the checkout (``DETOUR_SHARED_DATA``): real public data for tests and benchmarks,
+    never copied in."""
+    return folder_from_env(SHARED_ENV, REPO_ROOT.parent / "shared" / "data")
 
 
 def is_plain_name(name: object) -> bool:
@@ -80,7 +112,7 @@ def is_plain_name(name: object) -> bool:
 
 def shared_data(name: str) -> Path | None:
     """Path to a ``../shared/data`` set, or None when absent (tests skip with a reason)."""
-    p = SHARED_DATA_DIR / name
+    p = shared_data_dir() / name
     return p if p.exists() else None
 
 

@@ -2,9 +2,8 @@
 
 ``run_training`` runs unchanged on one CPU and under ``accelerate launch`` (DDP over gloo/nccl; FSDP2 on GPUs
 when ``train.fsdp`` asks, refused where accelerate would not shard). Data order, masks and LR are pure functions
-of the global step, so a resumed run reproduces the uninterrupted one step for step. Checkpoints are written in
-the background (``checkpoint.Checkpointer``); a compiled encoder keeps one graph per attention kind and mode
-(``engine/compiling.py``).
+of the global step, so a resumed run reproduces the uninterrupted one step for step. Checkpoints are written in the
+background (``checkpoint.Checkpointer``); a compiled encoder keeps one graph per attention kind and mode (compiling).
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,15 +35,16 @@ from backend.engine import checkpoint, compiling, divergence, finite, rates, res
 from backend.engine.data import batch_indices
 from backend.engine.models import transformer_blocks
 from backend.engine.precision import from_mixed, full_state_dict, make_accelerator
+from backend.engine.run_home import RunHome
 from backend.engine.rundir import read_metrics, write_status
 from backend.engine.tokenstore import open_corpus
 
 EVAL_MASK_SEED = 4321  # the held-out MLM curve uses the same masks in every run
 
 
-def run_training(cfg: dict, run_dir: Path, hf_model, tokenizer, resume: bool, should_stop, log=print) -> str:
-    """Train ``hf_model`` through the recipe's phases. Returns 'done' or 'cancelled'."""
-    s = _setup(cfg, Path(run_dir), hf_model, tokenizer, log, resume)
+def run_training(cfg: dict, home: RunHome, hf_model, tokenizer, resume: bool, should_stop, log=print) -> str:
+    """Train ``hf_model`` through the recipe's phases in the folder ``home`` (followed if moved): 'done'/'cancelled'."""
+    s = _setup(cfg, home.path, hf_model, tokenizer, log, resume, home)
     with s.checkpoints:  # the run reports its state only once its last checkpoint write has ended (or failed)
         return _train(s, resume, should_stop)
 
@@ -175,6 +174,7 @@ class _State:
     tokens_last: int = 0
     should_stop: object = None  # the stop flag (a cancel), also looked at between held-out batches
     eval_owed: bool = False  # a cancel interrupted the held-out evaluation of the step the next checkpoint holds
+    home: RunHome | None = None  # the run folder held open: followed when renamed (``here``)
 
     def __post_init__(self):
         t = self.cfg["train"]
@@ -198,13 +198,17 @@ class _State:
         self.evaluated = [o for o in objectives.all_objectives()
                           if o.always_evaluated or o.name in {p.objective for p in self.phases}]  # fmt: skip
 
+    def here(self) -> Path:  # the run folder where it is now, asked before each write (run_home.py)
+        self.run_dir = self.home.here()
+        return self.run_dir
+
     def emit(self, row: dict) -> None:
         if self.main:
-            atomic.append_jsonl(self.run_dir / "metrics.jsonl", {**row, "time": time.time()})
+            atomic.append_jsonl(self.here() / "metrics.jsonl", {**row, "time": time.time()}, make_parents=False)
             trackers.log_row(self.accelerator, row)  # the same row to TensorBoard, trackio, ... (report_to)
 
 
-def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log, resume: bool = False) -> _State:
+def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log, resume: bool, home: RunHome) -> _State:
     t = cfg["train"]
     accelerator = make_accelerator(
         t["precision"], fsdp=t["fsdp"], **trackers.accelerator_args(cfg["logging"]["report_to"], run_dir)
@@ -227,14 +231,14 @@ def _setup(cfg: dict, run_dir: Path, hf_model, tokenizer, log, resume: bool = Fa
     kernels = compiling.compile_encoder(lm) if compiled else None  # in place: parameter names stay HF's
     optimizer = build_optimizer(hf_model, t)  # the one optimizer of every phase
     lm, optimizer = accelerator.prepare(lm, optimizer)
-    writer = checkpoint.Checkpointer(accelerator, lm, optimizer, tokenizer, run_dir, cfg["logging"]["keep_checkpoints"],
-                                     log=log)  # fmt: skip
+    writer = checkpoint.Checkpointer(accelerator, lm, optimizer, tokenizer, home.anchor(),
+                                     cfg["logging"]["keep_checkpoints"], log=log, describe=home.real)  # fmt: skip
+    clock = compiling.CompileClock(compiled, log, home.anchor() if accelerator.is_main_process else None)  # moves too
     s = _State(cfg, run_dir, accelerator, lm, accelerator.unwrap_model(lm).hf_model, optimizer, tokenizer, train,
-               held, phases, tok, log, writer,
-               compiling.CompileClock(compiled, log, run_dir if accelerator.is_main_process else None))  # fmt: skip
+               held, phases, tok, log, writer, clock, home=home)  # fmt: skip
     if s.main:
-        info = resume_guard.data_info(run_dir, info, resume)  # a resume keeps what trained (or refuses)
-        atomic.write_json(run_dir / "data_info.json", info)
+        info = resume_guard.data_info(s.here(), info, resume)  # a resume keeps what trained (or refuses)
+        atomic.write_json(s.here() / "data_info.json", info, make_parents=False)
         log(f"data: {info}")
         if info.get("skipped_cells"):  # the user asked (data.skip_non_text): say what was left out, every start
             n = sum(info["skipped_cells"].values())
@@ -260,10 +264,10 @@ def _start_step(s: _State, resume: bool) -> int:
         s.log(f"resume: from {ck.name} (step {step}, {state['tokens_seen']} tokens)")
     if s.main:  # a fresh run starts an empty log; a resumed one drops rows logged after its checkpoint
         rows = [r for r in read_metrics(s.run_dir) if r.get("step", 0) <= step] if step else []
-        atomic.write_text(s.run_dir / "metrics.jsonl", "".join(atomic.json_line(r) for r in rows))
+        atomic.write_text(s.here() / "metrics.jsonl", "".join(atomic.json_line(r) for r in rows), make_parents=False)
     s.t_last, s.tokens_last = time.time(), step * s.tps
     if s.main:  # where the run stands from its first moment (a resume: its checkpoint's step, not the last logged)
-        write_status(s.run_dir, step=step, total_steps=s.total_steps, tokens_seen=step * s.tps,
+        write_status(s.here(), step=step, total_steps=s.total_steps, tokens_seen=step * s.tps,
                      total_tokens=s.total_steps * s.tps, eta_s=None)  # fmt: skip
     return step
 
@@ -298,7 +302,7 @@ def _log_train(s: _State, phase: Phase, done: int, lr: float) -> None:
           f"{rate:,.0f} tok/s, {throughput.format_mfu(mfu, *s.peak)}; {throughput.format_split(split)}")  # fmt: skip
     s.log_acc, s.data_hash = {"loss": 0.0, "n": 0}, hashlib.sha1()
     if s.main:
-        write_status(s.run_dir, step=done, total_steps=s.total_steps, tokens_seen=done * s.tps,
+        write_status(s.here(), step=done, total_steps=s.total_steps, tokens_seen=done * s.tps,
                      total_tokens=s.total_steps * s.tps, phase=phase.name,
                      eta_s=(s.total_steps - done) * s.tps / max(rate, 1e-9))  # fmt: skip
 
@@ -333,13 +337,8 @@ def _save_final(s: _State) -> None:
     s.checkpoints.wait()
     finite.check_weights(s.accelerator, s.hf, s.run_dir, s.total_steps)
     full = full_state_dict(s.accelerator, s.lm)  # FSDP: gathered on every rank first
-    if s.main:
-        tmp = s.run_dir / ".final.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        s.hf.save_pretrained(tmp, safe_serialization=True, state_dict=full)
-        s.tokenizer.save_pretrained(tmp)
-        checkpoint.seal(tmp, "sealed\n")  # as a checkpoint is: loaders verify final/ against its manifest
-        atomic.replace_dir(tmp, s.run_dir / "final")
+    if s.main:  # through the folder held open: a move meanwhile is followed
+        checkpoint.write_final(s.home.anchor(), s.hf, s.tokenizer, full)
     s.accelerator.wait_for_everyone()
     trackers.finish(s.accelerator)
     s.accelerator.end_training()

@@ -13,8 +13,10 @@ are those ``accelerator.save_state`` and ``save_pretrained`` write, so old and n
 from __future__ import annotations
 
 import copy
+import errno
 import hashlib
 import json
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -119,22 +121,83 @@ def _seal(tmp: Path, final: Path, step: int, state: dict, keep: int) -> None:
     _prune(final.parent, keep)
 
 
+def _make_tmp(tmp: Path) -> None:
+    """A fresh ``.tmp-step-N`` in the run's ``checkpoints/``; the run folder itself is never made here (one moved
+    away meanwhile is not recreated: ``run_home.py``)."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(exist_ok=True)
+    (tmp / "state").mkdir(parents=True)
+
+
 def save(accelerator, lm, tokenizer, run_dir: Path, step: int, state: dict, keep: int) -> Path:
     """Save model (HF format), Accelerate state and trainer state for ``step``, synchronously. Collective call."""
     final, tmp = _paths(run_dir, step)
     if accelerator.is_main_process:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        _make_tmp(tmp)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp / "state"), safe_serialization=True)
-    full = full_state_dict(accelerator, lm)  # FSDP: gathered on every rank first
-    if accelerator.is_main_process:
-        hf = accelerator.unwrap_model(lm).hf_model
-        hf.save_pretrained(tmp / "model", safe_serialization=True, state_dict=full)
-        tokenizer.save_pretrained(tmp / "model")
-        _seal(tmp, final, step, state, keep)
+    try:
+        accelerator.save_state(str(tmp / "state"), safe_serialization=True)
+        full = full_state_dict(accelerator, lm)  # FSDP: gathered on every rank first
+        if accelerator.is_main_process:
+            hf = accelerator.unwrap_model(lm).hf_model
+            hf.save_pretrained(tmp / "model", safe_serialization=True, state_dict=full)
+            tokenizer.save_pretrained(tmp / "model")
+            _seal(tmp, final, step, state, keep)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)  # a half-written checkpoint would keep a full disk full
+        if full_disk := no_space(f"checkpoint {final}", final, _bytes(lm.state_dict()) * CHECKPOINT_COPIES, exc):
+            raise full_disk from exc
+        raise
     accelerator.wait_for_everyone()
     return final
+
+
+CHECKPOINT_COPIES = 4  # a checkpoint holds the weights about four times: model/, state/, the optimizer's two moments
+
+
+def _bytes(obj) -> int:
+    """Bytes of the tensors in ``obj`` (nested dicts and lists), what writing them takes on disk, about."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_bytes(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(_bytes(v) for v in obj)
+    return 0
+
+
+def no_space(what: str, where: Path, needed: int, exc: BaseException) -> CheckpointError | None:
+    """A write that failed for want of space (however the library wrapped it), as one line naming what was being
+    written, where, the bytes it needed and what the disk had; None for any other failure."""
+    from backend.core import faults
+
+    if faults.machine_fault(exc) not in faults.NO_SPACE:
+        return None
+    try:
+        free = f"{shutil.disk_usage(where.parent if where.parent.exists() else where.anchor).free:,} bytes free"
+    except OSError:
+        free = "free space unknown"
+    return CheckpointError(
+        f"writing {what} failed: {os.strerror(errno.ENOSPC)} (it needs about {needed:,} bytes; {free} there); its "
+        "partial files were removed"
+    )
+
+
+def write_final(run_dir: Path, hf, tokenizer, state_dict: dict) -> None:
+    """The run's ``final/``: written into ``.final.tmp``, sealed as a checkpoint is, renamed into place; a failed
+    write removes its temporary folder (on a full disk it would keep the disk full) and says what it needed."""
+    tmp = run_dir / ".final.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        hf.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
+        tokenizer.save_pretrained(tmp)
+        seal(tmp, "sealed\n")  # loaders verify final/ against its manifest
+        atomic.replace_dir(tmp, run_dir / "final")
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if full_disk := no_space(f"the final model {run_dir / 'final'}", run_dir, _bytes(state_dict), exc):
+            raise full_disk from exc
+        raise
 
 
 def _cpu_copy(obj, memo: dict):
@@ -160,9 +223,16 @@ class Checkpointer:
     optimizer state, which accelerate writes in its own formats) ``save`` writes synchronously as before.
     """
 
-    def __init__(self, accelerator, lm, optimizer, tokenizer, run_dir: Path, keep: int, log=print, background=None):
+    def __init__(self, accelerator, lm, optimizer, tokenizer, run_dir: Path, keep: int, log=print, background=None,
+                 describe=str):  # fmt: skip
+        """``describe``: a path in a message as the user knows it (``RunHome.real``: ``run_dir`` may be the folder
+        held open, ``/proc/self/fd/N``)."""
         self.accelerator, self.lm, self.optimizer, self.tokenizer = accelerator, lm, optimizer, tokenizer
-        self.run_dir, self.keep, self.log = Path(run_dir), keep, log
+        self.run_dir, self.keep, self.log, self.describe = Path(run_dir), keep, log, describe
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        for stale in (self.run_dir / "checkpoints").glob(".tmp-step-*"):  # a process that died mid-write left it
+            shutil.rmtree(stale, ignore_errors=True)  # never loadable, and on a full disk it kept the disk full
+        self._writing: tuple[Path, int] | None = None  # the checkpoint in flight and the bytes it holds
         self.background = BACKGROUND and accelerator.distributed_type != "FSDP" if background is None else background
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -176,8 +246,7 @@ class Checkpointer:
         acc = self.accelerator
         final, tmp = _paths(self.run_dir, step)
         if acc.is_main_process:
-            shutil.rmtree(tmp, ignore_errors=True)
-            (tmp / "state").mkdir(parents=True)
+            _make_tmp(tmp)
         acc.wait_for_everyone()
         # this rank's RNG states (and fp16 loss scale) as they are now, by accelerate's own writer: a few KB
         save_accelerator_state(str(tmp / "state"), [], [], [], [], acc.process_index, acc.step, acc.scaler)
@@ -192,6 +261,7 @@ class Checkpointer:
             self._thread = threading.Thread(
                 target=self._write, args=(tmp, final, step, copy.deepcopy(state), snapshot), name=f"checkpoint-{step}"
             )
+            self._writing = (final, _bytes(snapshot))
         acc.wait_for_everyone()  # every rank's RNG file is in the folder before it is sealed
         if self._thread is not None:
             self._thread.start()
@@ -209,6 +279,7 @@ class Checkpointer:
             self.tokenizer.save_pretrained(tmp / "model")
             _seal(tmp, final, step, state, self.keep)
         except BaseException as exc:  # raised in the training thread by the next save / wait
+            shutil.rmtree(tmp, ignore_errors=True)  # a half-written checkpoint would keep a full disk full
             self._error = exc
 
     def wait(self) -> None:
@@ -218,7 +289,10 @@ class Checkpointer:
             self._thread = None
         if self._error is not None:
             exc, self._error = self._error, None
-            raise CheckpointError(f"writing a checkpoint failed: {type(exc).__name__}: {exc}") from exc
+            final, needed = self._writing or (self.run_dir / "checkpoints", 0)
+            if full_disk := no_space(f"checkpoint {final}", final, needed, exc):
+                raise CheckpointError(self.describe(str(full_disk))) from exc
+            raise CheckpointError(self.describe(f"writing a checkpoint failed: {type(exc).__name__}: {exc}")) from exc
 
     def __enter__(self) -> Checkpointer:
         return self

@@ -17,13 +17,13 @@ model is named where it is typed. A name that resolves to nothing is refused wit
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import backend.presets as presets
 from backend.core.errors import ModelSpecError
+from backend.core.names import close_names  # noqa: F401 (the app imports it here)
 from backend.core.paths import BUNDLED_MODELS_DIR, DEFAULT_MODEL, is_plain_name, runs_dir, sweeps_dir
 from backend.engine import hub_cache, model_files
 
@@ -133,10 +133,10 @@ def _hub(spec: str) -> ModelRef:
     if hub_cache.snapshot_of(spec) is not None:
         snap = hub_cache.check_snapshot(spec)
         return ModelRef("hub", spec, spec, str(snap) if snap else None)
-    if "/" not in spec:  # the hub names models org/name; a bare word is a local name mistyped, online or not
+    if "/" not in spec:  # the hub names models org/name; a bare word is a run (renamed, moved?) or a name mistyped
         raise ModelSpecError(
-            f"model '{spec}': not a bundled model, a run, a folder or a cached model{_close(spec, candidates())} "
-            "(a hub id names its organisation, e.g. answerdotai/ModernBERT-base)"
+            f"model '{spec}': no run named {spec} in {runs_dir()}, and no bundled, local or cached model of that "
+            f"name (a hub id names its organisation, e.g. answerdotai/ModernBERT-base){_close(spec, _runs_first())}"
         )
     if hub_cache.offline():
         raise ModelSpecError(hub_cache.not_available(spec) + _close(spec, candidates()))
@@ -216,13 +216,11 @@ def candidates() -> list[str]:
     return [*bundled_models(), *runs, *swept, *cached]
 
 
-def close_names(spec: str, names: list[str], n: int = 4) -> list[str]:
-    """The names ``spec`` is close to (difflib), the closest first; a name that contains it or that it contains
-    counts too (``detour`` -> ``class-demo-detour``)."""
-    near = difflib.get_close_matches(spec, names, n=n, cutoff=0.6)
-    low = spec.lower()
-    near += [c for c in names if c not in near and low and (low in c.lower() or c.lower() in low)]
-    return near[:n]
+def _runs_first() -> list[str]:
+    """``candidates`` with the runs first: a bare name that is no run is most often a run renamed."""
+    from backend.engine.rundir import list_runs
+
+    return list(dict.fromkeys([*(r.name for r in list_runs(runs_dir())), *candidates()]))
 
 
 def _close(spec: str, names: list[str]) -> str:

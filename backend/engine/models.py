@@ -44,16 +44,28 @@ def _hub_guard(source: ModelRef, exc: Exception) -> ModelSpecError:
     )
 
 
+# what a malformed local tokenizer.json raises inside transformers and tokenizers: '{}' a KeyError ('added_tokens'),
+# a 3,000-deep nesting a RecursionError, a string where a list belongs an AttributeError, and the tokenizers
+# library's own parse errors a bare Exception ("data did not match any variant of untagged enum ModelUntagged")
+MALFORMED_FILE = (Exception, RecursionError)
+
+
 @contextlib.contextmanager
-def _loading(source: ModelRef, problem: str):
+def _loading(source: ModelRef, problem: str, malformed: tuple[type[BaseException], ...] = ()):
     """transformers' OSError/ValueError as one ModelSpecError: for a hub id the offline hint, else ``problem``
-    (what was wrong with the local files) and the original message."""
+    (what was wrong with the local files) and the original message. ``malformed``: what a damaged local file makes
+    the library raise besides (a local file's content is the user's to fix, not a bug of ours)."""
     try:
         yield
     except (OSError, ValueError) as exc:
         if source.kind == "hub":
             raise _hub_guard(source, exc) from exc
         raise ModelSpecError(f"model '{source.spec}': {problem} ({exc})") from exc
+    except malformed as exc:
+        if source.kind == "hub" and source.snapshot is None:
+            raise
+        what = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        raise ModelSpecError(f"model '{source.spec}': {problem}: a file there is malformed ({what})") from exc
 
 
 def load_config(source: ModelRef, trust_remote_code: bool = False):
@@ -77,8 +89,31 @@ def load_tokenizer(source: ModelRef | str, trust_remote_code: bool = False):
     from backend.engine.token_words import complete_decoder
 
     source = resolve_tokenizer(source)
-    with _loading(source, f"no usable tokenizer in {source.folder}"):
+    if source.local:
+        check_tokenizer_json(Path(source.folder), source.spec)
+    with _loading(source, f"no usable tokenizer in {source.folder}", MALFORMED_FILE):
         return complete_decoder(AutoTokenizer.from_pretrained(source.folder, trust_remote_code=trust_remote_code))
+
+
+def check_tokenizer_json(folder: Path, spec: str) -> None:
+    """A tokenizer.json that is not the tokenizers library's file, named before transformers reads it: not JSON,
+    nested past what a parser follows, or without the ``model`` and ``added_tokens`` every such file has."""
+    import json
+
+    p = folder / "tokenizer.json"
+    if not p.is_file():
+        return
+    try:
+        d = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        why = "nested too deep to read" if isinstance(exc, RecursionError) else f"not JSON ({exc})"
+        raise ModelSpecError(f"model '{spec}': {p} is {why}; restore the tokenizer's files") from None
+    missing = [k for k in ("model", "added_tokens") if not isinstance(d, dict) or k not in d]
+    if missing:
+        raise ModelSpecError(
+            f"model '{spec}': {p} is not a tokenizer file (no {' and no '.join(repr(k) for k in missing)}); "
+            "restore the tokenizer's files"
+        )
 
 
 def _load(

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from backend.core import atomic, process, strict_yaml
 from backend.core.errors import ConfigError, DetourError
-from backend.core.paths import RUNS_ENV, OutsideRoot, read_text_confined, runs_dir, tail_text
+from backend.core.names import close_names
+from backend.core.paths import RUNS_ENV, OutsideRoot, is_plain_name, read_text_confined, runs_dir, tail_text
 from backend.core.process import pid_alive  # noqa: F401 (callers and tests read it here)
 from backend.engine.config import with_defaults
 
@@ -95,7 +96,10 @@ def read_status(run_dir: str | Path) -> dict:
 def write_status(run_dir: str | Path, **fields) -> dict:
     """Merge ``fields`` into status.json (atomic) and stamp ``updated_at``. A pid field (``PID_FIELDS``) this process
     writes as its own gets its identity recorded beside it; any other pid gets one only when the caller passes
-    ``<field>_identity`` (the worker, for the trainer it just started), else none: it proves nothing."""
+    ``<field>_identity`` (the worker, for the trainer it just started), else none: it proves nothing. A run folder
+    that is gone (moved or deleted meanwhile) is ``NoSuchRun``, never recreated."""
+    if not Path(run_dir).is_dir():
+        raise no_run(Path(run_dir).name, Path(run_dir).parent)
     st = read_status(run_dir)
     if st.get("state") == "unknown":
         st = {}
@@ -105,7 +109,7 @@ def write_status(run_dir: str | Path, **fields) -> dict:
             fields[f"{field}_identity"] = process.identity() if own else None
     st.update(fields)
     st["updated_at"] = now()
-    atomic.write_json(Path(run_dir) / "status.json", st)
+    atomic.write_json(Path(run_dir) / "status.json", st, make_parents=False)
     return st
 
 
@@ -148,16 +152,45 @@ class RunInfo:
         return st
 
 
-def root_problem(root: str | Path | None = None) -> str | None:
+def root_problem(root: str | Path | None = None, flag: str | None = None) -> str | None:
     """Why no run can be listed under ``root`` although it exists (a file where the runs folder belongs), or None:
-    the app says this line instead of an empty Runs table."""
+    the app says this line instead of an empty Runs table. ``flag``: the option that named ``root`` (else the
+    environment variable did)."""
     root = Path(root) if root else runs_dir()
     if root.exists() and not root.is_dir():
+        fix = f"give {flag} a folder" if flag else f"point {RUNS_ENV} at a folder"
         return (
             f"the runs folder {root} is a file, not a folder: no run can be listed or written there; move the file "
-            f"away or point {RUNS_ENV} at a folder"
+            f"away or {fix}"
         )
     return None
+
+
+class NoSuchRun(DetourError):
+    """A run asked for by its name or folder that is not there (never made, renamed, moved or deleted)."""
+
+
+def no_run(name: str, root: str | Path | None = None) -> NoSuchRun:
+    """The refusal "no run named NAME in ROOT", with the runs of ``root`` whose names are close (a renamed one)."""
+    root = Path(root) if root else runs_dir()
+    near = close_names(name, [r.name for r in list_runs(root)])
+    return NoSuchRun(f"no run named {name} in {root}" + (f"; did you mean: {', '.join(near)}?" if near else ""))
+
+
+def find_run(spec: str | Path, root: str | Path | None = None) -> Path:
+    """The run folder ``spec`` names: a folder holding a config.yaml, given as a path or as a name under ``root``
+    (default: the runs folder); else ``NoSuchRun`` naming the close ones."""
+    p = Path(spec).expanduser()
+    if (p / "config.yaml").is_file():
+        return p
+    root = Path(root) if root else runs_dir()
+    if is_plain_name(str(spec)) and (root / str(spec) / "config.yaml").is_file():
+        return root / str(spec)
+    if p.parent == Path("."):
+        raise no_run(str(spec), root)
+    if p.parent.is_dir():  # a path: the runs beside it are the close ones
+        raise no_run(p.name, p.parent)
+    raise NoSuchRun(f"no run at {p}: the folder {p.parent} does not exist")
 
 
 def list_runs(root: str | Path | None = None) -> list[RunInfo]:

@@ -33,6 +33,9 @@ def merge_previous(results: dict, out_dir: Path) -> list[str]:
         raise ConfigError("out", str(out_dir), f"its results.json is unreadable ({type(exc).__name__}); {fix}") from exc
     if not isinstance(old, dict) or not isinstance(old.get("models"), list):
         raise ConfigError("out", str(out_dir), f"its results.json is not an evaluation's results; {fix}")
+    for i, e in enumerate(old["models"]):  # a model without its label was a KeyError below
+        if not isinstance(e, dict) or not isinstance(e.get("label"), str) or not e["label"]:
+            raise ConfigError("out", str(out_dir), f"its results.json lists model {i} without a label; {fix}")
     new_labels = {e["label"] for e in results["models"]}
     by_label = {e["label"]: e for e in results["models"]}
     for e in old["models"]:  # a label already here names one model: another model may not take it over

@@ -17,8 +17,13 @@ class ResultsFileError(DetourError):
     pass
 
 
-def read_results(path: str | Path) -> dict:
-    """The evaluation results in ``path`` (a results.json, or the evaluation folder holding one), checked."""
+SHAPE = {"task": str, "hparams": dict, "models": list}  # what the doctor and the panels index
+SCORES = {"primary_metric": str, "models": list}  # what a report of scores indexes (a suite's, a sweep's)
+
+
+def read_results(path: str | Path, shape: dict[str, type] = SHAPE) -> dict:
+    """The evaluation results in ``path`` (a results.json, or the evaluation folder holding one), checked: the top
+    keys of ``shape`` (``SCORES`` for a reader of scores only) and every model's label and runs."""
     path = Path(path)
     if path.is_dir():
         path = path / NAME
@@ -26,7 +31,6 @@ def read_results(path: str | Path) -> dict:
     # must not send the user back into that folder, or the two answers loop
     fix = "evaluate into another --out folder, or move this file away to reuse the folder"
     res = read_json_object(path, ResultsFileError, "an evaluation's results", fix, fix_when_unreadable=False)
-    shape = {"task": str, "hparams": dict, "models": list}
     bad = [k for k, t in shape.items() if not isinstance(res.get(k), t)]
     if bad:
         raise ResultsFileError(f"{path}: not an evaluation's results: {', '.join(bad)} missing or wrong; {fix}")
@@ -37,4 +41,6 @@ def read_results(path: str | Path) -> dict:
             or not all(isinstance(r, dict) for r in m["runs"])
         ):
             raise ResultsFileError(f"{path}: model {i} is not an evaluated model (no list of runs); {fix}")
+        if not isinstance(m.get("label"), str) or not m["label"]:  # every reader names a model by it
+            raise ResultsFileError(f"{path}: model {i} has no label (the name its scores go by); {fix}")
     return res

@@ -43,19 +43,25 @@ def safe_label(label: str) -> str:
     return s[:100] or "model"
 
 
+MAX_SEED = 2**32 - 1  # what every seeded generator a fine-tune sets takes (numpy's is the narrowest)
+
+
 def normalize_seeds(seeds) -> list[int]:
+    """A count (``5`` -> 0..4) or a list of distinct whole seeds in [0, 2**32 - 1], checked here once: 1.5 was
+    read as 1, and 4294967296 or -1 passed and then failed in every fine-tune."""
     if isinstance(seeds, bool):
         raise ConfigError("seeds", seeds, "give a count (e.g. 5) or a list of integers")
     if isinstance(seeds, int):
-        if seeds < 1:
-            raise ConfigError("seeds", seeds, "give a count >= 1")
+        if not 1 <= seeds <= 10_000:
+            raise ConfigError("seeds", seeds, "give a count from 1 to 10,000")
         return list(range(seeds))
-    try:
-        out = [int(s) for s in seeds]
-    except (TypeError, ValueError):
-        raise ConfigError("seeds", seeds, "give a count (e.g. 5) or a list of integers") from None
+    if not isinstance(seeds, list | tuple) or not all(type(s) is int for s in seeds):
+        raise ConfigError("seeds", seeds, "give a count (e.g. 5) or a list of whole numbers (e.g. [0, 1, 2])")
+    out = list(seeds)
     if not out or len(set(out)) != len(out):
         raise ConfigError("seeds", seeds, "give a non-empty list of distinct integers")
+    if bad := [s for s in out if not 0 <= s <= MAX_SEED]:
+        raise ConfigError("seeds", seeds, f"each seed from 0 to {MAX_SEED:,} (got {bad[0]:,})")
     return out
 
 
@@ -135,6 +141,7 @@ def evaluate_models(
     precision: str = "auto",
     report_to: list[str] | str | None = None,
     card_runs: bool = True,
+    part_of: str | Path | None = None,
     **hparams,
 ) -> dict:
     """Fine-tune every model with every seed on ``task`` and compare them. Returns the results dict (also written
@@ -145,13 +152,14 @@ def evaluate_models(
     ``precision: {requested, resolved, why}`` in results.json and every metrics.json. ``report_to``:
     experiment trackers (``logging.report_to``'s names) that get each seed's scores and the summary. When it
     finishes, the model cards get its results (``model_cards.record_evaluation``): each kept fine-tuned model's,
-    and, with ``card_runs`` (a suite records its own), each measured run's ``final/README.md``.
+    and, with ``card_runs`` (a suite records its own), each measured run's ``final/README.md``. ``part_of``: the
+    artifact (a suite, a sweep, a study) whose part ``out_dir`` is (``catalogue.check_out_folder``).
 
     ``progress(event)`` gets dicts with ``event`` (start | step | epoch | run_done | run_failed | run_resumed |
     done), ``model``, ``seed``, ``run`` (1-based) / ``runs``, ``fraction`` (0-1 overall), ``elapsed_s``,
     ``eta_s`` and a one-line ``message``; without a callback the messages are printed.
     """
-    check_output_dir(out_dir)  # a folder of something else: refused before any model or data is read
+    check_output_dir(out_dir, part_of=part_of)  # a folder of something else: refused before anything is read
     labels, dirs, seeds, hp, sources = _check_inputs(task, models, labels, data, seeds, hparams)
     lr_why = hp.pop("lr_why")
     prec = resolve_eval_precision(precision)
@@ -166,7 +174,7 @@ def evaluate_models(
         tags_column=tags_column,
     )
     data_obj = _subsample_data(data_obj, hp["max_train_examples"], hp["max_eval_examples"])
-    out_dir = _output_dir(out_dir)
+    out_dir = _output_dir(out_dir, part_of=part_of)
     identities = [model_identity(s) for s in sources]  # what each label measures: path + weights sha256
     results = _new_results(task, data_obj, seeds, hp, out_dir, labels, sources, dirs, identities)
     results["precision"] = prec
@@ -225,7 +233,6 @@ def resolve_eval_precision(requested: str) -> dict:
 
 def _check_inputs(task: str, models, labels, data, seeds, hparams: dict) -> tuple:
     """Every argument checked before any data or model is read: (labels, folder names, seeds, hparams, sources)."""
-    from backend.engine.model_ref import resolve_model
 
     if task not in TASKS:
         raise ConfigError("task", task, f"use one of: {', '.join(TASKS)}")
@@ -238,13 +245,23 @@ def _check_inputs(task: str, models, labels, data, seeds, hparams: dict) -> tupl
     hp = resolve_hparams(task, **hparams)
     if task == "classification" and not data:
         raise ConfigError("data", data, "classification needs --data: a folder with train/dev/test CSV/JSONL/parquet")
-    sources = [resolve_model(m) for m in models]  # every kind of name, one resolver; refused here with candidates
-    if not labels:  # named as resolved: a picker's label (org/name (cached, ...)) never names a result
-        labels, dirs = _checked_labels([s.spec for s in sources], len(models))
+    labels, dirs, sources = check_models(models, labels)
     hp["lr_why"] = "given"
     if hparams.get("lr") is None:  # the paper's 5e-5 leaves a small model predicting nothing: by size, and why
         hp["lr"], hp["lr_why"] = sanity.default_lr([model_config_of_source(s) for s in sources])
     return labels, dirs, seeds, hp, sources
+
+
+def check_models(models: list[str], labels: list[str] | None) -> tuple[list[str], list[str], list]:
+    """(labels, folder names, sources) of the models an evaluation compares, each name resolved and every label
+    distinct: what ``evaluate`` refuses before any work, and what its ``--plan`` checks too (a plan named a model
+    that does not exist, or one model twice, and priced it)."""
+    from backend.engine.model_ref import resolve_model
+
+    sources = [resolve_model(m) for m in models]  # every kind of name, one resolver; refused here with candidates
+    # named as resolved when no labels are given: a picker's label (org/name (cached, ...)) never names a result
+    labels, dirs = _checked_labels(list(labels) if labels else [s.spec for s in sources], len(models))
+    return labels, dirs, sources
 
 
 def _checked_labels(labels: list[str], n: int) -> tuple[list[str], list[str]]:
@@ -269,7 +286,9 @@ def model_config_of_source(source):
         return None
 
 
-def _output_dir(out_dir: str | Path | None, kind: str = "evaluation", name: str | None = None) -> Path:
+def _output_dir(
+    out_dir: str | Path | None, kind: str = "evaluation", name: str | None = None, part_of: str | Path | None = None
+) -> Path:
     """``out_dir`` (resolved: the resume key), or a fresh ``evals/<timestamp>`` folder, claimed for ``kind``
     (``catalogue.claim_folder``): a folder that holds anything but an evaluation (or, for a suite, the same suite)
     is refused before any work."""
@@ -285,10 +304,12 @@ def _output_dir(out_dir: str | Path | None, kind: str = "evaluation", name: str 
         out, i = stamp, 2
         while out.exists():  # two evaluations started in the same second
             out, i = stamp.with_name(f"{stamp.name}-{i}"), i + 1
-    return claim_folder(out, kind, name).resolve()
+    return claim_folder(out, kind, name, part_of=part_of).resolve()
 
 
-def check_output_dir(out_dir: str | Path | None, kind: str = "evaluation", name: str | None = None) -> None:
+def check_output_dir(
+    out_dir: str | Path | None, kind: str = "evaluation", name: str | None = None, part_of: str | Path | None = None
+) -> None:
     """Refuse an ``--out`` that ``_output_dir`` would refuse, writing nothing: called before any data or model
     is read."""
     from backend.core.catalogue import check_out_folder
@@ -297,7 +318,7 @@ def check_output_dir(out_dir: str | Path | None, kind: str = "evaluation", name:
         raw = Path(out_dir).expanduser()
         if raw.exists() and not raw.is_dir() and not raw.is_symlink():
             raise ConfigError("out", str(out_dir), "is a file; give a folder (new, or one an evaluation wrote)")
-        check_out_folder(raw, kind, name)
+        check_out_folder(raw, kind, name, part_of=part_of)
 
 
 def _new_results(task, data_obj, seeds, hp, out_dir: Path, labels, sources, dirs, identities) -> dict:

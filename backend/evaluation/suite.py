@@ -53,6 +53,18 @@ def list_suites() -> list[Path]:
     return sorted(SUITES_DIR.glob("*.yaml")) if SUITES_DIR.exists() else []
 
 
+def find_suite(path: str | Path) -> Path:
+    """A suite file as given, else a shipped one by its repository path or its name (``configs/suites/bio-ner.yaml``,
+    ``bio-ner.yaml``, ``bio-ner``): the default suite is found from any working directory."""
+    p = Path(path).expanduser()
+    if p.is_file() or p.is_absolute():
+        return p
+    for found in (REPO_ROOT / p, SUITES_DIR / p, SUITES_DIR / f"{p}.yaml"):
+        if found.is_file():
+            return found
+    return p
+
+
 def _where(path: Path, i: int | None = None, name: str | None = None) -> str:
     w = f"suite {path}"
     return w if i is None else f"{w}: tasks[{i}]" + (f" ({name})" if name else "")
@@ -82,7 +94,7 @@ def load_suite(path: str | Path) -> dict:
     every task's settings resolved (defaults, then the task's own). Raises SuiteError with one line."""
     from backend.evaluation.runner import normalize_seeds
 
-    path = Path(path).expanduser()
+    path = find_suite(path)
     if not path.is_file():
         raise SuiteError(f"suite {path}: no such file (shipped suites: {', '.join(p.name for p in list_suites())})")
     try:
@@ -107,7 +119,7 @@ def load_suite(path: str | Path) -> dict:
         name = t.get("name")
         where = _where(path, i, name if isinstance(name, str) else None)
         _check_keys(t, TASK_KEYS, where)
-        if not isinstance(name, str) or not NAME.match(name):
+        if not isinstance(name, str) or not NAME.fullmatch(name):  # match: '$' let "demo-ner\n" through
             raise SuiteError(f"{where}: 'name' must be a short folder name (letters, digits, . _ -), got {name!r}")
         if name in seen:
             raise SuiteError(f"{where}: task name '{name}' is used twice; names must be distinct")
@@ -181,26 +193,23 @@ def evaluate_suite(
     labels: list[str] | None = None,
     progress: Callable[[dict], None] | None = None,
     overrides: dict | None = None,
+    part_of: str | Path | None = None,
     **kwargs,
 ) -> dict:
     """Every task of ``suite`` with every model and seed (``runner.evaluate_models`` per task into
     ``OUT/tasks/<name>``), then the suite report (``OUT/suite.json|md|html``, figures). ``overrides``: settings
     that replace the suite's for every task (seeds, epochs, example caps, ... : quick checks). ``kwargs``:
     evaluate_models' other arguments (precision, keep_models, trust_remote_code, report_to). When it finishes, each
-    run it measured gets the suite's results in its model card (``model_cards.record_suite``)."""
+    run it measured gets the suite's results in its model card (``model_cards.record_suite``). ``part_of``: the
+    artifact (a sweep) whose part ``out_dir`` is; each task's evaluation is the suite's own part."""
     from backend.evaluation.model_cards import record_suite
     from backend.evaluation.runner import _output_dir, check_output_dir, evaluate_models
     from backend.evaluation.suite_report import write_suite_report
 
     spec = suite if isinstance(suite, dict) else load_suite(suite)
-    check_output_dir(out_dir, "suite", spec["name"])  # another suite's folder, or anything else: refused now
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    unknown = [k for k in overrides if k not in (*DEFAULT_KEYS, "metric")]
-    if unknown:
-        raise SuiteError(f"suite {spec['path']}: cannot override {', '.join(unknown)}")
-    if overrides:
-        spec = {**spec, "tasks": [_override(t, overrides, spec["path"]) for t in spec["tasks"]]}
-    out = _output_dir(out_dir, "suite", spec["name"])
+    check_output_dir(out_dir, "suite", spec["name"], part_of)  # another suite's, or anything else: refused now
+    spec = with_overrides(spec, overrides)
+    out = _output_dir(out_dir, "suite", spec["name"], part_of)
     meter = _SuiteProgress(spec, len(models), progress)
     for i, t in enumerate(spec["tasks"]):
         meter.task(i, t["name"])
@@ -213,6 +222,7 @@ def evaluate_suite(
             labels=labels,
             progress=meter,
             card_runs=False,  # the suite adds its own results to the runs' cards, task by task and pooled
+            part_of=out,
             **t["columns"],
             **kwargs,
             **t["settings"],
@@ -221,6 +231,18 @@ def evaluate_suite(
     for warning in record_suite(rep):
         print(f"warning: {warning}", flush=True)
     return rep
+
+
+def with_overrides(spec: dict, overrides: dict | None) -> dict:
+    """``spec`` with ``overrides`` (seeds, epochs, caps, ...) in place of every task's own, each task's settings
+    checked as a fine-tune reads them: an unknown key or a bad value is one SuiteError naming it."""
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    unknown = [k for k in overrides if k not in (*DEFAULT_KEYS, "metric")]
+    if unknown:
+        raise SuiteError(f"suite {spec['path']}: cannot override {', '.join(unknown)}")
+    if not overrides:
+        return spec
+    return {**spec, "tasks": [_override(t, overrides, spec["path"]) for t in spec["tasks"]]}
 
 
 def _override(t: dict, overrides: dict, path: str) -> dict:

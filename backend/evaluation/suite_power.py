@@ -17,13 +17,12 @@ SETTINGS = ("epochs", "lr", "batch_size", "max_len", "weight_decay", "warmup_rat
 
 def planned_tasks(suite: dict, overrides: dict) -> list[dict]:
     """Per task of a loaded suite ``{name, task, data, settings, seeds}`` with ``overrides`` (evaluate's flags)."""
+    from backend.evaluation.suite import with_overrides
+
     out = []
-    for t in suite["tasks"]:
-        hp = {**t["hparams"], **{k: v for k, v in overrides.items() if v is not None and k != "seeds"}}
-        seeds = overrides.get("seeds") or t["seeds"]
-        n = len(seeds) if isinstance(seeds, list) else int(seeds)
-        out.append({"name": t["name"], "task": t["task"], "data": t["data"], "seeds": n,
-                    "settings": {k: hp.get(k) for k in SETTINGS}})  # fmt: skip
+    for t in with_overrides(suite, overrides)["tasks"]:  # checked as the run checks them (--seeds -2 was planned)
+        out.append({"name": t["name"], "task": t["task"], "data": t["data"], "seeds": len(t["seeds"]),
+                    "settings": {k: t["hparams"].get(k) for k in SETTINGS}})  # fmt: skip
     return out
 
 

@@ -11,7 +11,6 @@ suite.md, suite.html and figures/deltas-N.html|png, leaderboard.html|png; every 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from backend.core import atomic
@@ -24,11 +23,14 @@ from backend.reporting import figure_style  # noqa: F401  (the lab's template: p
 
 
 def _task_results(out: Path, spec: dict) -> dict[str, dict]:
+    """Each task's results, read by the one checking reader: a torn or foreign results.json is one line naming it."""
+    from backend.evaluation.results_file import SCORES, read_results
+
     found = {}
     for t in spec["tasks"]:
         p = out / "tasks" / t["name"] / "results.json"
-        if p.exists():
-            found[t["name"]] = json.loads(p.read_text(encoding="utf-8"))
+        if p.exists() or p.is_symlink():
+            found[t["name"]] = read_results(p, SCORES)
     return found
 
 
@@ -68,6 +70,13 @@ def on_scale(board: dict) -> dict:
     for m in board["models"]:
         m["ci95"], m["ci95_clipped"] = clip_to_scale(m["ci95"])
     return board
+
+
+def seed_list(seeds: list[int] | None) -> str:
+    """Seeds said as seeds and none as none: '0' read as 'none' in one column and 'seed 0' in the next."""
+    if not seeds:
+        return "none"
+    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))
 
 
 def constant_models(results: dict[str, dict]) -> dict[str, set[str]]:
@@ -188,20 +197,19 @@ def render_markdown(rep: dict) -> str:
     if rep.get("leaderboard"):
         lines += leaderboard_md(rep["leaderboard"])
     lines += ["", "## Per model and task: 95% CI over seeds and fine-tuning stability", ""]
-    lines += ["| Model | Task | n | Mean | 95% CI (t) | sd | range | failed | diverged | constant answer |",
-              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += ["| Model | Task | n | Mean | 95% CI (t) | sd | range | seeds failed | seeds diverged | seeds with one "
+              "constant answer |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for m in rep["models"]:
         for n in tasks:
             c = rep["cells"].get(f"{m['label']}|{n}")
             if not c:
                 continue
             st = c.get("stability") or {}
-            seeds = lambda xs: ", ".join(map(str, xs)) if xs else "0"  # noqa: E731
             lines.append(
                 f"| {m['label']} | {n} | {c['n']} | {_f(c['mean'])} | {_ci_plain(c['ci95'])}{CLIP_MARK * clipped(c)} | "
                 f"{_f(st['sd'])} | "
-                f"{_ci_plain(st['range'], 1)} | {seeds(st['failed'])} | {seeds(st['diverged'])} | "
-                f"{seeds(st['constant'])} |"
+                f"{_ci_plain(st['range'], 1)} | {seed_list(st['failed'])} | {seed_list(st['diverged'])} | "
+                f"{seed_list(st['constant'])} |"
             )
     if any(clipped(c) for c in rep["cells"].values()):
         lines += ["", CLIP_NOTE]
@@ -325,7 +333,7 @@ def delta_figure(c: dict):
 
 def write_suite_report(out: str | Path, spec: dict, png: bool = True) -> dict:
     """suite.json, suite.md, suite.html and figures/deltas-<n>.html|png; returns the report dict."""
-    from backend.reporting.figure_files import export_pngs
+    from backend.reporting.figure_files import export_pngs, write_html
     from backend.reporting.html_page import md_to_html
 
     out = Path(out)
@@ -338,8 +346,7 @@ def write_suite_report(out: str | Path, spec: dict, png: bool = True) -> dict:
     rep["figures"] = {"html": [], "png": [], "png_error": None}
     for k, f in figs.items():
         p = fig_dir / f"{k}.html"
-        f.write_html(str(p), include_plotlyjs=True)
-        rep["figures"]["html"].append(str(p))
+        rep["figures"]["html"].append(str(write_html(f, p)))
     if png and figs:
         rep["figures"]["png"], rep["figures"]["png_error"] = export_pngs(figs, fig_dir)
     md = render_markdown(rep)

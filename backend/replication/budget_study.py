@@ -88,11 +88,13 @@ def resolve_budget_study(
     t = s["train"]
     per_step = t["batch_size"] * t["seq_len"]
     # the decay phase (decay_fraction of the budget) must hold one optimizer step too
-    s["budgets"] = check_budgets(budgets or s["budgets"], math.ceil(per_step / min(1.0, t["decay_fraction"] or 1.0)))
+    s["budgets"] = check_budgets(budgets or s["budgets"], math.ceil(per_step / min(1.0, t["decay_fraction"] or 1.0)),
+                                 "--budgets" if budgets else "budgets")  # fmt: skip
     if seeds is not None:
         s["seeds"] = seeds
     if isinstance(s["seeds"], bool) or not isinstance(s["seeds"], int) or s["seeds"] < 1:
-        raise ConfigError("--seeds", s["seeds"], "a whole number of pretraining seeds, at least 1 (3 by default)")
+        raise ConfigError("--pretrain-seeds" if seeds is not None else "seeds", s["seeds"],
+                          "a whole number of pretraining seeds, at least 1 (3 by default)")  # fmt: skip
     if finetune_seeds is not None:
         s["finetune"]["seeds"] = finetune_seeds
     if drop_weights is not None:
@@ -182,6 +184,7 @@ def manifest(s: dict, executor: str = "queue") -> dict:
         executor=executor,
         max_concurrent=s["max_concurrent"],
         arms=arms,
+        max_runs=None,  # the study's size is its plan's (replicate --plan says it)
     )
 
 
@@ -306,7 +309,7 @@ def _run_study(s: dict, out: Path, executor: str, command: list[str] | None, run
     m = manifest(s, executor)
     n = sum(len(c["runs"]) for c in m["cells"])
     run.stage("train", f"{n} runs on the sweep in {out / 'sweep'}")
-    sweep.launch(m, out / "sweep")
+    sweep.launch(m, out / "sweep", part_of=out)
     sweep.wait(out / "sweep", progress=lambda st: run.log(f"   sweep: {sweep._counts_line(st['counts'])}"))
     run.check(out / "sweep")
     t_train = time.time() - t0

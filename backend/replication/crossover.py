@@ -121,11 +121,10 @@ def write_figure(fig, out_dir: Path, stem: str, png: bool = True) -> dict:
     """``<stem>.html`` (standalone, offline), ``<stem>.json`` (the app's Reports tab draws it) and ``<stem>.png``
     where kaleido finds a Chromium."""
     from backend.core import atomic
-    from backend.reporting.figure_files import export_pngs
+    from backend.reporting.figure_files import export_pngs, write_html
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    html = out_dir / f"{stem}.html"
-    fig.write_html(str(html), include_plotlyjs=True)
+    html = write_html(fig, out_dir / f"{stem}.html")
     atomic.write_text(out_dir / f"{stem}.json", fig.to_json())
     files, err = export_pngs({stem: fig}, out_dir) if png else ([], None)
     return {"html": str(html), "png": files, "png_error": err}

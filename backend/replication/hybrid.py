@@ -130,17 +130,11 @@ def resolve_hybrid(
     for item in overrides:
         apply_override(s, *parse_override(item), scope="preset")
     s["corpus"] = str(resolve_data(corpus or s["corpus"], "corpus", "--corpus"))
-    if seeds:
-        s["seeds"] = int(seeds)
-    if budgets:
-        from backend.replication.inputs import check_budgets
-
-        s["budgets"] = check_budgets(budgets, s["train"]["batch_size"] * s["train"]["seq_len"])
+    if seeds is not None:  # 0 was skipped silently (and a negative count planned negative tokens)
+        s["seeds"] = seeds
     s.setdefault("shares", list(SHARES))
-    if 0.0 not in s["shares"] or any(not 0.0 <= x <= 1.0 for x in s["shares"]):
-        raise ReplicationError(f"shares {s['shares']}: CLM shares between 0 and 1, with 0.0 (pure MLM, the reference)")
-    s["shares"] = sorted(float(x) for x in s["shares"])
     s.setdefault("cpt", True)
+    check_hybrid(s, "--budgets" if budgets else "budgets", budgets)
     from backend.evaluation.suite import load_suite
     from backend.replication.budget_study import SUITE
 
@@ -148,7 +142,37 @@ def resolve_hybrid(
     if drop_weights is not None:
         s["drop_weights"] = bool(drop_weights)
     s.setdefault("drop_weights", False)
+    from backend.sweeps.sweep import _evaluation as check_evaluation
+
+    check_evaluation(_evaluation(s))  # eval.* as the sweeps will read them: a bad or misspelt setting refused now
     return s
+
+
+def check_hybrid(s: dict, flag: str, budgets: list | None) -> None:
+    """Every value a flag or a ``--set`` gave the study, checked as the runs will read it, before a plan is printed
+    or anything queued: the budgets as ``--budgets`` are (whole, distinct, one step at least), the CLM shares (numbers
+    in [0, 1], each once, 0.0 among them), whole seed and slot counts >= 1, cpt a yes or no; then the run settings
+    as a run's config reads them."""
+    from backend.engine.config import load_config
+    from backend.replication.inputs import check_budgets
+
+    t = s["train"]
+    per_step = t["batch_size"] * t["seq_len"] if all(type(t.get(k)) is int for k in ("batch_size", "seq_len")) else 1
+    s["budgets"] = check_budgets(budgets or s["budgets"], per_step, flag, "one optimizer step")
+    shares = s["shares"]
+    numbers = isinstance(shares, list) and all(isinstance(x, int | float) and not isinstance(x, bool) for x in shares)
+    if not numbers or 0.0 not in shares or any(not 0.0 <= x <= 1.0 for x in shares) or len(set(shares)) < len(shares):
+        raise ReplicationError(f"shares {shares!r}: a list of CLM shares between 0 and 1, each once, with 0.0 (pure "
+                               "MLM, the reference), e.g. --set shares=[0.0,0.5,1.0]")  # fmt: skip
+    s["shares"] = sorted(float(x) for x in shares)
+    e = s.get("eval") if isinstance(s.get("eval"), dict) else {}
+    for what, v in (("seeds (--pretrain-seeds)", s.get("seeds")), ("max_concurrent", s.get("max_concurrent")),
+                    ("eval.seeds (--seeds)", e.get("seeds", 1))):  # fmt: skip
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ReplicationError(f"{what} {v!r}: a whole number, at least 1")
+    if not isinstance(s["cpt"], bool):
+        raise ReplicationError(f"cpt {s['cpt']!r}: true or false (the 40% MLM continuation, or not)")
+    load_config(base_config(s))  # train.*, logging.*, arch: refused now, not per run
 
 
 _N_PARAMS: dict[str, int] = {}
@@ -246,6 +270,7 @@ def splits_manifest(s: dict) -> dict:
         reference="0.0",
         evaluation=_evaluation(s),
         max_concurrent=s["max_concurrent"],
+        max_runs=None,  # the study's size is its plan's (replicate --plan says it)
     )
 
 
@@ -277,6 +302,7 @@ def cpt_manifest(s: dict, out: Path, splits: dict) -> dict:
         name="cpt",
         evaluation=_evaluation(s),
         max_concurrent=s["max_concurrent"],
+        max_runs=None,  # the study's size is its plan's (replicate --plan says it)
     )
 
 
@@ -315,7 +341,7 @@ def _run_hybrid(s: dict, out: Path, command: list[str] | None, run) -> dict:
     t0, load0 = time.time(), load_now()
     t = run.stage("splits", f"train {len(s['shares'])} splits x {len(s['budgets'])} budgets x seeds")
     splits = splits_manifest(s)
-    sweep.launch(splits, out / "splits")
+    sweep.launch(splits, out / "splits", part_of=out)
     sweep.wait(out / "splits", progress=lambda st: run.log(f"   splits: {sweep._counts_line(st['counts'])}"))
     run.check(out / "splits")
     study_time.record_trained(n_params(s), study_time.device(), out / "splits", t)
@@ -323,7 +349,7 @@ def _run_hybrid(s: dict, out: Path, command: list[str] | None, run) -> dict:
     if s.get("cpt", True):
         t = run.stage("cpt", "continue pure CLM and pure MLM with MLM 40%")
         cpt = cpt_manifest(s, out, splits)
-        sweep.launch(cpt, out / "cpt")
+        sweep.launch(cpt, out / "cpt", part_of=out)
         sweep.wait(out / "cpt", progress=lambda st: run.log(f"   cpt: {sweep._counts_line(st['counts'])}"))
         run.check(out / "cpt")
         times["cpt_train_s"] = time.time() - t

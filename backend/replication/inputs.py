@@ -70,33 +70,60 @@ def check_cka(c: dict) -> None:
     check_n_texts(c.get("n_texts"), c["measure"], "mean", what="cka.n_texts")
 
 
-def check_budgets(budgets, least: int) -> list[int]:
-    """Sorted distinct whole token counts, each at least ``least`` (one optimizer step in the shortest phase)."""
+STEP_IN_DECAY = "one optimizer step in the decay phase, which trains decay_fraction of the budget"
+
+
+def check_budgets(budgets, least: int, flag: str = "--budgets", why: str = STEP_IN_DECAY) -> list[int]:
+    """Sorted distinct whole token counts, each at least ``least`` (one optimizer step in the shortest phase) and
+    at most the config's bound on a token count; ``flag`` is what the user typed them with."""
+    from backend.engine.schema import MAX_INT
+
+    if not isinstance(budgets, list | tuple) or not budgets:
+        raise ConfigError(flag, budgets, "a list of token counts, e.g. [16384, 32768]")
     out = []
     for b in budgets:
-        v = float(b) if isinstance(b, str) else b
-        if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v) or v < least:
-            raise ConfigError("--budgets", b, f"whole token counts of at least {least:,} (one optimizer step in the "
-                              "decay phase, which trains decay_fraction of the budget)")  # fmt: skip
+        v = _number(b)
+        if v is None or not math.isfinite(v) or v != int(v) or not least <= v <= MAX_INT:
+            raise ConfigError(flag, b, f"whole token counts from {least:,} ({why}) to {MAX_INT:,}")
         out.append(int(v))
     if len(set(out)) != len(out):
-        raise ConfigError("--budgets", budgets, "each budget once")
+        raise ConfigError(flag, budgets, "each budget once")
     return sorted(out)
+
+
+def _number(b) -> int | float | None:
+    """A token count as typed (an int kept exact, a float, or a string of either), or None."""
+    if isinstance(b, bool):
+        return None
+    if isinstance(b, int | float):
+        return b
+    if isinstance(b, str):
+        text = b.strip().replace("_", "")
+        try:
+            return int(text)  # exact: 9007199254740993 is not read as the float ...992
+        except ValueError:
+            pass
+        try:
+            return float(text)
+        except ValueError:
+            return None
+    return None
 
 
 def parse_budgets(text: list[str]) -> list[int]:
     """``['1e6', '1e7']`` or ``['1e6,1e7']`` -> ints; a clear error for anything else."""
+    from backend.engine.schema import MAX_INT
+
     out = []
     for part in ",".join(text).split(","):
         part = part.strip().replace("_", "")
         if not part:
             continue
-        try:
-            v = float(part)
-        except ValueError:
-            raise ConfigError("--budgets", part, "token counts such as 1e6 10000000 (or 1e6,1e7)") from None
-        if v != int(v) or v <= 0:
-            raise ConfigError("--budgets", part, "whole positive token counts")
+        v = _number(part)
+        if v is None:
+            raise ConfigError("--budgets", part, "token counts such as 1e6 10000000 (or 1e6,1e7)")
+        if not math.isfinite(v) or v != int(v) or not 0 < v <= MAX_INT:  # nan, inf and 1e400 were tracebacks
+            raise ConfigError("--budgets", part, f"whole positive token counts, at most {MAX_INT:,}")
         out.append(int(v))
     if not out:
         raise ConfigError("--budgets", text, "at least one token count")

@@ -30,8 +30,9 @@ PAPER_RATIO, PARTLY_RATIO = 5.0, 2.0
 
 
 def _read_results(sweep_dir: Path) -> dict[str, dict]:
-    d = sweep_dir / "results"
-    return {p.stem: json.loads(p.read_text()) for p in sorted(d.glob("*.json"))} if d.exists() else {}
+    from backend.sweeps.measure import read_results
+
+    return read_results(sweep_dir)  # each file checked: a torn one is one line naming it
 
 
 def _runs_by(manifest: dict) -> dict[tuple[str, int], dict[str, str]]:

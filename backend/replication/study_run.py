@@ -147,7 +147,10 @@ def stop(out: Path) -> list[str]:
     from backend.core.process import is_process
 
     out = Path(out)
-    st = atomic.read_json(out / STATUS) or {}
+    if not out.is_dir():  # was "not running (its state: none)" for a name that is no study at all
+        raise DetourError(f"no study in {out}: nothing to stop (a study's folder is under {out.parent})")
+    st = atomic.read_json(out / STATUS)
+    st = st if isinstance(st, dict) else {}  # a status.json that is a list or torn: nothing of it is read
     msgs = []
     live = st.get("state") == "running" and is_process(st.get("pid"), st.get("pid_identity"))
     pid = st.get("pid") if live else running_pid(out)  # else the lock holder: a study from before status.json

@@ -179,8 +179,8 @@ def submit(
 def cancel(run_dir: str | Path) -> str:
     """Stop a run: SIGTERM to its trainer (it checkpoints and writes ``cancelled``) -- only to a process proven to be
     it (the pid and the start time and boot recorded beside it), never to whoever holds that pid now -- or mark a
-    queued run cancelled. Returns a one-line message."""
-    run_dir = Path(run_dir)
+    queued run cancelled. Returns a one-line message. A run that is not there is "no run named R" (``NoSuchRun``)."""
+    run_dir = rundir.find_run(run_dir)
     st = rundir.read_status(run_dir)  # a 'running' whose process is not the recorded one reads 'failed' here
     state = st.get("state")
     field = "pid" if state == "running" else "launched_pid"
@@ -204,17 +204,25 @@ def cancel(run_dir: str | Path) -> str:
 
 
 def resume(run_dir: str | Path, root: str | Path | None = None, max_concurrent: int | None = None) -> str:
-    """Re-queue a cancelled or failed run; the worker passes ``--resume`` (the trainer restarts from the newest
-    complete checkpoint)."""
-    run_dir = Path(run_dir)
+    """Re-queue a cancelled or failed run; the worker passes ``--resume``. The message names the checkpoint the
+    trainer will start from: the newest of this folder that passes its check (``checkpoint.latest_good``; a damaged
+    newer one is skipped and said; every one damaged is refused here, before anything is queued)."""
+    from backend.engine.checkpoint import latest_good
+
+    run_dir = rundir.find_run(run_dir)
     info = rundir.RunInfo(run_dir.name, run_dir, rundir.read_status(run_dir))
     state = info.state
     if state not in ("cancelled", "failed"):
         raise JobError(f"{run_dir.name}: is {state}; only cancelled or failed runs can be resumed")
-    if not rundir.list_checkpoints(run_dir):
+    skipped: list[str] = []
+    found = latest_good(run_dir, log=skipped.append)
+    if found is None:
         note = " (no complete checkpoint yet: it starts from the beginning)"
     else:
-        note = f" from {rundir.list_checkpoints(run_dir)[-1].name}"
+        note = f" from {found[0].name} (step {found[1]['step']})"
+        if skipped:
+            first = skipped[0].removeprefix("warning: ")
+            note += f"; {len(skipped)} newer checkpoint(s) failed their check and are skipped ({first})"
     rundir.write_status(
         run_dir,
         state="queued",
@@ -321,7 +329,11 @@ def _finish_child(run_dir: Path, proc: subprocess.Popen) -> None:
     """After a trainer exits: a run still marked queued/running ended without saying so -> failed, or cancelled when
     a cancel was sent to it (one that came while it started killed it before its handler was set). A status that
     cannot be written (a full disk, a read-only folder) is one line in the worker's log, and the worker serves on:
-    readers already see a dead pid's ``running`` as failed."""
+    readers already see a dead pid's ``running`` as failed. A folder moved or deleted while it trained is left to
+    its trainer, which recorded its end where the folder went (``run_home.py``): nothing is written at the old name."""
+    if not run_dir.is_dir():
+        _log(f"{run_dir.name}: exit code {proc.returncode}; its folder was moved or deleted while it trained")
+        return
     st = rundir.read_status(run_dir)
     unfinished = st.get("state") in ("queued", "running") or (st.get("state") == "failed" and not st.get("finished_at"))
     if unfinished and st.get("cancel_requested"):  # cancelled before its trainer could say so (``cancel``)
@@ -345,7 +357,7 @@ def _write_status(run_dir: Path, **fields) -> None:
     """``rundir.write_status`` for the worker: a fault of the machine is one logged line, never the worker's end."""
     try:
         rundir.write_status(run_dir, **fields)
-    except OSError as exc:
+    except (OSError, DetourError) as exc:  # a full disk; a run folder moved away meanwhile
         _log(
             f"{run_dir.name}: could not record {fields.get('state') or 'its status'}: {faults.user_message(exc) or exc}"
         )
@@ -361,6 +373,8 @@ def run_worker(
     """Serve the queue of ``root`` until it is empty (returns 0 at once when another worker holds the lock).
     ``gpus``: pin each run to one of these GPU ids (one run per GPU); None or [] launches runs unpinned."""
     root = _root(root)
+    if problem := rundir.root_problem(root):  # mkdir raised FileExistsError, a traceback
+        raise JobError(problem)
     root.mkdir(parents=True, exist_ok=True)
     gpus = list(gpus or [])
     n = slots(default_max_concurrent() if max_concurrent is None else check_max_concurrent(max_concurrent), gpus)

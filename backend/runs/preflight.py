@@ -5,6 +5,8 @@ Cheap: reads config.json (not the weights) and enough of the corpus to know it f
 
 from __future__ import annotations
 
+import contextlib
+import json
 from pathlib import Path
 
 import torch
@@ -29,10 +31,38 @@ from backend.engine.precision import check_runs_here
 from backend.engine.tokenstore import cached_info
 from backend.engine.trackers import check_installed
 
+_ONCE: dict | None = None  # inside ``checks_once``: the expensive checks' answers by what they read
+
+
+@contextlib.contextmanager
+def checks_once():
+    """Within it, the checks that read files (the model's config and weights' seal, the tokenizer, the corpus
+    filling a batch, the held-out file apart from it) run once per distinct input: a sweep's 1,000 runs over one
+    model and corpus were checked 1,000 times (minutes). A failed check is not kept: each run is refused alike."""
+    global _ONCE
+    outer = _ONCE
+    _ONCE = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _ONCE = outer
+
+
+def _once(key: tuple, check):
+    if _ONCE is None:
+        return check()
+    if key not in _ONCE:
+        _ONCE[key] = check()
+    return _ONCE[key]
+
 
 def tokenizer_for(cfg: dict):
     m = cfg["model"]
     spec = m["tokenizer"] or m["name"]
+    return _once(("tokenizer", spec, m["tokenizer"], m["trust_remote_code"]), lambda: _tokenizer(spec, m))
+
+
+def _tokenizer(spec: str, m: dict):
     try:
         return load_tokenizer(resolve_tokenizer(spec), trust_remote_code=m["trust_remote_code"])
     except ModelSpecError as exc:
@@ -75,12 +105,10 @@ def check(cfg: dict, check_data: bool = True) -> dict:
     m = cfg["model"]
     check_installed(cfg["logging"]["report_to"])  # a missing tracker package fails here, before any run directory
     if m["name"] != "from_scratch":
-        source = resolve_model(m["name"])
-        mconf = load_config(source, m["trust_remote_code"])
+        source, mconf = _once(("model", m["name"], m["trust_remote_code"], check_data),
+                              lambda: _model(m, check_data))  # fmt: skip
         if clm := first_causal_phase(cfg):
             check_causal_supported(mconf, clm)
-        if source.kind != "hub":  # headers checked when resolved; the manifest too at launch (a hub model has none)
-            model_files.verify_seal(Path(source.path), source.spec, checksums=check_data)
     else:
         try:
             mconf = scratch_config(m["from_scratch"])
@@ -115,9 +143,20 @@ def check(cfg: dict, check_data: bool = True) -> dict:
         check_step_fits(run_cfg)  # a step larger than a phase's budget is nonsense (and could not be cancelled)
     facts = {"num_layers": n_layers, "warnings": [warning] if warning else []}
     if check_data:
-        facts.update(_check_batch_fills(cfg, tok))
-        check_disjoint(cfg["data"])  # a held-out file that is training text measures memorisation
+        d, t = cfg["data"], cfg["train"]
+        key = (json.dumps(d, sort_keys=True, default=str), t["seq_len"], t["batch_size"], m["tokenizer"] or m["name"])
+        facts.update(_once(("data", *key), lambda: _check_batch_fills(cfg, tok)))
+        _once(("disjoint", key[0]), lambda: check_disjoint(d))  # a held-out file that is training text: memorised
     return facts
+
+
+def _model(m: dict, check_data: bool):
+    """The model ``model.name`` names, resolved, its config, and its files checked against their seal."""
+    source = resolve_model(m["name"])
+    mconf = load_config(source, m["trust_remote_code"])
+    if source.kind != "hub":  # headers checked when resolved; the manifest too at launch (a hub model has none)
+        model_files.verify_seal(Path(source.path), source.spec, checksums=check_data)
+    return source, mconf
 
 
 ABSOLUTE_POSITIONS = ("bert", "roberta", "camembert", "xlm-roberta", "distilbert", "electra", "albert")

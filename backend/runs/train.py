@@ -26,6 +26,7 @@ from backend.core.process import LOCK_FD_ENV, FileLock
 from backend.detour.recipe import split_pair
 from backend.engine import resume_guard
 from backend.engine.config import check_run_name, validate_config
+from backend.engine.run_home import RunHome
 from backend.engine.rundir import read_config, read_status, suggest_name, time_spent, trained_so_far, write_status
 
 
@@ -114,10 +115,11 @@ def _claim_names(root: Path, names: list[str], asked: str) -> list[Path]:
 class _StopFlag:
     """SIGTERM/SIGINT ask the loop to stop at the next step boundary (with a checkpoint); so do SIGUSR1/SIGUSR2,
     what a Slurm job's ``--signal`` sends before its time limit (their default action would kill the trainer with
-    nothing saved)."""
+    nothing saved); and so does the run folder moved out of its runs folder (``RunHome.left``)."""
 
-    def __init__(self):
+    def __init__(self, home: RunHome | None = None):
         self.signal: str | None = None
+        self.home = home
 
     def install(self):
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
@@ -129,7 +131,16 @@ class _StopFlag:
         self.signal = signal.Signals(signum).name
 
     def __call__(self) -> bool:
+        if self.signal is None and self.home is not None:
+            self.home.here()  # a rename is followed; gone: RunFolderGone, the run fails saying so
+            return self.home.left
         return self.signal is not None
+
+    def why(self) -> str:
+        """What stopped the run, for its status."""
+        if self.signal is None and self.home is not None and (moved := self.home.stop_reason()):
+            return moved
+        return f"stopped by {self.signal}; resume to continue"
 
 
 def _load_model(cfg: dict):
@@ -233,12 +244,13 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
         lock.adopt(int(inherited)) if inherited else lock.acquire()
     try:
         cfg = _config_to_train(run_dir, resume, rank0)
+        home = RunHome(run_dir)  # held open: renamed, it is followed; gone, it is never recreated
     except BaseException:
         if lock is not None:
             lock.release()
         raise
     meta = cfg.pop("_meta", {})
-    stop = _StopFlag()
+    stop = _StopFlag(home)
     stop.install()
     # The queue worker already points stdout at train.log (DETOUR_STDOUT_IS_LOG=1); from a terminal we tee.
     tee = rank0 and os.environ.get("DETOUR_STDOUT_IS_LOG") != "1"
@@ -255,11 +267,12 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
         except OSError:
             pass
 
-    reserve = faults.SpaceReserve(run_dir / ".failure-reserve")
+    home.on_move = lambda old, new: log(f"the run folder was moved from {old} to {new}: its files go there now")
+    reserve = faults.SpaceReserve(home.anchor() / ".failure-reserve")  # released where the folder is then
 
     if rank0:
         write_status(
-            run_dir,
+            home.here(),
             state="running",
             error=None,
             pid=os.getpid(),
@@ -294,13 +307,13 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
             meta["attn_implementation"] = {"requested": attn, "resolved": resolved_attn, "why": attn_why}
             meta["compile"] = {"requested": asked_compile, "resolved": cfg["train"]["compile"], "why": why_compile}
             resume_guard.record(meta, asked, run_dir)  # what a resume must still match
-            atomic.write_yaml(run_dir / "config.yaml", {**asked, "_meta": meta})
+            atomic.write_yaml(home.here() / "config.yaml", {**asked, "_meta": meta}, make_parents=False)
         with quiet_transformers():
             model, tok = _load_model(cfg)
             if warning := check_positions(model.config, cfg["train"]["seq_len"], model.config.pad_token_id):
                 log(f"warning: {warning}")
-            state = run_training(cfg, run_dir, model, tok, resume=resume, should_stop=stop, log=log)
-        error = None if state == "done" else f"stopped by {stop.signal}; resume to continue"
+            state = run_training(cfg, home, model, tok, resume=resume, should_stop=stop, log=log)
+        error = None if state == "done" else stop.why()
     except (Exception, KeyboardInterrupt) as exc:
         state = "failed" if not isinstance(exc, KeyboardInterrupt) else "cancelled"
         bug = not isinstance(exc, KeyboardInterrupt | MemoryError) and faults.is_bug(exc)
@@ -318,13 +331,13 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
             error += " (a bug: see train.log for the traceback)"
     end = dict(state=state, error=error, finished_at=time.time(), resumable=state != "done")
     if rank0:
-        try:  # on a full disk, with the reserved blocks released
-            st = reserve.write(lambda: write_status(run_dir, **end))
-        except OSError as exc:
+        try:  # on a full disk, with the reserved blocks released; where the folder is now, never recreated
+            st = reserve.write(lambda: write_status(home.here(), **end))
+        except (OSError, DetourError) as exc:
             st = {**end, "error": f"{error}; and status.json could not record it: {faults.user_message(exc) or exc}"}
-        log(f"run {run_dir.name}: {state}" + (f" ({error})" if error else ""))
+        log(f"run {home.path.name}: {state}" + (f" ({error})" if error else ""))
         if state == "done":
-            _write_card(run_dir, log)
+            _write_card(home.path, log)  # where the folder is now (a rename is followed)
     else:
         st = end
     reserve.release()
@@ -336,4 +349,5 @@ def train_run(run_dir: str | Path, resume: bool = False) -> dict:
             pass
     if lock is not None:
         lock.release()
+    home.close()
     return st

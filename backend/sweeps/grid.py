@@ -58,11 +58,22 @@ def parse_axis(item: str) -> Axis:
     if any(not v.strip() for v in raw.split(",")):  # 'a,,b' or 'a,': a value was meant there; never dropped
         raise ConfigError("--grid", item, "an empty value between commas; write each value (null for none)")
     values = [parse_override(f"{key}={v.strip()}")[1] for v in raw.split(",")]
-    if len({repr(v) for v in values}) != len(values):
-        raise ConfigError("--grid", item, "a value appears twice")
+    seen: dict = {}
+    for v in values:  # 4096 and 4096.0 are one value: two identical cells
+        if (k := _same(v)) in seen:
+            raise ConfigError("--grid", item, f"a value appears twice ({seen[k]!r} and {v!r} are the same value)")
+        seen[k] = v
     if key.strip() in ("train.seed", "name"):
         raise ConfigError("--grid", item, "seeds come from --seeds and names from the sweep; not a grid axis")
     return Axis(key.strip(), values)
+
+
+def _same(v) -> tuple:
+    """What makes two axis values the same cell: numbers by value (4096 == 4096.0; a bool is not a number here),
+    anything else as written."""
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return ("number", v)  # 4096 and 4096.0 hash and compare equal
+    return ("as written", repr(v))
 
 
 def _show(v) -> str:

@@ -17,14 +17,17 @@ copied back from a GPU box without its checkpoints.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 from collections.abc import Callable
 from pathlib import Path
 
 from backend.core import atomic
+from backend.core.json_file import read_json_object
 from backend.engine import rundir
+from backend.evaluation.results_file import SCORES
+from backend.evaluation.results_file import read_results as read_evaluation
+from backend.sweeps.manifest import SweepError
 
 METRICS = {  # name -> (label, higher is better)
     "heldout_mlm_loss": ("held-out MLM loss", False),
@@ -65,6 +68,7 @@ def _finetune(run_dir: Path, ev: dict, out_dir: Path, log: Callable[[str], None]
         labels=[run_dir.name],
         keep_models=False,
         progress=_progress(log),
+        part_of=out_dir.parent.parent,  # the sweep: evals/<run> is its own part
         **ev["hparams"],
     )
     by_seed = _seed_scores(res)
@@ -88,11 +92,12 @@ def _suite(run_dir: Path, ev: dict, out_dir: Path, log: Callable[[str], None]) -
     """Every task of the sweep's suite on this run (``evaluate_suite`` into ``evals/<run>``)."""
     from backend.evaluation.suite import evaluate_suite
 
+    sweep = out_dir.parent.parent  # suites/<run> is the sweep's own part
     rep = evaluate_suite(ev["suite"], [str(run_dir)], out_dir, labels=[run_dir.name], progress=_progress(log),
-                         keep_models=False, overrides=ev.get("hparams") or None)  # fmt: skip
+                         keep_models=False, overrides=ev.get("hparams") or None, part_of=sweep)  # fmt: skip
     scores, constant = {}, {}
     for t in rep["tasks"]:
-        res = json.loads((out_dir / "tasks" / t["name"] / "results.json").read_text())
+        res = read_evaluation(out_dir / "tasks" / t["name"] / "results.json", SCORES)
         scores[t["name"]] = {str(k): v for k, v in _seed_scores(res).items()}
         runs = [r for r in res["models"][0]["runs"] if r.get("status") == "ok"]
         constant[t["name"]] = [str(r["seed"]) for r in runs if (r.get("test") or {}).get("constant") is not None]
@@ -150,7 +155,7 @@ def measure_run(out: Path, m: dict, run: str, ref_run: str | None, log: Callable
     """Everything the sweep asks of one finished run (cached per run; a new request fills only what is missing)."""
     d = out / "runs" / run
     cache = out / "results" / f"{run}.json"
-    rec = json.loads(cache.read_text()) if cache.exists() else {}
+    rec = _cached(cache, log)
     ev = m["evaluation"]
     rec["heldout_mlm_loss"] = heldout_loss(d)
     rec["heldout_clm_loss"] = heldout_loss(d, "eval_clm_loss")
@@ -166,6 +171,18 @@ def measure_run(out: Path, m: dict, run: str, ref_run: str | None, log: Callable
         rec.update(_cka(d, out / "runs" / ref_run, ev, rec))
     atomic.write_json(cache, rec)
     return rec
+
+
+def _cached(cache: Path, log: Callable[[str], None]) -> dict:
+    """A run's cached measurements; a torn or foreign cache file (edited by hand, cut by a full disk) is said and
+    the run measured again (it was a JSONDecodeError or a TypeError at ``sweep --report``)."""
+    if not cache.exists() and not cache.is_symlink():
+        return {}
+    try:
+        return read_json_object(cache, SweepError, "a run's measurements", "the run is measured again")
+    except SweepError as exc:
+        log(str(exc))
+        return {}
 
 
 def _measure_one(args: tuple) -> tuple[str, dict]:
@@ -244,5 +261,8 @@ def reference_runs(m: dict) -> dict[tuple[str, str], str]:
 
 
 def read_results(out: Path) -> dict[str, dict]:
+    """Every run's cached measurements, each checked: a torn or foreign file is one line naming it."""
     d = out / "results"
-    return {p.stem: json.loads(p.read_text()) for p in sorted(d.glob("*.json"))} if d.exists() else {}
+    fix = "delete it: python -m backend sweep --report measures the run again"
+    return {p.stem: read_json_object(p, SweepError, "a run's measurements", fix)
+            for p in sorted(d.glob("*.json"))} if d.exists() else {}  # fmt: skip

@@ -18,7 +18,7 @@ from backend.evaluation.aggregate import seed_levels, t_summary, task_delta
 from backend.evaluation.stats import mean_std, seeds_needed, t_interval
 from backend.evaluation.suite_report import clip_to_scale
 from backend.reporting import figure_style  # noqa: F401  (the lab's template: plotly's default once imported)
-from backend.reporting.figure_files import export_pngs
+from backend.reporting.figure_files import export_pngs, write_html
 from backend.reporting.html_page import md_to_html
 from backend.sweeps.measure import METRICS, _line_key, read_results
 
@@ -235,9 +235,7 @@ def write_figures(rep: dict, fig_dir: Path, png: bool = True) -> dict:
     figs = {k: figure(rep, k) for k in rep["tables"]}
     files = {"html": [], "png": [], "png_error": None}
     for k, f in figs.items():
-        p = fig_dir / f"{k}.html"
-        f.write_html(str(p), include_plotlyjs=True)  # standalone: opens offline
-        files["html"].append(str(p))
+        files["html"].append(str(write_html(f, fig_dir / f"{k}.html")))  # standalone: opens offline
     if png and figs:
         files["png"], files["png_error"] = export_pngs(figs, fig_dir)
     return files
@@ -347,8 +345,7 @@ def write_report(out: str | Path, png: bool = True) -> dict:
 
         suite_figs = {f"suite-deltas-{i + 1}": delta_figure(c) for i, c in enumerate(rep["suite"]["comparisons"])}
         for k, f in suite_figs.items():
-            f.write_html(str(out / "figures" / f"{k}.html"), include_plotlyjs=True)
-            rep["figures"]["html"].append(str(out / "figures" / f"{k}.html"))
+            rep["figures"]["html"].append(str(write_html(f, out / "figures" / f"{k}.html")))
         if png and suite_figs:
             files, err = export_pngs(suite_figs, out / "figures")
             rep["figures"]["png"] += files

@@ -27,6 +27,7 @@ from backend.core.errors import ConfigError, DetourError
 from backend.core.paths import is_plain_name, sweeps_dir
 from backend.engine import rundir
 from backend.engine.config import load_config
+from backend.sweeps.bound import MAX_RUNS, check_max_runs, check_size
 from backend.sweeps.grid import (
     ARM_KEY,
     Axis,
@@ -68,6 +69,7 @@ def plan_sweep(
     pin_gpus: bool | None = None,
     slurm: dict | None = None,
     arms: dict[str, dict] | None = None,
+    max_runs: int | None = MAX_RUNS,
 ) -> dict:
     """The manifest of a sweep, checked (every run config validates, the budgets are matched); nothing on disk.
 
@@ -76,7 +78,8 @@ def plan_sweep(
     "seeds", "hparams", "cka_texts", "cka_n_texts", "cka_max_len", "cka_measure"}``; the held-out MLM loss is always
     read. ``arms``: name -> overrides, the values of an ``arm`` axis (``grid.ARM_KEY``), kept in the manifest.
     ``pin_gpus`` None: pin one cell per GPU where this machine has GPUs; ``max_concurrent`` None: one cell per GPU
-    when pinning, else 1 (on CPU the user sets the slots)."""
+    when pinning, else 1 (on CPU the user sets the slots). ``max_runs``: the most runs the grid may make, checked
+    from the axes before any run is planned (``bound.py``; None: a study that planned its own size)."""
     from backend.runs.gpus import visible_gpus
 
     if pin_gpus is None:
@@ -99,6 +102,7 @@ def plan_sweep(
     if not is_plain_name(name):
         raise ConfigError("--name", name, "a plain folder name: letters, digits, '_', '-', '.'")
     seeds_ = seed_list(base["train"]["seed"], seeds)
+    check_size([len(a.values) for a in axes], len(seeds_), check_max_runs(max_runs))
     cells = expand_cells(axes)
     tokens, cfgs = {}, []
     for c in cells:
@@ -182,12 +186,13 @@ def _evaluation(ev: dict | None) -> dict:
         raise ConfigError(
             "--eval-set", hparams, "fine-tuning settings need --eval ner, --eval classification or --eval-suite"
         )
-    if suite and hparams:  # the suite's overrides (seeds, epochs, example caps): refused now if unknown
-        from backend.evaluation.suite import DEFAULT_KEYS
+    if suite and hparams:  # the suite's overrides (seeds, epochs, example caps): refused now if unknown or bad
+        from backend.evaluation.suite import DEFAULT_KEYS, load_suite, with_overrides
 
         unknown = sorted(k for k in hparams if k not in DEFAULT_KEYS)
         if unknown:
             raise ConfigError("--eval-set", unknown, f"settings a suite takes: {', '.join(DEFAULT_KEYS)}")
+        with_overrides(load_suite(suite), hparams)  # each value as every task's fine-tune reads it
     asked = ev.get("cka_measures") or ev.get("cka_measure")
     measures = [_cka_measure(x) for x in (asked if isinstance(asked, list | tuple) else [asked])]
     if len(set(measures)) != len(measures):
@@ -246,15 +251,16 @@ def _nothing_prepared(out: Path, m: dict) -> bool:
 # ------------------------------------------------------------------------------------------------ launch / resume
 
 
-def check_out(out: str | Path, flag: str = "--out") -> Path:
+def check_out(out: str | Path, flag: str = "--out", part_of: str | Path | None = None) -> Path:
     """The sweep folder ``--out`` names, refused before any planning or training when it cannot be one
     (``catalogue.check_out_folder``): a file, a link, a folder inside a run's folder (its runs would nest in
-    another run's files), a folder that holds anything but a sweep (a user's report.md would be replaced)."""
+    another run's files), a folder that holds anything but a sweep (a user's report.md would be replaced), a new
+    folder inside another artifact (a suite's ``tasks/``, another sweep's ``runs/``) unless it is ``part_of``'s."""
     from backend.core.catalogue import OutTaken, check_out_folder
 
     try:
         real = Path(out).expanduser().resolve() if not Path(out).is_symlink() else out
-        return check_out_folder(real, "sweep", flag=flag)
+        return check_out_folder(real, "sweep", flag=flag, part_of=part_of)
     except OutTaken as exc:
         raise SweepError(str(exc)) from None
 
@@ -272,10 +278,11 @@ def check_one_run_per_cell(m: dict) -> None:
             )
 
 
-def launch(m: dict, out: str | Path | None = None) -> Path:
+def launch(m: dict, out: str | Path | None = None, part_of: str | Path | None = None) -> Path:
     """Write the sweep folder (or find the same sweep there) and queue every run that is not done or running.
-    Rerunning with the same manifest resumes; a different sweep in the same folder is refused."""
-    out = check_out(out or default_out(m["name"]))  # the default folder too: it may hold something else
+    Rerunning with the same manifest resumes; a different sweep in the same folder is refused. ``part_of``: the
+    study whose part the sweep is (its folder holds it)."""
+    out = check_out(out or default_out(m["name"]), part_of=part_of)  # the default folder too: it may hold others
     check_one_run_per_cell(m)
     if m["executor"] == "slurm":  # before the folder is written: what is missing, in one line
         from backend.sweeps.cluster import check_sbatch
@@ -324,41 +331,35 @@ def resume(out: str | Path) -> Path:
 
 
 def _queue_missing(out: Path, m: dict) -> list[Path]:
-    """Queue every cell's run that is missing, failed or cancelled (each checked at its preflight as it is queued);
-    returns the runs to start. Nothing runs yet."""
+    """Queue every cell's run that is missing, failed or cancelled (each checked at its preflight as it is queued;
+    what the preflight reads from files, once for the whole grid); returns the runs to start. Nothing runs yet."""
     from backend.runs import jobs
+    from backend.runs.preflight import checks_once
+    from backend.sweeps.grid import Cell
 
     root = out / "runs"
     states = cell_states(out, m)
     base = m["base"]
     to_start: list[Path] = []
-    for c in m["cells"]:
-        from backend.sweeps.grid import Cell
-
-        cell = Cell(c["index"], c["values"], c["label"], c["slug"])
-        for seed, r in c["runs"].items():
-            d = root / r
-            state = states[r]
-            if state == "missing":
-                cfg = run_config(base, cell, int(seed), m["name"], m.get("arms"))
-                cfg["name"] = r
-                jobs.submit(cfg, root=root, start_worker=False)
-                to_start.append(d)
-            elif state in ("failed", "cancelled"):
-                if rundir.read_status(d).get("state") == "running":  # killed without saying so
-                    rundir.write_status(d, state="failed", error="the training process is gone (killed?)")
-                rundir.write_status(
-                    d,
-                    state="queued",
-                    resume_requested=True,
-                    error=None,
-                    queued_at=rundir.now(),
-                    launched_pid=None,
-                    cancel_requested=None,
-                )
-                to_start.append(d)
-            elif state == "queued":
-                to_start.append(d)
+    with checks_once():  # the model, tokenizer and corpus are checked once for the grid, not once per run
+        for c in m["cells"]:
+            cell = Cell(c["index"], c["values"], c["label"], c["slug"])
+            for seed, r in c["runs"].items():
+                d = root / r
+                state = states[r]
+                if state == "missing":
+                    cfg = run_config(base, cell, int(seed), m["name"], m.get("arms"))
+                    cfg["name"] = r
+                    jobs.submit(cfg, root=root, start_worker=False)
+                    to_start.append(d)
+                elif state in ("failed", "cancelled"):
+                    if rundir.read_status(d).get("state") == "running":  # killed without saying so
+                        rundir.write_status(d, state="failed", error="the training process is gone (killed?)")
+                    rundir.write_status(d, state="queued", resume_requested=True, error=None, queued_at=rundir.now(),
+                                        launched_pid=None, cancel_requested=None)  # fmt: skip
+                    to_start.append(d)
+                elif state == "queued":
+                    to_start.append(d)
     hashes = {r: h for c in m["cells"] for r in c["runs"].values()
               if (h := rundir.read_status(root / r).get("queued_config_sha256"))}  # fmt: skip
     if hashes != m.get("config_sha256"):  # the config each run was queued with (its report checks what ran)

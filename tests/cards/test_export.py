@@ -60,7 +60,7 @@ def test_an_export_never_takes_what_is_not_its_own(run, tmp_path, capsys):
     cases = [
         (["export", run.name, "--out", str(mine)], "holds other files (notes.txt), not an export"),
         (["export", run.name, "--out", str(run / "exported")], f"is inside the run folder {run}"),
-        (["export", run.name, "--out", str(ev / "models" / "x")], f"is inside an evaluation ({ev}"),
+        (["export", run.name, "--out", str(ev / "models" / "x")], f"is inside an evaluation {ev} ("),
         (["export", "detour-tiny-en", "--out", str(tmp_path / "a")], "is a bundled model, not one this lab made"),
         (["export", run.name], "give --out DIR (a new folder), --push-to-hub REPO, or both"),
     ]
@@ -69,6 +69,19 @@ def test_an_export_never_takes_what_is_not_its_own(run, tmp_path, capsys):
         assert main(argv) == 2, argv
         assert words in one_error_line(capsys), argv
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing added or changed
+
+
+def test_an_empty_out_is_refused_not_the_working_directory(run, tmp_path, monkeypatch, capsys):
+    """``--out ''`` was the working directory: the export was written among whatever the user had there."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for blank in ("", "  "):
+        assert main(["export", run.name, "--out", blank]) == 2
+        assert "--out is empty; give a folder" in one_error_line(capsys)
+    assert list(work.iterdir()) == []
+    with pytest.raises(catalogue.OutTaken, match="--out is empty"):
+        catalogue.check_out_file("", "cka")
 
 
 def test_an_unfinished_run_is_not_exported(run, tmp_path, capsys):

@@ -117,6 +117,24 @@ def test_sweep_report_into_a_link_to_a_sweep_is_refused(tmp_path, capsys):
     assert not (real / "report.md").exists()
 
 
+@pytest.mark.parametrize("study", ["detour", "hybrid-splits"])
+def test_a_study_is_refused_a_folder_holding_another_study_or_torn_settings(study, tmp_path, capsys):
+    """Each study's --plan and start refuse the other's folder (the hybrid study planned into the detour study's), and
+    a settings.json that is not a mapping (the hybrid study read it with json.loads: a traceback)."""
+    other = "detour-budgets" if study == "hybrid-splits" else "hybrid-splits"
+    held = catalogue.claim_folder(tmp_path / "held", "report")
+    atomic.write_json(held / "settings.json", {"study": other})
+    torn = catalogue.claim_folder(tmp_path / "torn", "report")
+    (torn / "settings.json").write_text('{"study": "hyb')
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    for out, words in ((held, f"holds another study ({other})"), (torn, "its settings.json is not a study's")):
+        for extra in (["--plan"], ["--pilot"], []):
+            assert main(["replicate", "--study", study, "--out", str(out), *extra]) == 2
+            err = capsys.readouterr().err.strip()
+            assert err.startswith("error: ") and words in err and "\n" not in err, err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
 def test_catalogue_describes_every_kind():
     assert set(catalogue.KINDS) == {"run", "pair", "sweep", "suite", "evaluation", "cka", "report", "upload", "export"}
     for k in catalogue.KINDS.values():

@@ -70,6 +70,13 @@ def make_target(target: str, own: str, tmp: Path) -> Path:
         real = make_kind(own, tmp / "elsewhere" / ("own.json" if own == "cka" else "own"))
         (tmp / "link").symlink_to(real)
         return tmp / "link"
+    if target.startswith("under:"):  # a new path inside an artifact: ``under:KIND:SUB`` -> ARTIFACT/SUB/new
+        _, kind, sub = target.split(":")
+        d = make_kind(kind, tmp / "artifacts" / kind)
+        if kind == "suite":  # a suite's task folder holds the task's evaluation
+            make_kind("evaluation", d / "tasks" / "t1")
+        (d / sub).mkdir(parents=True, exist_ok=True)
+        return d / sub / ("new.json" if own == "cka" else "new")
     if target.startswith("inside:"):  # a file that an artifact of another kind holds
         kind = target.split(":")[1]
         d = make_kind(kind, tmp / "artifacts" / kind)
@@ -87,11 +94,19 @@ COMMANDS = {  # name -> (its kind, argv with OUT)
                                       "--max-train-examples", "4", "--out", "OUT"]),  # fmt: skip
     "evaluate --suite --out": ("suite", ["evaluate", "--suite", "SUITE", "--models", "detour-tiny-en", "--out", "OUT"]),
     "replicate --out": ("report", ["replicate", "--preset", "quick", "--plan", "--out", "OUT"]),
+    "replicate --budgets --out": ("report", ["replicate", "--budgets", "8192", "--suite",
+                                             str(paths.REPO_ROOT / "configs/suites/bio-ner.yaml"), "--plan", "--out",
+                                             "OUT"]),
     "replicate --study hybrid-splits --out": (
         "report", ["replicate", "--study", "hybrid-splits", "--preset", "quick", "--plan", "--out", "OUT"]),
     "export --out": ("export", ["export", "some-run", "--out", "OUT"]),
 }  # fmt: skip
 OTHER_KINDS = ("run", "sweep", "evaluation", "suite", "report", "cka")
+UNDER = (  # a new output inside another artifact: a suite's task folder or tasks/, another sweep's runs/, a study
+    ("cka --out", "under:suite:tasks/t1"), ("sweep --out", "under:suite:tasks"), ("sweep --out", "under:sweep:runs"),
+    ("evaluate --out", "under:sweep:runs"), ("replicate --budgets --out", "under:suite:tasks"),
+    ("evaluate --suite --out", "under:report:x"), ("replicate --study hybrid-splits --out", "under:evaluation:x"),
+)  # fmt: skip
 
 
 def cases():
@@ -103,6 +118,7 @@ def cases():
     for kind in ("run", "evaluation", "sweep"):
         yield "cka --out", f"inside:{kind}"  # the run's config.yaml, an evaluation's results.json, a sweep.json
     yield "evaluate --suite --out", "kind:suite"  # a suite of another name ('first')
+    yield from UNDER
     yield "replicate --study hybrid-splits --out", "kind:report"  # a replication, not the hybrid study
 
 
@@ -146,6 +162,16 @@ def test_an_output_never_takes_what_is_not_its_own(cmd, target, tmp_path, capsys
             assert not alt.exists()
             check = catalogue.check_out_file if own == "cka" else catalogue.check_out_folder
             check(alt, own)
+
+
+@pytest.mark.parametrize("cmd, target", UNDER)
+def test_a_new_output_inside_another_artifact_is_refused_for_that(cmd, target, tmp_path, capsys):
+    """Not for another reason met first (a missing suite, a pair recipe): for being inside the artifact."""
+    rc, err, before, after = attempt(cmd, target, tmp_path, capsys)
+    _, kind, sub = target.split(":")
+    kind = "evaluation" if sub.startswith("tasks/") else kind  # a suite's task folder is the task's evaluation
+    assert rc == 2 and f"is inside {'an' if kind[0] in 'aeiou' else 'a'} {kind} " in err, err
+    assert after == before
 
 
 def test_a_refusal_names_a_free_alternative(tmp_path, capsys):

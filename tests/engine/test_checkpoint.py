@@ -62,6 +62,7 @@ def _same(a, b) -> bool:
 
 def test_background_checkpoint_holds_what_a_synchronous_save_holds(tiny_modernbert_dir, tmp_path):
     acc, lm, opt, tok, _ = trained(tiny_modernbert_dir)
+    (tmp_path / "sync").mkdir()  # a run folder exists before its checkpoints (they never make it: run_home.py)
     sync = checkpoint.save(acc, lm, tok, tmp_path / "sync", 3, {"step": 3}, keep=2)
     with checkpoint.Checkpointer(acc, lm, opt, tok, tmp_path / "bg", keep=2, background=True) as ck:
         bg = ck.save(3, {"step": 3})

@@ -115,3 +115,20 @@ def test_demo_suite_runs_through_the_cli(tmp_path, tiny_modernbert_dir, tiny_ber
     assert (out / "tasks" / "demo-ner" / "results.json").exists()
     assert cli(args) == 0
     assert "already done" in capsys.readouterr().out
+
+
+def test_the_stability_table_says_seeds_as_seeds_and_none_as_none(tmp_path):
+    """'0' meant none in the failed and diverged columns and seed 0 in the constant-answer column ('0 | 0 | 0, 2, 3'
+    read like counts)."""
+    from backend.evaluation.suite_report import write_suite_report
+
+    out = tmp_path / "suite"
+    (out / "tasks" / "t1").mkdir(parents=True)
+    runs = [{"seed": s, "status": "ok", "test": {"f1": 0.5, "constant": "O" if s in (0, 2, 3) else None}}
+            for s in range(4)] + [{"seed": 4, "status": "failed", "error": "non-finite loss at step 3"}]  # fmt: skip
+    res = {"primary_metric": "f1", "task": "ner", "models": [{"label": "A", "path": "/m/A", "runs": runs}]}
+    (out / "tasks" / "t1" / "results.json").write_text(json.dumps(res))
+    spec = {"name": "s", "path": str(tmp_path / "s.yaml"), "tasks": [{"name": "t1"}]}
+    write_suite_report(out, spec, png=False)
+    row = next(ln for ln in (out / "suite.md").read_text().splitlines() if ln.startswith("| A | t1 |"))
+    assert row.endswith("| none | seed 4 | seeds 0, 2, 3 |"), row

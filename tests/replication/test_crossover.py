@@ -224,7 +224,7 @@ def test_budgets_parse_and_refuse_clearly():
     for bad in (["1e6", "lots"], ["2.5"], ["-5"]):
         with pytest.raises(ConfigError, match="--budgets"):
             budget_study.parse_budgets(bad)
-    with pytest.raises(ConfigError, match="at least 2,560"):  # the decay (10%) must hold one step of 256 tokens
+    with pytest.raises(ConfigError, match="from 2,560"):  # the decay (10%) must hold one step of 256 tokens
         budget_study.check_budgets([1_000, 20_000], 2_560)
     with pytest.raises(ConfigError, match="once"):
         budget_study.check_budgets([5_000, 5_000], 2_560)

@@ -13,6 +13,7 @@ import pytest
 
 from app import reports_tab
 from backend.core import paths
+from backend.core.errors import DetourError
 from backend.engine import rundir
 from backend.replication import study_run
 from backend.runs import jobs
@@ -127,6 +128,36 @@ def test_stop_on_a_study_that_is_not_running_says_so_in_one_line(tmp_path, monke
     assert main(["replicate", "--stop", "--out", "done-study"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "done-study: not running (its state: done); nothing to stop" in err[0]
+
+
+def test_stop_on_a_study_that_does_not_exist_says_there_is_none(tmp_path, monkeypatch, capsys):
+    from backend.__main__ import main
+
+    monkeypatch.setenv(paths.REPORTS_ENV, str(tmp_path / "reports"))
+    assert main(["replicate", "--stop", "--out", "no-such-study"]) == 2
+    err = capsys.readouterr().err.strip()
+    reports = tmp_path / "reports"
+    assert (
+        err == f"error: no study in {reports / 'no-such-study'}: nothing to stop (a study's folder is under {reports})"
+    )
+    assert not (tmp_path / "reports" / "no-such-study").exists()
+
+
+@pytest.mark.parametrize("status", ["[1]", '"running"', "12"])
+def test_stop_on_a_status_json_that_is_not_a_mapping_says_so_in_the_app_and_the_cli(status, tmp_path, monkeypatch,
+                                                                                    capsys):  # fmt: skip
+    """Stop read a status.json that is valid JSON but not a mapping with ``.get``: a traceback in the Reports tab,
+    whose Stop handler says DetourErrors only."""
+    from backend.__main__ import main
+
+    monkeypatch.setenv(paths.REPORTS_ENV, str(tmp_path / "reports"))
+    (tmp_path / "reports" / "odd").mkdir(parents=True)
+    (tmp_path / "reports" / "odd" / "status.json").write_text(status)
+    with pytest.raises(DetourError, match="odd: not running .*nothing to stop"):
+        reports_tab.stop_study("odd")
+    assert main(["replicate", "--stop", "--out", "odd"]) == 2
+    assert "nothing to stop" in capsys.readouterr().err
+    assert (tmp_path / "reports" / "odd" / "status.json").read_text() == status  # nothing written over
 
 
 def test_ctrl_c_in_a_running_study_cancels_its_queued_runs_and_says_so(tmp_path, tiny_modernbert_dir):

@@ -138,6 +138,22 @@ def test_a_quiet_run_gets_no_false_alarm_and_the_cli_prints_it(tmp_path, capsys)
     assert main(["doctor", str(tmp_path / "absent")]) == 2
 
 
+def test_metrics_lines_that_are_not_json_objects_are_skipped_like_torn_ones(tmp_path, capsys):
+    """Bytes that are not UTF-8 (a traceback: UnicodeDecodeError) and a list or a number on a line (a traceback:
+    'list' object has no attribute 'get') are not rows; the doctor reads the rows around them."""
+    cfg = {"name": "odd", "train": {"seq_len": 256}, "logging": {},
+           "_meta": {"attn_implementation": {"resolved": "sdpa"}, "compile": {"resolved": True}}}  # fmt: skip
+    machine = {"type": "machine", "step": 0, "device": "cpu", "precision": "bf16", "peak_flops": 8e11,
+               "peak_source": "measured", "parameters": 5_500_000}  # fmt: skip
+    rows = [_row(s, {"data": 0.01, "forward_backward": 1.0, "optimizer": 0.1}) for s in (5, 10, 15)]
+    d = _write_run(tmp_path, "odd", cfg, machine, rows, {"state": "done"})
+    with open(d / "metrics.jsonl", "ab") as f:
+        f.write(b'\x00\xff\xfe\n[1, 2]\n5\n"text"\n')
+    assert len(read_metrics(d)) == 4  # the machine row and the three steps
+    assert main(["doctor", str(d)]) == 0
+    assert "500 tok/s, MFU 20.0%" in capsys.readouterr().out
+
+
 def test_flops_per_token_counts_the_vocabulary_only_where_labelled():
     config = load_masked_lm("detour-tiny-en").config
     mlm, clm = (throughput.flops_per_token(config, 256, f) for f in (0.3, 1.0))

@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,32 +50,8 @@ def one_line(proc: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def _mount(target: Path, size: str, readonly: bool = False) -> None:
-    target.mkdir(parents=True, exist_ok=True)
-    opts = f"size={size}" + (",ro" if readonly else "")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(target)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
-
-
 def _remount_ro(target: Path) -> None:
     subprocess.run(["mount", "-o", "remount,ro", str(target)], check=True)
-
-
-@pytest.fixture
-def small_fs(tmp_path) -> Iterator[callable]:
-    """``small_fs(name, size)``: a real tmpfs of ``size`` under tmp_path, unmounted after the test."""
-    mounted: list[Path] = []
-
-    def make(name: str, size: str = "4m", readonly: bool = False) -> Path:
-        target = tmp_path / name
-        _mount(target, size, readonly)
-        mounted.append(target)
-        return target
-
-    yield make
-    for m in reversed(mounted):
-        subprocess.run(["umount", "-l", str(m)], capture_output=True)
 
 
 def _fill(folder: Path) -> None:
@@ -283,6 +258,7 @@ def test_cancel_of_a_run_whose_process_is_gone_marks_it_failed(tmp_path):
     """Cancel still answers a dead pid's 'running' (read as failed): the file then says failed too, with why."""
     from backend.runs import jobs
 
+    (tmp_path / "config.yaml").write_text("name: gone\n")  # a run folder: its config and its status
     write_status(tmp_path, state="running", pid=DEAD_PID, finished_at=None)
     assert "its process is gone (nothing was signalled); marked failed" in jobs.cancel(tmp_path)
     on_disk = json.loads((tmp_path / "status.json").read_text())

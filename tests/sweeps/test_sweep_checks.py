@@ -123,3 +123,11 @@ def test_a_sweep_of_pairs_is_refused_before_anything_is_written(tmp_path, sets, 
     with pytest.raises(SweepError, match="recipe 'pair' trains two runs.*recipe = mlm,clm_detour"):
         launch(m, tmp_path / "pairs")
     assert not (tmp_path / "pairs").exists()
+
+
+@pytest.mark.parametrize("flag", ["--cancel", "--report", "--resume", "--status"])
+def test_an_empty_sweep_folder_flag_is_named_not_taken_as_absent(flag, capsys):
+    """``--cancel ''`` was read as no --cancel: the line asked for a --grid nobody meant to give."""
+    assert main(["sweep", flag, ""]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {flag} is empty: give the sweep's folder, e.g. {flag} sweeps/NAME"

@@ -208,7 +208,7 @@ def test_runs_table_curves_log_cancel(isolated_runs_dir):
     assert any(s.x0 == 4096 for s in f_train.layout.shapes)  # the CLM -> MLM boundary is marked
     assert [list(t.y) for t in f_eval.data][0] == [9 - 8 / 20, 9 - 16 / 20, 9 - 20 / 20]
     assert runs_tab.log_tail("alpha", 5).splitlines() == [f"line {i}" for i in range(95, 100)]
-    assert "not found" in runs_tab.log_tail("nope")
+    assert "no run named nope" in runs_tab.log_tail("nope")
     assert "name" in runs_tab.log_tail("../etc")  # a path is not a run name
     assert "removed from the queue" in runs_tab.cancel_run("beta")
     assert rundir.read_status(queued)["state"] == "cancelled"
@@ -371,6 +371,23 @@ def test_safe_launch_defaults(monkeypatch):
     import os
 
     assert os.environ["GRADIO_ANALYTICS_ENABLED"] == "False"
+
+
+@pytest.mark.parametrize("size", ["0", "-5mb", "infmb", "nanmb", "abc"])
+@pytest.mark.parametrize("where", ["flag", "env"])
+def test_an_upload_limit_that_is_not_a_positive_size_stops_the_start_in_one_line(size, where, monkeypatch, capsys):
+    """'-5mb' and '0' started an app that refused every upload; 'infmb' was an OverflowError traceback at start. The
+    line names where the value came from."""
+    import app.main
+    from app.__main__ import main
+
+    monkeypatch.setattr(app.main, "start", lambda *a, **kw: pytest.fail("the app started"))
+    if where == "env":
+        monkeypatch.setenv("DETOUR_MAX_UPLOAD", size)
+    assert main(["--port", "1"] + ([f"--max-upload={size}"] if where == "flag" else [])) == 2
+    err = capsys.readouterr().err.strip()
+    said = "--max-upload" if where == "flag" else "DETOUR_MAX_UPLOAD"
+    assert err == f"error: {said} '{size}': expected a positive size like 50mb", err
 
 
 def test_app_start_gives_queued_runs_a_worker(isolated_runs_dir, monkeypatch):

@@ -73,9 +73,9 @@ def test_a_run_deleted_while_listed_is_a_missing_run_in_fill_mask_and_analyze(is
     assert "gone-run" in model_choices()  # the app lists it ...
     shutil.rmtree(run)  # ... and it is deleted before it is picked
     _, msg = fill_mask_tab.predict("The [MASK] is red.", ["gone-run", None], [False, False])
-    assert "no longer in" in msg and "gone-run" in msg and "hub" not in msg.lower(), msg
+    assert "no run named gone-run" in msg and "hub" not in msg.lower(), msg
     _, _, msg = analyze_tab.compute_trajectory("gone-run", None, None)
-    assert "no longer in" in msg and "hub" not in msg.lower(), msg
+    assert "no run named gone-run" in msg and "hub" not in msg.lower(), msg
 
 
 def test_a_report_status_that_is_garbage_reads_unknown(tmp_path):

@@ -206,6 +206,22 @@ def test_a_pretrained_model_named_in_a_slot_is_said_to_need_fine_tuning():
     assert vals[:2] == [None, None]
     assert "slot 1: model 'detour-tiny-en': a pretrained encoder (ModernBertForMaskedLM), not a token-classif" in msg
     assert "fine-tune it under Run an evaluation below" in msg, msg
-    assert "slot 2: model 'detour-detour': not a bundled model, a run" in msg, msg
+    assert "slot 2: model 'detour-detour': no run named detour-detour" in msg, msg
     assert "outside the folders" not in msg and "DETOUR_ALLOWED_ROOTS" not in msg
     assert "slot 3: 'model-a" not in msg and "slot 3" in msg  # found by its name: its folder was tried (no weights)
+
+
+@pytest.mark.parametrize(
+    "seeds, epochs, max_train, said",
+    [
+        ("abc", 1, 10, "Seeds 'abc': give whole numbers"),  # was "invalid literal for int() with base 10"
+        ("1.5", 1, 10, "Seeds 1.5: give a whole number"),
+        ("0", None, 10, "Epochs is blank"),  # was a TypeError out of the handler
+        ("0", float("nan"), 10, "Epochs nan: give a whole number"),  # was "cannot convert float NaN to integer"
+        ("0", 1.5, 10, "Epochs 1.5: give a whole number"),  # was cut to 1 without a word
+        ("0", 1, 0, "'max_train_examples': got 0"),  # was read as blank: every sentence
+    ],
+)
+def test_the_evaluation_form_says_a_number_that_is_not_whole_in_words(seeds, epochs, max_train, said):
+    msg = ner_evaluations.run_evaluation(["detour-tiny-en"], seeds, epochs, max_train)
+    assert msg.startswith("⚠") and said in msg, msg
