@@ -61,8 +61,8 @@ def sharing_env() -> dict[str, str]:
     """How a queued trainer's threads wait: ``OMP_WAIT_POLICY=PASSIVE`` unless the user chose one. A queued run
     shares its cores (with the app that queued it and its users, with other runs): torch's OpenMP threads spin at
     every barrier by default, so when the app took one of two cores the trainer's other thread spun waiting for it,
-    and a run kept 2% of its rate under 20 users (bench/results/app_load-20.md). Waiting threads that sleep give
-    their core to whoever needs it."""
+    and a run kept 2% of its rate under 20 users (bench/results/app_load-20-2026-11-26.md). Waiting threads that
+    sleep give their core to whoever needs it."""
     return {} if os.environ.get("OMP_WAIT_POLICY") else {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
