@@ -78,13 +78,15 @@ def test_export_pngs_with_a_browser_and_kaleido_writes_every_figure(browser_env,
 def test_export_pngs_reports_a_kaleido_failure_and_a_missing_file(browser_env, tmp_path):
     browser_env.setattr(figure_files, "_find_browser", lambda: "/usr/bin/chromium")
 
-    def crash(items):
-        Path(items[0]["path"]).write_bytes(PNG_MAGIC)
+    def crash(items):  # a whole PNG for the first figure, a cut one for the second, then the browser dies
+        Path(items[0]["path"]).write_bytes(PNG_MAGIC + b"\x00\x00\x00\x00IEND\xaeB`\x82")
+        Path(items[1]["path"]).write_bytes(PNG_MAGIC)
         raise RuntimeError("browser closed")
 
     _fake_kaleido(browser_env, crash)
     files, err = figure_files.export_pngs(_figs(), tmp_path / "fig")
     assert files == [str(tmp_path / "fig" / "a.png")] and err == "PNG export failed: browser closed"
+    assert not (tmp_path / "fig" / "b.png").exists()  # a PNG cut short is never moved in
     _fake_kaleido(browser_env, lambda items: Path(items[1]["path"]).write_bytes(PNG_MAGIC))
     (tmp_path / "fig" / "a.png").unlink()
     files, err = figure_files.export_pngs(_figs(), tmp_path / "fig")

@@ -90,8 +90,9 @@ def test_evaluate_suite_plan_reads_an_earlier_suite_at_the_same_settings(bio_ner
     from backend.evaluation.suite import load_suite
 
     caps = ["--seeds", "3", "--epochs", "1", "--max-train-examples", "64", "--max-eval-examples", "40"]
+    # one model twice: named apart, as a run needs
     argv = ["evaluate", "--suite", "configs/suites/bio-ner.yaml", "--models", "detour-tiny-en", "detour-tiny-en",
-            *caps, "--plan"]  # fmt: skip
+            "--labels", "A", "B", *caps, "--plan"]  # fmt: skip
     assert main(argv) == 0
     assert "Detectable difference: not known yet" in capsys.readouterr().out  # no suite ran here at these settings
     hp = {**load_suite("configs/suites/bio-ner.yaml")["tasks"][0]["hparams"], "epochs": 1,

@@ -85,14 +85,14 @@ def test_scrub_through_a_run(monkeypatch):
     assert len(set(seen)) == 5  # every saved model judges the text differently
     timeline, fill, html, msg = detour_tab.scrub("scrub", 512, "no mask here", "x")
     assert fill is None and "no mask token" in msg and timeline is not None and "step 2" in html  # the rest shows
-    # a name that is no run and no model is "not a" run or model, in one line, online and offline alike (CI sets
+    # a name that is no run and no model is "no run named", in one line, online and offline alike (CI sets
     # HF_HUB_OFFLINE): a bare word is no hub id. Both are set here: the suite passed only while a test that ran
     # earlier unset the variable for every test after it
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    assert "not a" in detour_tab.scrub("nope", 0, "The [MASK].", "x")[3]
+    assert "no run named nope" in detour_tab.scrub("nope", 0, "The [MASK].", "x")[3]
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     msg = detour_tab.scrub("nope", 0, "The [MASK].", "x")[3]
-    assert "not a bundled model" in msg and "hf download" not in msg and "\n" not in msg.strip()
+    assert "no run named nope" in msg and "no bundled" in msg and "hf download" not in msg and "\n" not in msg.strip()
 
 
 def test_trace_a_text_through_the_run(detour_run_dir):
