@@ -84,6 +84,8 @@ def test_the_researchers_path(tmp_path, isolated_runs_dir, detour_run_dir, tiny_
 
             # Fill-mask: Enter keeps what was typed; an option is picked with the arrow keys or the mouse
             page.get_by_role("tab", name="Fill-mask").click()
+            # the tab reads its lists when first shown; what is typed before they arrive is set to the defaults
+            page.wait_for_timeout(3000)
             for slot, typed in ((1, "detour"), (2, "")):
                 box = page.locator(f"#fm-model-{slot} input")
                 box.click()
