@@ -16,7 +16,6 @@ write; the folder is staged beside ``--out`` and renamed into place whole; the p
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -28,6 +27,7 @@ from backend.cards import CARD
 from backend.core.catalogue import check_new_folder, run_owning
 from backend.core.errors import ExportError, ModelSpecError
 from backend.core.paths import exports_dir, runs_dir
+from backend.engine.checkpoint import file_sha256
 
 SEAL = ("manifest.json", "COMPLETE")  # the lab's own seal: an export carries the model, not how this disk checks it
 FINETUNE_KEEP_OUT = ("metrics.json",)  # it names this disk's paths; the card carries what it says
@@ -192,19 +192,11 @@ def _copy(item: Exportable, stage: Path) -> list[str]:
     if item.kind == "run":
         manifest = json.loads((item.folder / SEAL[0]).read_text(encoding="utf-8"))
         for rel, meta in manifest.items():
-            if rel.endswith(".safetensors") and _sha256(stage / rel) != meta["sha256"]:  # the copy, read back
+            if rel.endswith(".safetensors") and file_sha256(stage / rel) != meta["sha256"]:  # the copy, read back
                 raise ExportError(f"export '{item.name}': the copy of {rel} differs from the sealed file; nothing "
                                   "was exported")  # fmt: skip
         shutil.copyfile(item.run / "config.yaml", stage / "training_config.yaml")
     return sorted(p.name for p in stage.iterdir())
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _check_loadable(folder: Path, item: Exportable) -> None:

@@ -34,7 +34,8 @@ CARD = "README.md"  # a run's model card lies beside the seal, never in it: eval
 BACKGROUND = True  # False: every checkpoint is written before training goes on (bench/bench_checkpoint.py compares)
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """A file's SHA-256, read in 1 MiB blocks (the seal's, the export's read-back and the evaluations' identity)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -44,7 +45,7 @@ def _sha256(path: Path) -> str:
 
 def write_manifest(ckpt: Path) -> None:
     files = {
-        str(p.relative_to(ckpt)): {"size": p.stat().st_size, "sha256": _sha256(p)}
+        str(p.relative_to(ckpt)): {"size": p.stat().st_size, "sha256": file_sha256(p)}
         for p in sorted(ckpt.rglob("*"))
         if p.is_file() and str(p.relative_to(ckpt)) not in (MANIFEST, COMPLETE, CARD)
     }
@@ -71,7 +72,7 @@ def verify(ckpt: Path, what: str | None = None) -> None:
         if f.stat().st_size != meta["size"]:
             size = f.stat().st_size
             raise CheckpointError(f"{what}: file {f} is truncated or altered ({size} bytes, expected {meta['size']})")
-        if _sha256(f) != meta["sha256"]:
+        if file_sha256(f) != meta["sha256"]:
             raise CheckpointError(f"{what}: file {f} is corrupt (sha256 mismatch)")
 
 

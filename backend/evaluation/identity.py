@@ -13,6 +13,7 @@ import hashlib
 from pathlib import Path
 
 from backend.core.errors import ConfigError
+from backend.engine.checkpoint import file_sha256
 
 _CACHE: dict[tuple, str] = {}  # (path, size, mtime_ns) -> sha256: a model is hashed once per process
 
@@ -21,11 +22,7 @@ def _file_sha256(path: Path) -> str:
     st = path.stat()
     key = (str(path), st.st_size, st.st_mtime_ns)
     if key not in _CACHE:
-        h = hashlib.sha256()
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        _CACHE[key] = h.hexdigest()
+        _CACHE[key] = file_sha256(path)
     return _CACHE[key]
 
 
